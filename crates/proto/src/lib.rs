@@ -1,0 +1,21 @@
+//! Sans-IO GridFTP protocol core.
+//!
+//! Everything here turns bytes into typed values and back, with bounded sizes and typed errors:
+//! no sockets, no async, no clock. The server PI, the client and the fuzz targets all drive it.
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod command;
+pub mod hostport;
+pub mod line;
+pub mod markers;
+pub mod mode_e;
+pub mod opts;
+pub mod ranges;
+pub mod reply;
+pub mod site;
+
+pub use command::{Command, CommandError};
+pub use hostport::HostPort;
+pub use ranges::RangeSet;
+pub use reply::{Reply, ReplyParser};

@@ -1,0 +1,121 @@
+//! Replies: formatting (single and multi-line) and an incremental parser for clients.
+
+use std::fmt;
+
+/// Longest reply line a parser accepts (bytes, CRLF included).
+pub const MAX_REPLY_LINE: usize = 8192;
+/// Most lines one multi-line reply may have before the parser gives up.
+pub const MAX_REPLY_LINES: usize = 100_000;
+
+/// One reply: a three-digit code and one or more text lines.
+///
+/// Formatting follows RFC 959: every line but the last is `NNN-text`, the last `NNN text`.
+/// Inner lines that start with a space (as Globus' SPAS, MLST and STAT bodies do) are
+/// formatted as they are, without the code, so `lines[1..len-1]` beginning with ' ' are
+/// written verbatim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// Reply code, 100..=599.
+    pub code: u16,
+    /// Text lines without CR/LF; at least one.
+    pub lines: Vec<String>,
+}
+
+/// Why reply bytes are not a valid reply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplyError {
+    /// A line longer than [`MAX_REPLY_LINE`].
+    #[error("reply line too long")]
+    LineTooLong,
+    /// More than [`MAX_REPLY_LINES`] lines in one reply.
+    #[error("reply has too many lines")]
+    TooManyLines,
+    /// A first line that does not start with three digits and ' ' or '-'.
+    #[error("malformed reply line")]
+    Malformed,
+    /// Not valid UTF-8.
+    #[error("reply is not valid text")]
+    NotText,
+}
+
+impl Reply {
+    /// A single-line reply.
+    pub fn new(code: u16, text: impl Into<String>) -> Reply {
+        Reply { code, lines: vec![text.into()] }
+    }
+
+    /// A multi-line reply from its lines (first line is the `NNN-` line, last the `NNN ` line).
+    pub fn multi(code: u16, lines: Vec<String>) -> Reply {
+        Reply { code, lines }
+    }
+
+    /// The wire bytes, CRLF after every line.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        todo!()
+    }
+
+    /// Appends the wire bytes to `out`.
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        let _ = out;
+        todo!()
+    }
+
+    /// 1xx.
+    pub fn is_preliminary(&self) -> bool {
+        (100..200).contains(&self.code)
+    }
+    /// 2xx.
+    pub fn is_success(&self) -> bool {
+        (200..300).contains(&self.code)
+    }
+    /// 3xx.
+    pub fn is_intermediate(&self) -> bool {
+        (300..400).contains(&self.code)
+    }
+    /// 4xx or 5xx.
+    pub fn is_error(&self) -> bool {
+        self.code >= 400
+    }
+
+    /// All lines joined with '\n' (for messages).
+    pub fn text(&self) -> String {
+        self.lines.join("\n")
+    }
+}
+
+impl fmt::Display for Reply {
+    /// The wire form with CRLF line ends.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let _ = f;
+        todo!()
+    }
+}
+
+/// Incremental reply parser: feed bytes as they arrive, take complete replies out.
+///
+/// Accepts LF or CRLF line ends. A multi-line reply starts with `NNN-` and ends at the first
+/// line that starts with the same `NNN ` (RFC 959); lines in between are kept verbatim.
+#[derive(Debug, Default)]
+pub struct ReplyParser {
+    buf: Vec<u8>,
+    pending: Option<Reply>,
+}
+
+impl ReplyParser {
+    /// A parser with nothing buffered.
+    pub fn new() -> ReplyParser {
+        ReplyParser::default()
+    }
+
+    /// Appends received bytes.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        let _ = bytes;
+        todo!()
+    }
+
+    /// The next complete reply, `Ok(None)` if more bytes are needed.
+    pub fn next_reply(&mut self) -> Result<Option<Reply>, ReplyError> {
+        todo!()
+    }
+}

@@ -1,0 +1,142 @@
+//! Storage (Globus' DSI): a trait for data access, a POSIX back-end confined beneath a root by
+//! construction, the data-processing module registry (ERET/ESTO) and checksums.
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod checksum;
+pub mod error;
+pub mod listing;
+pub mod modules;
+pub mod path;
+pub mod posix;
+
+pub use checksum::{ChecksumAlgorithm, Checksummer};
+pub use error::StorageError;
+pub use path::VirtualPath;
+pub use posix::PosixStorage;
+
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+/// What kind of entry a path names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    /// Regular file.
+    File,
+    /// Directory.
+    Dir,
+    /// Symbolic link (only from `symlink_metadata`/listings).
+    Symlink,
+    /// Character device (e.g. /dev/zero).
+    CharDevice,
+    /// Block device.
+    BlockDevice,
+    /// FIFO.
+    Fifo,
+    /// Socket.
+    Socket,
+}
+
+/// Metadata of one entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Metadata {
+    /// Kind of entry.
+    pub kind: FileKind,
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time, seconds since the Unix epoch.
+    pub mtime: i64,
+    /// Permission bits (`st_mode & 0o7777`).
+    pub mode: u32,
+    /// Owner uid.
+    pub uid: u32,
+    /// Group gid.
+    pub gid: u32,
+    /// Hard links.
+    pub nlink: u64,
+    /// Device number (for `Unique`).
+    pub dev: u64,
+    /// Inode number (for `Unique`).
+    pub ino: u64,
+    /// Link target, for symlinks.
+    pub link_target: Option<String>,
+}
+
+/// One directory entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// File name (no slashes).
+    pub name: String,
+    /// Its metadata (of the link itself for symlinks).
+    pub metadata: Metadata,
+}
+
+/// How to open a file for writing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// Create the file if it does not exist.
+    pub create: bool,
+    /// Truncate it to zero length on open.
+    pub truncate: bool,
+    /// Fail if it exists (STOU).
+    pub create_new: bool,
+}
+
+/// An open file: positional reads and writes, shareable across stream tasks.
+pub trait FileHandle: Send + Sync + std::fmt::Debug {
+    /// Reads up to `buf.len()` bytes at `offset`; 0 at end of file.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize, StorageError>;
+    /// Writes all of `buf` at `offset`.
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<(), StorageError>;
+    /// Current size (0 for devices).
+    fn size(&self) -> Result<u64, StorageError>;
+    /// Whether this is a regular file (sendfile and size-based planning apply).
+    fn is_regular(&self) -> bool;
+    /// The raw descriptor, for zero-copy `sendfile`/`splice` on clear channels.
+    fn raw_fd(&self) -> Option<RawFd>;
+    /// Flushes data to stable storage.
+    fn sync(&self) -> Result<(), StorageError>;
+    /// Sets the length (used to truncate after a full stream-mode STOR).
+    fn set_len(&self, len: u64) -> Result<(), StorageError>;
+}
+
+/// The storage interface (Globus DSI). All paths are virtual, already resolved against the
+/// session's working directory; implementations must confine them beneath their root.
+///
+/// Calls block: the DTP runs them where blocking is acceptable.
+pub trait Storage: Send + Sync + std::fmt::Debug {
+    /// Metadata, following symlinks.
+    fn stat(&self, path: &VirtualPath) -> Result<Metadata, StorageError>;
+    /// Metadata of the entry itself (symlinks not followed).
+    fn symlink_metadata(&self, path: &VirtualPath) -> Result<Metadata, StorageError>;
+    /// Directory entries (without `.` and `..`), sorted by name.
+    fn list(&self, path: &VirtualPath) -> Result<Vec<DirEntry>, StorageError>;
+    /// Opens a file (or device) for reading.
+    fn open_read(&self, path: &VirtualPath) -> Result<Arc<dyn FileHandle>, StorageError>;
+    /// Opens a file for writing.
+    fn open_write(&self, path: &VirtualPath, opts: WriteOptions) -> Result<Arc<dyn FileHandle>, StorageError>;
+    /// Creates a directory.
+    fn mkdir(&self, path: &VirtualPath) -> Result<(), StorageError>;
+    /// Removes an empty directory.
+    fn rmdir(&self, path: &VirtualPath) -> Result<(), StorageError>;
+    /// Removes a file or symlink.
+    fn remove_file(&self, path: &VirtualPath) -> Result<(), StorageError>;
+    /// Removes a directory tree (never follows symlinks).
+    fn remove_tree(&self, path: &VirtualPath) -> Result<(), StorageError>;
+    /// Renames within the root.
+    fn rename(&self, from: &VirtualPath, to: &VirtualPath) -> Result<(), StorageError>;
+    /// Sets permission bits.
+    fn chmod(&self, path: &VirtualPath, mode: u32) -> Result<(), StorageError>;
+    /// Sets the modification time (seconds since the epoch).
+    fn set_mtime(&self, path: &VirtualPath, mtime: i64) -> Result<(), StorageError>;
+    /// Creates a symlink at `link` pointing to `target` (target stored as given; it is resolved
+    /// beneath the root when followed, so it cannot escape).
+    fn symlink(&self, target: &str, link: &VirtualPath) -> Result<(), StorageError>;
+    /// Checksum of `[offset, offset + length)` (`None` = to end).
+    fn checksum(
+        &self,
+        path: &VirtualPath,
+        algorithm: ChecksumAlgorithm,
+        offset: u64,
+        length: Option<u64>,
+    ) -> Result<String, StorageError>;
+}
