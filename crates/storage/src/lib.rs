@@ -9,7 +9,7 @@ pub mod modules;
 pub mod path;
 pub mod posix;
 
-pub use checksum::{ChecksumAlgorithm, Checksummer};
+pub use checksum::{checksum_handle, ChecksumAlgorithm, Checksummer};
 pub use error::StorageError;
 pub use path::VirtualPath;
 pub use posix::PosixStorage;
@@ -113,7 +113,11 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// Opens a file (or device) for reading.
     fn open_read(&self, path: &VirtualPath) -> Result<Arc<dyn FileHandle>, StorageError>;
     /// Opens a file for writing.
-    fn open_write(&self, path: &VirtualPath, opts: WriteOptions) -> Result<Arc<dyn FileHandle>, StorageError>;
+    fn open_write(
+        &self,
+        path: &VirtualPath,
+        opts: WriteOptions,
+    ) -> Result<Arc<dyn FileHandle>, StorageError>;
     /// Creates a directory.
     fn mkdir(&self, path: &VirtualPath) -> Result<(), StorageError>;
     /// Removes an empty directory.

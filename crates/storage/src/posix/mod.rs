@@ -1,0 +1,279 @@
+//! The POSIX back-end: every path resolved beneath a root directory handle (cap-std), so `..`,
+//! absolute paths and symlinks cannot escape by construction.
+//!
+//! Symlinks inside the root are followed wherever the operation follows links; a link whose
+//! resolution would leave the root (absolute target, or `..` past the root) fails with
+//! [`StorageError::OutsideRoot`]. Creating a symlink with an absolute target, or a relative one
+//! that lexically climbs above the root, is refused up front, so the store never holds links
+//! that could mislead a program outside the sandbox.
+
+mod file;
+mod meta;
+
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use cap_fs_ext::{DirExt, SystemTimeSpec};
+use cap_std::fs::{Dir, OpenOptions, Permissions, PermissionsExt};
+
+use crate::checksum::checksum_handle;
+use crate::{
+    ChecksumAlgorithm, DirEntry, FileHandle, Metadata, Storage, StorageError, VirtualPath,
+    WriteOptions,
+};
+
+use file::PosixFile;
+
+/// POSIX storage confined beneath one directory.
+#[derive(Debug)]
+pub struct PosixStorage {
+    /// Every operation resolves relative to this handle, never through host path strings.
+    root: Dir,
+    read_only: bool,
+}
+
+impl PosixStorage {
+    /// Opens `root` as the confinement directory. `read_only` refuses every change with
+    /// [`crate::StorageError::PermissionDenied`].
+    pub fn open(root: &Path, read_only: bool) -> Result<PosixStorage, crate::StorageError> {
+        let dir = Dir::open_ambient_dir(root, cap_std::ambient_authority())
+            .map_err(|e| StorageError::from_io(&root.display().to_string(), e))?;
+        Ok(PosixStorage::from_dir(dir, read_only))
+    }
+
+    /// Confines storage beneath an already opened directory (e.g. a home opened before
+    /// privileges were dropped).
+    pub fn from_dir(root: Dir, read_only: bool) -> PosixStorage {
+        PosixStorage { root, read_only }
+    }
+
+    /// Whether every change is refused.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Refuses changes in a read-only session.
+    fn check_writable(&self, path: &VirtualPath) -> Result<(), StorageError> {
+        if self.read_only {
+            return Err(StorageError::PermissionDenied(path.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Refuses changes in a read-only session and any removal or rename of the root itself.
+    fn check_removable(&self, path: &VirtualPath) -> Result<(), StorageError> {
+        self.check_writable(path)?;
+        if path.is_root() {
+            return Err(StorageError::PermissionDenied(path.to_string()));
+        }
+        Ok(())
+    }
+
+    /// The target text of the symlink at `rel`, if it is one and can be read.
+    fn link_target(&self, dir: &Dir, rel: &Path) -> Option<String> {
+        dir.read_link_contents(rel)
+            .ok()
+            .map(|t| t.to_string_lossy().into_owned())
+    }
+}
+
+/// An error mapper for `path`.
+fn io_err(path: &VirtualPath) -> impl Fn(io::Error) -> StorageError + '_ {
+    move |e| StorageError::from_io(path.as_str(), e)
+}
+
+/// Seconds since the epoch as a file time.
+fn file_time(path: &VirtualPath, secs: i64) -> Result<SystemTimeSpec, StorageError> {
+    let magnitude = Duration::from_secs(secs.unsigned_abs());
+    let time = if secs >= 0 {
+        UNIX_EPOCH.checked_add(magnitude)
+    } else {
+        UNIX_EPOCH.checked_sub(magnitude)
+    };
+    let time = time.ok_or_else(|| StorageError::Invalid(path.to_string()))?;
+    Ok(SystemTimeSpec::Absolute(
+        cap_std::time::SystemTime::from_std(time),
+    ))
+}
+
+impl Storage for PosixStorage {
+    fn stat(&self, path: &VirtualPath) -> Result<Metadata, StorageError> {
+        let m = self.root.metadata(path.relative()).map_err(io_err(path))?;
+        Ok(meta::convert(&m, None))
+    }
+
+    fn symlink_metadata(&self, path: &VirtualPath) -> Result<Metadata, StorageError> {
+        let rel = Path::new(path.relative());
+        let m = self.root.symlink_metadata(rel).map_err(io_err(path))?;
+        let target = if m.file_type().is_symlink() {
+            self.link_target(&self.root, rel)
+        } else {
+            None
+        };
+        Ok(meta::convert(&m, target))
+    }
+
+    /// Names that are not UTF-8 are shown lossily (they cannot be named back by a client).
+    fn list(&self, path: &VirtualPath) -> Result<Vec<DirEntry>, StorageError> {
+        let dir = self.root.open_dir(path.relative()).map_err(io_err(path))?;
+        let mut entries = Vec::new();
+        for entry in dir.entries().map_err(io_err(path))? {
+            let entry = entry.map_err(io_err(path))?;
+            let os_name = entry.file_name();
+            let m = match entry.metadata() {
+                Ok(m) => m,
+                // Removed between readdir and lstat: it is simply no longer listed.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io_err(path)(e)),
+            };
+            let target = if m.file_type().is_symlink() {
+                self.link_target(&dir, Path::new(&os_name))
+            } else {
+                None
+            };
+            entries.push(DirEntry {
+                name: os_name.to_string_lossy().into_owned(),
+                metadata: meta::convert(&m, target),
+            });
+        }
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(entries)
+    }
+
+    /// Opening a FIFO blocks until a writer appears, as `open(2)` does.
+    fn open_read(&self, path: &VirtualPath) -> Result<Arc<dyn FileHandle>, StorageError> {
+        let file = self
+            .root
+            .open(path.relative())
+            .map_err(io_err(path))?
+            .into_std();
+        let m = file.metadata().map_err(io_err(path))?;
+        if m.is_dir() {
+            return Err(StorageError::IsADirectory(path.to_string()));
+        }
+        Ok(Arc::new(PosixFile::new(
+            file,
+            path.to_string(),
+            m.is_file(),
+        )))
+    }
+
+    /// The handle is write-only: `read_at` on it fails.
+    fn open_write(
+        &self,
+        path: &VirtualPath,
+        opts: WriteOptions,
+    ) -> Result<Arc<dyn FileHandle>, StorageError> {
+        self.check_writable(path)?;
+        let mut options = OpenOptions::new();
+        options
+            .write(true)
+            .create(opts.create)
+            .truncate(opts.truncate)
+            .create_new(opts.create_new);
+        let file = self
+            .root
+            .open_with(path.relative(), &options)
+            .map_err(io_err(path))?
+            .into_std();
+        let m = file.metadata().map_err(io_err(path))?;
+        Ok(Arc::new(PosixFile::new(
+            file,
+            path.to_string(),
+            m.is_file(),
+        )))
+    }
+
+    fn mkdir(&self, path: &VirtualPath) -> Result<(), StorageError> {
+        self.check_writable(path)?;
+        self.root.create_dir(path.relative()).map_err(io_err(path))
+    }
+
+    fn rmdir(&self, path: &VirtualPath) -> Result<(), StorageError> {
+        self.check_removable(path)?;
+        self.root.remove_dir(path.relative()).map_err(io_err(path))
+    }
+
+    fn remove_file(&self, path: &VirtualPath) -> Result<(), StorageError> {
+        self.check_removable(path)?;
+        self.root.remove_file(path.relative()).map_err(io_err(path))
+    }
+
+    /// A symlink is removed itself, never its target; a file is removed like `rm -r` does.
+    fn remove_tree(&self, path: &VirtualPath) -> Result<(), StorageError> {
+        self.check_removable(path)?;
+        let rel = path.relative();
+        let m = self.root.symlink_metadata(rel).map_err(io_err(path))?;
+        if m.is_dir() {
+            self.root.remove_dir_all(rel).map_err(io_err(path))
+        } else {
+            self.root.remove_file(rel).map_err(io_err(path))
+        }
+    }
+
+    fn rename(&self, from: &VirtualPath, to: &VirtualPath) -> Result<(), StorageError> {
+        self.check_removable(from)?;
+        self.check_removable(to)?;
+        self.root
+            .rename(from.relative(), &self.root, to.relative())
+            .map_err(io_err(from))
+    }
+
+    fn chmod(&self, path: &VirtualPath, mode: u32) -> Result<(), StorageError> {
+        self.check_writable(path)?;
+        let perms = Permissions::from_mode(mode & 0o7777);
+        self.root
+            .set_permissions(path.relative(), perms)
+            .map_err(io_err(path))
+    }
+
+    fn set_mtime(&self, path: &VirtualPath, mtime: i64) -> Result<(), StorageError> {
+        self.check_writable(path)?;
+        let time = file_time(path, mtime)?;
+        self.root
+            .set_times(path.relative(), None, Some(time))
+            .map_err(io_err(path))
+    }
+
+    /// Absolute targets are refused with [`StorageError::Invalid`]; relative targets that climb
+    /// above the root from the link's directory with [`StorageError::OutsideRoot`].
+    fn symlink(&self, target: &str, link: &VirtualPath) -> Result<(), StorageError> {
+        self.check_writable(link)?;
+        if target.is_empty() || target.starts_with('/') || target.contains('\0') {
+            return Err(StorageError::Invalid(target.replace('\0', "\\0")));
+        }
+        let parent = link
+            .parent()
+            .ok_or_else(|| StorageError::AlreadyExists(link.to_string()))?;
+        VirtualPath::resolve(&parent, target)?;
+        self.root
+            .symlink(target, link.relative())
+            .map_err(io_err(link))
+    }
+
+    fn checksum(
+        &self,
+        path: &VirtualPath,
+        algorithm: ChecksumAlgorithm,
+        offset: u64,
+        length: Option<u64>,
+    ) -> Result<String, StorageError> {
+        let handle = self.open_read(path)?;
+        checksum_handle(handle.as_ref(), algorithm, offset, length)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_times_cover_negative_and_positive_seconds() {
+        let p = VirtualPath::root();
+        for secs in [0, 1, -1, 1_795_361_400, -86_400] {
+            assert!(file_time(&p, secs).is_ok(), "{secs}");
+        }
+    }
+}
