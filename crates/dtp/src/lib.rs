@@ -1,1 +1,31 @@
-//! placeholder
+//! The data transfer process (DTP): executes a [`TransferDescription`] (storage → processing →
+//! data channel, or back) and reports progress as [`DtpEvent`]s. It never parses FTP.
+//!
+//! A single-node server runs it in-process beside the PI; a striped frontend will send the same
+//! description to remote data nodes. The client uses it for its own end of two-party transfers.
+#![deny(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+mod ascii;
+mod channel;
+mod description;
+mod dtp;
+mod error;
+mod events;
+mod listing;
+mod pool;
+mod receive;
+mod send;
+mod source;
+mod zerocopy;
+
+pub use channel::DataChannel;
+pub use description::{
+    ChannelSetup, Direction, ListKind, MarkerIntervals, Section, StripeInfo, TransferDescription,
+    TransferSource,
+};
+pub use dtp::Dtp;
+pub use error::DtpError;
+pub use events::{DtpEvent, TransferOutcome};
+pub use listing::perm_letters;
+pub use pool::BufferPool;

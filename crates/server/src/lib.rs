@@ -1,1 +1,16 @@
-//! placeholder
+//! The ferry GridFTP server: configuration, the accept loop, PI sessions and their in-process
+//! DTPs, authentication and the transfer log.
+#![deny(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod auth;
+pub mod config;
+mod daemon;
+mod session;
+mod translog;
+
+pub use config::ServerConfig;
+pub use daemon::Server;
+
+/// The version string shown in the banner and `SITE VERSION`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,180 @@
+//! `ferry serve` and `ferry passwd`.
+
+use std::io::{BufRead, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use ferry_server::{Server, ServerConfig};
+
+/// `ferry serve` flags. Each overrides the same key of `--config`.
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// TOML file with any of these settings (keys are the flag names, e.g. `port-range = "50000-51000"`).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Control-channel address; port 0 picks a free port; IPv6 as [::1]:2811. [default: 0.0.0.0:2811]
+    #[arg(long, value_name = "ADDR:PORT")]
+    listen: Option<SocketAddr>,
+    /// Directory that every client path is confined beneath. [default: /]
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// Allow anonymous logins (USER anonymous or ftp), read-only.
+    #[arg(long)]
+    anonymous: bool,
+    /// Let anonymous users write too.
+    #[arg(long)]
+    anonymous_write: bool,
+    /// Password file of `user:argon2-hash` lines (write entries with `ferry passwd`).
+    #[arg(long, value_name = "FILE")]
+    password_file: Option<PathBuf>,
+    /// Ports for passive data listeners, e.g. 50000-51000. [default: any]
+    #[arg(long, value_name = "LO-HI")]
+    port_range: Option<ferry_net::PortRange>,
+    /// Most concurrent control connections. [default: 10000]
+    #[arg(long, value_name = "N")]
+    connections_max: Option<usize>,
+    /// Seconds a logged-in control connection may stay idle. [default: 600]
+    #[arg(long, value_name = "SECONDS")]
+    control_idle_timeout: Option<u64>,
+    /// Seconds a new connection has to log in. [default: 60]
+    #[arg(long, value_name = "SECONDS")]
+    control_preauth_timeout: Option<u64>,
+    /// Seconds a transfer may move no data before it is aborted. [default: 600]
+    #[arg(long, value_name = "SECONDS")]
+    data_idle_timeout: Option<u64>,
+    /// Append one JSON line per transfer to FILE.
+    #[arg(long, value_name = "FILE")]
+    log_transfer: Option<PathBuf>,
+    /// MODE E block size this server sends, in bytes. [default: 1048576]
+    #[arg(long, value_name = "BYTES")]
+    block_size: Option<u32>,
+    /// Text of the 220 greeting.
+    #[arg(long, value_name = "TEXT")]
+    banner: Option<String>,
+    /// Log filter (e.g. info, debug, ferry_server=debug). [default: info, or RUST_LOG]
+    #[arg(long, value_name = "FILTER")]
+    log: Option<String>,
+}
+
+impl ServeArgs {
+    fn into_config(self) -> anyhow::Result<ServerConfig> {
+        let mut c = match &self.config {
+            Some(f) => ServerConfig::from_toml_file(f)?,
+            None => ServerConfig::default(),
+        };
+        if let Some(v) = self.listen {
+            c.listen = v;
+        }
+        if let Some(v) = self.root {
+            c.root = v;
+        }
+        c.anonymous |= self.anonymous;
+        c.anonymous_write |= self.anonymous_write;
+        if self.password_file.is_some() {
+            c.password_file = self.password_file;
+        }
+        if self.port_range.is_some() {
+            c.port_range = self.port_range;
+        }
+        if let Some(v) = self.connections_max {
+            c.connections_max = v;
+        }
+        if let Some(v) = self.control_idle_timeout {
+            c.control_idle_timeout = v;
+        }
+        if let Some(v) = self.control_preauth_timeout {
+            c.control_preauth_timeout = v;
+        }
+        if let Some(v) = self.data_idle_timeout {
+            c.data_idle_timeout = v;
+        }
+        if self.log_transfer.is_some() {
+            c.log_transfer = self.log_transfer;
+        }
+        if let Some(v) = self.block_size {
+            c.block_size = v;
+        }
+        if self.banner.is_some() {
+            c.banner = self.banner;
+        }
+        Ok(c)
+    }
+}
+
+pub(crate) fn init_logging(filter: Option<&str>) {
+    let filter = filter
+        .map(tracing_subscriber::EnvFilter::new)
+        .or_else(|| tracing_subscriber::EnvFilter::try_from_default_env().ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
+    init_logging(args.log.as_deref());
+    // Thousands of sessions need thousands of descriptors.
+    let _ = rlimit::increase_nofile_limit(u64::MAX);
+    let config = args.into_config()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let server = Server::bind(config).await?;
+        let addr = server.local_addr()?;
+        println!("listening on {addr}");
+        std::io::stdout().flush()?;
+        tokio::select! {
+            r = server.run() => r?,
+            _ = shutdown_signal() => tracing::info!("shutting down"),
+        }
+        Ok(())
+    })
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// `ferry passwd` flags.
+#[derive(Debug, Args)]
+pub(crate) struct PasswdArgs {
+    /// Password file to create or update.
+    file: PathBuf,
+    /// User name.
+    user: String,
+    /// Read the password from the first line of standard input instead of prompting.
+    #[arg(long)]
+    stdin: bool,
+}
+
+pub(crate) fn passwd(args: PasswdArgs) -> anyhow::Result<()> {
+    if !args.stdin {
+        eprint!(
+            "password for {} (input is shown; use --stdin to pipe it): ",
+            args.user
+        );
+    }
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .context("cannot read password")?;
+    let password = line.trim_end_matches(['\r', '\n']);
+    if password.is_empty() {
+        anyhow::bail!("empty password refused");
+    }
+    ferry_server::auth::set_password(&args.file, &args.user, password)?;
+    eprintln!("{}: entry for {} written", args.file.display(), args.user);
+    Ok(())
+}

@@ -1,0 +1,92 @@
+//! A session's data-channel state: the passive listener and the MODE E connections cached
+//! between transfers.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use ferry_net::{bind_listener, DataConn, DataListener, NetError, PortRange, SocketTuning};
+
+use crate::{ChannelSetup, Direction};
+
+/// Listener and cached connections of one session. Caching follows Globus: only MODE E
+/// connections that ended with EOD (no CLOSE), reused for the next transfer in the same
+/// direction with the same endpoints; any new PASV/PORT or security change forgets them.
+#[derive(Debug, Default)]
+pub struct DataChannel {
+    listener: Option<Arc<DataListener>>,
+    cached: Vec<DataConn>,
+    cached_direction: Option<Direction>,
+    cached_setup: Option<ChannelSetup>,
+}
+
+impl DataChannel {
+    /// Opens a new passive listener (forgetting any previous channel) and returns its address.
+    pub fn open_passive(
+        &mut self,
+        ip: IpAddr,
+        range: Option<PortRange>,
+        tuning: SocketTuning,
+    ) -> Result<SocketAddr, NetError> {
+        self.forget();
+        let l = bind_listener(ip, range, tuning)?;
+        let addr = l.local_addr()?;
+        self.listener = Some(Arc::new(l));
+        Ok(addr)
+    }
+
+    /// Drops the listener and every cached connection.
+    pub fn forget(&mut self) {
+        self.listener = None;
+        self.forget_cache();
+    }
+
+    /// Drops cached connections but keeps the listener.
+    pub fn forget_cache(&mut self) {
+        self.cached.clear();
+        self.cached_direction = None;
+        self.cached_setup = None;
+    }
+
+    /// The passive listener, if one is open.
+    pub fn listener(&self) -> Option<Arc<DataListener>> {
+        self.listener.clone()
+    }
+
+    /// Whether a transfer in `direction` with `setup` would reuse cached connections.
+    pub fn can_reuse(&self, direction: Direction, setup: &ChannelSetup) -> bool {
+        !self.cached.is_empty()
+            && self.cached_direction == Some(direction)
+            && self.cached_setup.as_ref() == Some(setup)
+    }
+
+    /// Takes the cached connections usable for this transfer; drops mismatched ones.
+    pub(crate) fn take_cached(
+        &mut self,
+        direction: Direction,
+        setup: &ChannelSetup,
+    ) -> Vec<DataConn> {
+        if self.can_reuse(direction, setup) {
+            self.cached_direction = None;
+            self.cached_setup = None;
+            std::mem::take(&mut self.cached)
+        } else {
+            self.forget_cache();
+            Vec::new()
+        }
+    }
+
+    /// Keeps connections for the next transfer.
+    pub(crate) fn put_back(
+        &mut self,
+        direction: Direction,
+        setup: &ChannelSetup,
+        conns: Vec<DataConn>,
+    ) {
+        if conns.is_empty() {
+            return;
+        }
+        self.cached = conns;
+        self.cached_direction = Some(direction);
+        self.cached_setup = Some(setup.clone());
+    }
+}

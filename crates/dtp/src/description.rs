@@ -1,0 +1,129 @@
+//! The transfer description: one plain, serialisable value that says everything a DTP needs.
+//! No sockets, no file handles: a striped frontend sends the same value to remote data nodes.
+
+use std::net::SocketAddr;
+
+use ferry_net::{SocketTuning, StackSpec};
+use ferry_proto::command::TransferMode;
+use ferry_proto::RangeSet;
+use ferry_storage::VirtualPath;
+use serde::{Deserialize, Serialize};
+
+/// Which way data flows, seen from the DTP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Direction {
+    /// Storage → data channel (RETR, ERET, listings).
+    Send,
+    /// Data channel → storage (STOR, ESTO, APPE, STOU).
+    Receive,
+}
+
+/// What a listing transfer lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ListKind {
+    /// `LIST`: `ls -l` lines.
+    List,
+    /// `NLST`: names.
+    Nlst,
+    /// `MLSD`: fact lines.
+    Mlsd,
+}
+
+/// Where sent bytes come from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TransferSource {
+    /// A file (or device) in storage.
+    File,
+    /// A directory listing generated from storage.
+    Listing {
+        /// Format.
+        kind: ListKind,
+        /// Lower-cased MLSx facts to show (empty = default set).
+        facts: Vec<String>,
+    },
+}
+
+/// The part of the file a transfer covers, and how wire offsets map to file offsets:
+/// `file offset = wire offset + file_offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Section {
+    /// File offset of wire offset 0 (ERET P offset, ESTO A offset, APPE size, 0 otherwise).
+    pub file_offset: u64,
+    /// Bytes to send (`None`: to end of file). Ignored when receiving.
+    pub length: Option<u64>,
+}
+
+/// How the data connections are set up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ChannelSetup {
+    /// Connect to these endpoints (PORT/EPRT/SPOR), `parallelism` connections to each.
+    Active(Vec<SocketAddr>),
+    /// Accept on the listener opened by the last PASV/EPSV/SPAS.
+    Passive,
+}
+
+/// Marker intervals in milliseconds; `None` = no markers of that kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MarkerIntervals {
+    /// 111 restart markers (receiving side).
+    pub restart_ms: Option<u64>,
+    /// 112 performance markers.
+    pub perf_ms: Option<u64>,
+}
+
+/// This DTP's place in a striped transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StripeInfo {
+    /// Index of this stripe.
+    pub index: u32,
+    /// Number of stripes.
+    pub count: u32,
+}
+
+impl Default for StripeInfo {
+    fn default() -> Self {
+        StripeInfo { index: 0, count: 1 }
+    }
+}
+
+/// Everything one transfer needs, as a plain value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransferDescription {
+    /// Identifier for logs and events.
+    pub id: u64,
+    /// Which way the data flows.
+    pub direction: Direction,
+    /// What is sent (ignored when receiving).
+    pub source: TransferSource,
+    /// The file or directory, already resolved.
+    pub path: VirtualPath,
+    /// Stream or extended block mode.
+    pub mode: TransferMode,
+    /// TYPE A: convert line ends (stream mode only).
+    pub ascii: bool,
+    /// Section and offset mapping.
+    pub section: Section,
+    /// Wire ranges the other side already holds (REST); they are not sent again, and a receive
+    /// with a non-empty restart does not truncate.
+    pub restart: RangeSet,
+    /// Receiving: truncate the file before writing.
+    pub truncate: bool,
+    /// Receiving: fail if the file exists (STOU).
+    pub create_new: bool,
+    /// Data connections per endpoint when sending in MODE E.
+    pub parallelism: u32,
+    /// MODE E block size when sending, in bytes.
+    pub block_size: u32,
+    /// Socket buffers.
+    pub tuning: SocketTuning,
+    /// Connection setup.
+    pub channel: ChannelSetup,
+    /// Driver stack of the data channel.
+    pub stack: StackSpec,
+    /// Marker intervals.
+    pub markers: MarkerIntervals,
+    /// Stripe position.
+    pub stripe: StripeInfo,
+    /// Abort when no data moves for this long (milliseconds).
+    pub idle_timeout_ms: u64,
+}

@@ -1,0 +1,356 @@
+//! The DTP itself: sets up data connections, runs the transfer, emits markers.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ferry_net::{connect, DataConn};
+use ferry_proto::command::TransferMode;
+use ferry_proto::RangeSet;
+use ferry_storage::{Storage, WriteOptions};
+use tokio::sync::mpsc;
+
+use crate::channel::DataChannel;
+use crate::pool::BufferPool;
+use crate::receive::{receive_mode_e, receive_stream, RecvJob};
+use crate::send::{send_mode_e, send_stream, BlockClaimer, SendJob};
+use crate::source::Source;
+use crate::{
+    listing, ChannelSetup, Direction, DtpError, DtpEvent, TransferDescription, TransferOutcome,
+    TransferSource,
+};
+
+/// One session's data transfer process.
+#[derive(Debug)]
+pub struct Dtp {
+    storage: Arc<dyn Storage>,
+    pool: Arc<BufferPool>,
+    channel: DataChannel,
+    read_only: bool,
+}
+
+impl Dtp {
+    /// A DTP over `storage`, taking buffers from `pool`.
+    pub fn new(storage: Arc<dyn Storage>, pool: Arc<BufferPool>, read_only: bool) -> Dtp {
+        Dtp {
+            storage,
+            pool,
+            channel: DataChannel::default(),
+            read_only,
+        }
+    }
+
+    /// The data-channel state (passive listener, cached connections).
+    pub fn channel(&mut self) -> &mut DataChannel {
+        &mut self.channel
+    }
+
+    /// Whether `desc` will run on cached connections (the PI answers 125 instead of 150).
+    pub fn will_reuse(&self, desc: &TransferDescription) -> bool {
+        desc.mode == TransferMode::Extended && self.channel.can_reuse(desc.direction, &desc.channel)
+    }
+
+    /// Runs one transfer to completion, sending markers to `events` as it goes.
+    pub async fn run(
+        &mut self,
+        desc: &TransferDescription,
+        events: &mpsc::Sender<DtpEvent>,
+    ) -> Result<TransferOutcome, DtpError> {
+        let started = Instant::now();
+        let idle = Duration::from_millis(desc.idle_timeout_ms.max(1));
+        if desc.ascii && desc.mode == TransferMode::Extended && desc.source == TransferSource::File
+        {
+            return Err(DtpError::Unsupported(
+                "TYPE A is not supported in MODE E; send TYPE I".into(),
+            ));
+        }
+        let reused = self.will_reuse(desc);
+        let result = match desc.direction {
+            Direction::Send => self.run_send(desc, idle, events).await,
+            Direction::Receive => self.run_receive(desc, idle, events).await,
+        };
+        if result.is_err() {
+            self.channel.forget_cache();
+        }
+        let (bytes, streams) = result?;
+        Ok(TransferOutcome {
+            bytes,
+            streams,
+            duration: started.elapsed(),
+            reused,
+        })
+    }
+
+    async fn run_send(
+        &mut self,
+        desc: &TransferDescription,
+        idle: Duration,
+        events: &mpsc::Sender<DtpEvent>,
+    ) -> Result<(u64, u32), DtpError> {
+        let source = match &desc.source {
+            TransferSource::File => Source::File(self.storage.open_read(&desc.path)?),
+            TransferSource::Listing { kind, facts } => {
+                let bytes =
+                    listing::render(&*self.storage, &desc.path, *kind, facts, self.read_only)?;
+                Source::Memory(bytes.into())
+            }
+        };
+        let total = match (desc.section.length, source.known_len()?) {
+            (Some(len), Some(size)) => len.min(size.saturating_sub(desc.section.file_offset)),
+            (Some(len), None) => len,
+            (None, Some(size)) => size.saturating_sub(desc.section.file_offset),
+            (None, None) => u64::MAX - desc.section.file_offset,
+        };
+        let mut ranges = RangeSet::from_range(0, total);
+        ranges.subtract(&desc.restart);
+        let block = match desc.mode {
+            TransferMode::Extended => u64::from(desc.block_size.max(4096)),
+            TransferMode::Stream => self.pool.buffer_size() as u64,
+        };
+        let conns = self.send_connections(desc, idle).await?;
+        let streams = conns.len() as u32;
+        let counters: Arc<Vec<AtomicU64>> =
+            Arc::new((0..conns.len()).map(|_| AtomicU64::new(0)).collect());
+        let job = SendJob {
+            source,
+            claimer: Arc::new(BlockClaimer::new(&ranges, block)),
+            file_offset: desc.section.file_offset,
+            pool: Arc::clone(&self.pool),
+            counters: Arc::clone(&counters),
+            idle,
+        };
+        let total_bytes = {
+            let c = Arc::clone(&counters);
+            move || c.iter().map(|a| a.load(Ordering::Relaxed)).sum::<u64>()
+        };
+        match desc.mode {
+            TransferMode::Extended => {
+                let fut = send_mode_e(conns, job);
+                let conns = with_markers(fut, desc, events, &total_bytes, &RangeSet::new).await?;
+                self.channel.put_back(Direction::Send, &desc.channel, conns);
+            }
+            TransferMode::Stream => {
+                let conn = conns.into_iter().next().ok_or(DtpError::NoDataChannel)?;
+                let fut = send_stream(conn, job, desc.ascii);
+                with_markers(fut, desc, events, &total_bytes, &RangeSet::new).await?;
+            }
+        }
+        Ok((total_bytes(), streams))
+    }
+
+    async fn send_connections(
+        &mut self,
+        desc: &TransferDescription,
+        idle: Duration,
+    ) -> Result<Vec<DataConn>, DtpError> {
+        match (&desc.channel, desc.mode) {
+            (ChannelSetup::Active(addrs), TransferMode::Extended) => {
+                let mut conns = self.channel.take_cached(Direction::Send, &desc.channel);
+                let wanted = addrs.len() * desc.parallelism.max(1) as usize;
+                let mut next = conns.len();
+                let mut pending = Vec::new();
+                while next < wanted {
+                    pending.push(addrs[next % addrs.len()]);
+                    next += 1;
+                }
+                conns.extend(connect_all(&pending, desc, idle).await?);
+                Ok(conns)
+            }
+            (ChannelSetup::Active(addrs), TransferMode::Stream) => {
+                self.channel.forget_cache();
+                let first = addrs.first().copied().ok_or(DtpError::NoDataChannel)?;
+                connect_all(&[first], desc, idle).await
+            }
+            (ChannelSetup::Passive, mode) => {
+                let mut conns = if mode == TransferMode::Extended {
+                    self.channel.take_cached(Direction::Send, &desc.channel)
+                } else {
+                    self.channel.forget_cache();
+                    Vec::new()
+                };
+                if conns.is_empty() {
+                    let l = self.channel.listener().ok_or(DtpError::NoDataChannel)?;
+                    let c = tokio::time::timeout(idle, l.accept())
+                        .await
+                        .map_err(|_| DtpError::IdleTimeout(idle.as_secs()))?
+                        .map_err(DtpError::Connect)?;
+                    conns.push(c);
+                }
+                Ok(conns)
+            }
+        }
+    }
+
+    async fn run_receive(
+        &mut self,
+        desc: &TransferDescription,
+        idle: Duration,
+        events: &mpsc::Sender<DtpEvent>,
+    ) -> Result<(u64, u32), DtpError> {
+        let opts = WriteOptions {
+            create: true,
+            truncate: desc.truncate && desc.restart.is_empty(),
+            create_new: desc.create_new,
+        };
+        let file = self.storage.open_write(&desc.path, opts)?;
+        let job = Arc::new(RecvJob {
+            file,
+            file_offset: desc.section.file_offset,
+            pool: Arc::clone(&self.pool),
+            bytes: Arc::new(AtomicU64::new(0)),
+            written: Arc::new(Mutex::new(Vec::new())),
+            idle,
+        });
+        let total_bytes = {
+            let b = Arc::clone(&job.bytes);
+            move || b.load(Ordering::Relaxed)
+        };
+        let take_written = {
+            let j = Arc::clone(&job);
+            move || j.take_written()
+        };
+        let streams = match desc.mode {
+            TransferMode::Extended => {
+                let (cached, listener) = match &desc.channel {
+                    ChannelSetup::Passive => {
+                        let cached = self.channel.take_cached(Direction::Receive, &desc.channel);
+                        (cached, self.channel.listener())
+                    }
+                    ChannelSetup::Active(addrs) => {
+                        self.channel.forget_cache();
+                        let pending: Vec<SocketAddr> = addrs
+                            .iter()
+                            .flat_map(|a| std::iter::repeat_n(*a, desc.parallelism.max(1) as usize))
+                            .collect();
+                        (connect_all(&pending, desc, idle).await?, None)
+                    }
+                };
+                let fut = receive_mode_e(cached, listener, Arc::clone(&job));
+                let (conns, used) =
+                    with_markers(fut, desc, events, &total_bytes, &take_written).await?;
+                self.channel
+                    .put_back(Direction::Receive, &desc.channel, conns);
+                used
+            }
+            TransferMode::Stream => {
+                self.channel.forget_cache();
+                let conn = match &desc.channel {
+                    ChannelSetup::Passive => {
+                        let l = self.channel.listener().ok_or(DtpError::NoDataChannel)?;
+                        tokio::time::timeout(idle, l.accept())
+                            .await
+                            .map_err(|_| DtpError::IdleTimeout(idle.as_secs()))?
+                            .map_err(DtpError::Connect)?
+                    }
+                    ChannelSetup::Active(addrs) => {
+                        let first = addrs.first().copied().ok_or(DtpError::NoDataChannel)?;
+                        connect_all(&[first], desc, idle).await?.remove(0)
+                    }
+                };
+                if let Ok(mut w) = job.written.lock() {
+                    w.push(Arc::new(Mutex::new(RangeSet::new())));
+                }
+                let start = stream_restart_offset(&desc.restart);
+                let fut = receive_stream(conn, &job, start, desc.ascii);
+                with_markers(fut, desc, events, &total_bytes, &take_written).await?;
+                1
+            }
+        };
+        Ok((total_bytes(), streams))
+    }
+}
+
+/// Where a stream-mode receive resumes: the end of the range that starts at 0.
+fn stream_restart_offset(restart: &RangeSet) -> u64 {
+    match restart.iter().next() {
+        Some((0, end)) => end,
+        _ => 0,
+    }
+}
+
+async fn connect_all(
+    addrs: &[SocketAddr],
+    desc: &TransferDescription,
+    idle: Duration,
+) -> Result<Vec<DataConn>, DtpError> {
+    let mut set = tokio::task::JoinSet::new();
+    for (i, a) in addrs.iter().enumerate() {
+        let (a, tuning) = (*a, desc.tuning);
+        set.spawn(async move { (i, connect(a, tuning).await) });
+    }
+    let mut out: Vec<Option<DataConn>> = (0..addrs.len()).map(|_| None).collect();
+    let all = async {
+        while let Some(r) = set.join_next().await {
+            let (i, c) =
+                r.map_err(|e| DtpError::Connection(format!("connect task failed: {e}")))?;
+            out[i] = Some(c.map_err(DtpError::Connect)?);
+        }
+        Ok::<(), DtpError>(())
+    };
+    tokio::time::timeout(idle, all)
+        .await
+        .map_err(|_| DtpError::IdleTimeout(idle.as_secs()))??;
+    Ok(out.into_iter().flatten().collect())
+}
+
+/// Drives `fut` while emitting restart and perf markers at the description's intervals.
+async fn with_markers<T>(
+    fut: impl std::future::Future<Output = Result<T, DtpError>>,
+    desc: &TransferDescription,
+    events: &mpsc::Sender<DtpEvent>,
+    bytes: &(dyn Fn() -> u64 + Sync),
+    take_written: &(dyn Fn() -> RangeSet + Sync),
+) -> Result<T, DtpError> {
+    tokio::pin!(fut);
+    let mut restart = desc.markers.restart_ms.map(ticker);
+    let mut perf = desc.markers.perf_ms.map(ticker);
+    loop {
+        tokio::select! {
+            r = &mut fut => {
+                if desc.direction == Direction::Receive && restart.is_some() {
+                    let done = take_written();
+                    if !done.is_empty() {
+                        let _ = events.try_send(DtpEvent::Restart(done));
+                    }
+                }
+                return r;
+            }
+            _ = tick(&mut restart) => {
+                let done = take_written();
+                if !done.is_empty() {
+                    let _ = events.try_send(DtpEvent::Restart(done));
+                }
+            }
+            _ = tick(&mut perf) => {
+                let _ = events.try_send(DtpEvent::Perf {
+                    stripe_index: desc.stripe.index,
+                    stripe_count: desc.stripe.count,
+                    bytes: bytes(),
+                    timestamp_tenths: now_tenths(),
+                });
+            }
+        }
+    }
+}
+
+fn ticker(ms: u64) -> tokio::time::Interval {
+    let period = Duration::from_millis(ms.max(100));
+    tokio::time::interval_at(tokio::time::Instant::now() + period, period)
+}
+
+async fn tick(t: &mut Option<tokio::time::Interval>) {
+    match t {
+        Some(t) => {
+            t.tick().await;
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
+
+fn now_tenths() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64 / 100)
+        .unwrap_or(0)
+}

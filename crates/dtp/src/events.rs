@@ -1,0 +1,36 @@
+//! What a DTP reports while and after it runs.
+
+use std::time::Duration;
+
+use ferry_proto::RangeSet;
+
+/// Progress reported during a transfer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DtpEvent {
+    /// Wire ranges written to storage since the last restart event (receiving side).
+    Restart(RangeSet),
+    /// Bytes moved so far by this stripe.
+    Perf {
+        /// Stripe index.
+        stripe_index: u32,
+        /// Stripe count.
+        stripe_count: u32,
+        /// Bytes moved so far.
+        bytes: u64,
+        /// Unix time in tenths of a second.
+        timestamp_tenths: u64,
+    },
+}
+
+/// The result of a completed transfer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransferOutcome {
+    /// Payload bytes moved.
+    pub bytes: u64,
+    /// Data connections used.
+    pub streams: u32,
+    /// Wall time.
+    pub duration: Duration,
+    /// Whether cached data connections were reused.
+    pub reused: bool,
+}

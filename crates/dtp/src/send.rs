@@ -1,0 +1,304 @@
+//! Sending: storage → data channel, in stream mode and MODE E with parallel streams.
+
+use std::io::IoSlice;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferry_net::DataConn;
+use ferry_proto::mode_e::BlockHeader;
+use ferry_proto::RangeSet;
+use tokio::io::AsyncWriteExt;
+use tokio::task::JoinSet;
+
+use crate::pool::BufferPool;
+use crate::source::Source;
+use crate::{ascii, zerocopy, DtpError};
+
+/// Hands out blocks of the ranges to send to any number of streams with one atomic counter:
+/// no lock is taken per block.
+#[derive(Debug)]
+pub(crate) struct BlockClaimer {
+    ranges: Vec<(u64, u64)>,
+    /// Position in the ranges laid end to end.
+    cursor: AtomicU64,
+    total: u64,
+    block: u64,
+    /// Set when a stream met the end of a source of unknown length.
+    ended: AtomicBool,
+}
+
+impl BlockClaimer {
+    pub(crate) fn new(ranges: &RangeSet, block: u64) -> BlockClaimer {
+        let ranges: Vec<_> = ranges.iter().collect();
+        let total = ranges
+            .iter()
+            .map(|(a, b)| b - a)
+            .fold(0u64, u64::saturating_add);
+        BlockClaimer {
+            ranges,
+            cursor: AtomicU64::new(0),
+            total,
+            block: block.max(1),
+            ended: AtomicBool::new(false),
+        }
+    }
+
+    /// The next block as `(wire_offset, len)` pieces (a block may straddle two ranges).
+    fn claim(&self, out: &mut Vec<(u64, u64)>) -> bool {
+        out.clear();
+        if self.ended.load(Ordering::Relaxed) {
+            return false;
+        }
+        let start = self.cursor.fetch_add(self.block, Ordering::Relaxed);
+        if start >= self.total {
+            return false;
+        }
+        let end = start.saturating_add(self.block).min(self.total);
+        let (mut pos, mut acc) = (start, 0u64);
+        for &(a, b) in &self.ranges {
+            let len = b - a;
+            if pos < acc + len {
+                let from = a + (pos - acc);
+                let until = (a + (end - acc).min(len)).min(b);
+                out.push((from, until - from));
+                pos = acc + (until - a);
+                if pos >= end {
+                    break;
+                }
+            }
+            acc += len;
+        }
+        !out.is_empty()
+    }
+}
+
+/// Per-stream byte counters, read by the marker ticker.
+pub(crate) type Counters = Arc<Vec<AtomicU64>>;
+
+/// What one sending stream needs.
+pub(crate) struct SendJob {
+    pub(crate) source: Source,
+    pub(crate) claimer: Arc<BlockClaimer>,
+    pub(crate) file_offset: u64,
+    pub(crate) pool: Arc<BufferPool>,
+    pub(crate) counters: Counters,
+    pub(crate) idle: Duration,
+}
+
+/// Sends MODE E blocks on every connection in parallel, then EOF (on the first) and EOD (on
+/// the rest). Returns the connections for caching.
+pub(crate) async fn send_mode_e(
+    conns: Vec<DataConn>,
+    job: SendJob,
+) -> Result<Vec<DataConn>, DtpError> {
+    let n = conns.len();
+    let job = Arc::new(job);
+    let mut set = JoinSet::new();
+    for (i, conn) in conns.into_iter().enumerate() {
+        let job = Arc::clone(&job);
+        set.spawn(async move { send_stream_blocks(conn, i, &job).await.map(|c| (i, c)) });
+    }
+    let mut done: Vec<Option<DataConn>> = (0..n).map(|_| None).collect();
+    while let Some(r) = set.join_next().await {
+        let (i, c) = r.map_err(|e| DtpError::Connection(format!("stream task failed: {e}")))??;
+        done[i] = Some(c);
+    }
+    let mut conns: Vec<DataConn> = done.into_iter().flatten().collect();
+    let idle = job.idle;
+    for (i, c) in conns.iter_mut().enumerate() {
+        let h = if i == 0 {
+            BlockHeader::eof(n as u64)
+        } else {
+            BlockHeader::eod()
+        };
+        timed(idle, c.write_all(&h.encode())).await?;
+    }
+    Ok(conns)
+}
+
+async fn send_stream_blocks(
+    mut conn: DataConn,
+    index: usize,
+    job: &SendJob,
+) -> Result<DataConn, DtpError> {
+    let mut buf = job.pool.take();
+    let mut pieces = Vec::with_capacity(2);
+    let zero_copy = job.source.zero_copy_fd();
+    while job.claimer.claim(&mut pieces) {
+        for &(wire, len) in &pieces {
+            let file_at = wire + job.file_offset;
+            let sent = match (zero_copy, conn.zero_copy_socket()) {
+                (Some(fd), Some(sock)) => {
+                    let want = match job.source.known_len()? {
+                        Some(total) => len.min(total.saturating_sub(file_at)),
+                        None => len,
+                    };
+                    if want == 0 {
+                        job.claimer.ended.store(true, Ordering::Relaxed);
+                        break;
+                    }
+                    let header = BlockHeader::data(wire, want).encode();
+                    timed(job.idle, zerocopy::send_more(sock, &header)).await?;
+                    let n =
+                        timed(job.idle, zerocopy::sendfile_all(sock, fd, file_at, want)).await?;
+                    if n < want {
+                        return Err(DtpError::Connection(format!(
+                            "file shrank while sending at offset {file_at}"
+                        )));
+                    }
+                    n
+                }
+                _ => {
+                    let mut got = 0u64;
+                    while got < len {
+                        let chunk = (len - got).min(buf.len() as u64) as usize;
+                        let n = read_full(&job.source, &mut buf[..chunk], file_at + got)?;
+                        if n == 0 {
+                            break;
+                        }
+                        let header = BlockHeader::data(wire + got, n as u64).encode();
+                        timed(job.idle, write_all_vectored(&mut conn, &header, &buf[..n])).await?;
+                        got += n as u64;
+                        job.counters[index].fetch_add(n as u64, Ordering::Relaxed);
+                        if n < chunk {
+                            break;
+                        }
+                    }
+                    if got < len {
+                        job.claimer.ended.store(true, Ordering::Relaxed);
+                    }
+                    continue;
+                }
+            };
+            job.counters[index].fetch_add(sent, Ordering::Relaxed);
+        }
+    }
+    Ok(conn)
+}
+
+/// Reads until `buf` is full or the source ends.
+fn read_full(source: &Source, buf: &mut [u8], offset: u64) -> Result<usize, DtpError> {
+    let mut got = 0;
+    while got < buf.len() {
+        let n = source.read_at(&mut buf[got..], offset + got as u64)?;
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    Ok(got)
+}
+
+/// Writes a header and its payload with as few syscalls as the socket allows.
+async fn write_all_vectored(
+    conn: &mut DataConn,
+    header: &[u8],
+    payload: &[u8],
+) -> std::io::Result<()> {
+    let total = header.len() + payload.len();
+    let mut written = 0;
+    while written < total {
+        let n = if written < header.len() {
+            let bufs = [IoSlice::new(&header[written..]), IoSlice::new(payload)];
+            conn.write_vectored(&bufs).await?
+        } else {
+            conn.write(&payload[written - header.len()..]).await?
+        };
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        written += n;
+    }
+    Ok(())
+}
+
+/// Sends in stream mode on one connection and closes it (end of data is end of connection).
+pub(crate) async fn send_stream(
+    mut conn: DataConn,
+    job: SendJob,
+    ascii_mode: bool,
+) -> Result<(), DtpError> {
+    let mut buf = job.pool.take();
+    let mut pieces = Vec::with_capacity(2);
+    let zero_copy = if ascii_mode {
+        None
+    } else {
+        job.source.zero_copy_fd()
+    };
+    let mut prev_cr = false;
+    let mut converted = Vec::new();
+    'outer: while job.claimer.claim(&mut pieces) {
+        for &(wire, len) in &pieces {
+            let file_at = wire + job.file_offset;
+            if let (Some(fd), Some(sock)) = (zero_copy, conn.zero_copy_socket()) {
+                let n = timed(job.idle, zerocopy::sendfile_all(sock, fd, file_at, len)).await?;
+                job.counters[0].fetch_add(n, Ordering::Relaxed);
+                if n < len {
+                    break 'outer;
+                }
+                continue;
+            }
+            let mut got = 0u64;
+            while got < len {
+                let chunk = (len - got).min(buf.len() as u64) as usize;
+                let n = read_full(&job.source, &mut buf[..chunk], file_at + got)?;
+                if n == 0 {
+                    break 'outer;
+                }
+                if ascii_mode {
+                    converted.clear();
+                    ascii::to_crlf(&buf[..n], &mut prev_cr, &mut converted);
+                    timed(job.idle, conn.write_all(&converted)).await?;
+                } else {
+                    timed(job.idle, conn.write_all(&buf[..n])).await?;
+                }
+                got += n as u64;
+                job.counters[0].fetch_add(n as u64, Ordering::Relaxed);
+                if n < chunk {
+                    break 'outer;
+                }
+            }
+        }
+    }
+    timed(job.idle, conn.shutdown()).await?;
+    Ok(())
+}
+
+/// Runs an I/O future with the data idle timeout, mapping errors to transfer failures.
+pub(crate) async fn timed<T>(
+    idle: Duration,
+    f: impl std::future::Future<Output = std::io::Result<T>>,
+) -> Result<T, DtpError> {
+    match tokio::time::timeout(idle, f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(DtpError::Connection(e.to_string())),
+        Err(_) => Err(DtpError::IdleTimeout(idle.as_secs())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claimer_hands_out_every_byte_once_across_ranges() {
+        let mut set = RangeSet::new();
+        set.insert(0, 10);
+        set.insert(20, 25);
+        set.insert(30, 43);
+        let c = BlockClaimer::new(&set, 4);
+        let mut got = RangeSet::new();
+        let mut pieces = Vec::new();
+        let mut total = 0;
+        while c.claim(&mut pieces) {
+            for &(a, l) in &pieces {
+                assert!(l > 0 && l <= 4);
+                got.insert(a, a + l);
+                total += l;
+            }
+        }
+        assert_eq!(got, set);
+        assert_eq!(total, 28);
+    }
+}

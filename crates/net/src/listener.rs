@@ -1,0 +1,131 @@
+//! Passive data listeners, bound in the administrator's port range.
+
+use std::net::{IpAddr, SocketAddr};
+
+use tokio::net::{TcpListener, TcpSocket};
+
+use crate::conn::DataConn;
+use crate::{NetError, SocketTuning};
+
+/// An inclusive port range for data listeners (`--port-range LO-HI`); `None` = any port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PortRange {
+    /// Lowest port.
+    pub lo: u16,
+    /// Highest port.
+    pub hi: u16,
+}
+
+impl std::str::FromStr for PortRange {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (a, b) = s
+            .split_once(['-', ',', ':'])
+            .ok_or_else(|| format!("expected LO-HI, got '{s}'"))?;
+        let lo: u16 = a.trim().parse().map_err(|_| format!("bad port '{a}'"))?;
+        let hi: u16 = b.trim().parse().map_err(|_| format!("bad port '{b}'"))?;
+        if lo == 0 || lo > hi {
+            return Err(format!("bad port range '{s}'"));
+        }
+        Ok(PortRange { lo, hi })
+    }
+}
+
+/// A listening data endpoint that accepts any number of data connections.
+#[derive(Debug)]
+pub struct DataListener {
+    inner: TcpListener,
+    tuning: SocketTuning,
+}
+
+impl DataListener {
+    /// The bound address.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    /// Accepts the next data connection.
+    pub async fn accept(&self) -> Result<DataConn, NetError> {
+        let (stream, _) = self.inner.accept().await?;
+        DataConn::from_tcp(stream, &self.tuning)
+    }
+}
+
+/// Binds a listener on `ip`, in `range` if given (starting at a random port so concurrent
+/// sessions spread out), with `tuning` applied before `listen`.
+pub fn bind_listener(
+    ip: IpAddr,
+    range: Option<PortRange>,
+    tuning: SocketTuning,
+) -> Result<DataListener, NetError> {
+    let bind = |port: u16| -> std::io::Result<TcpListener> {
+        let socket = if ip.is_ipv6() {
+            TcpSocket::new_v6()?
+        } else {
+            TcpSocket::new_v4()?
+        };
+        tuning.apply(&socket)?;
+        socket.set_reuseaddr(true)?;
+        socket.bind(SocketAddr::new(ip, port))?;
+        socket.listen(128)
+    };
+    let inner = match range {
+        None => bind(0)?,
+        Some(r) => {
+            let span = u32::from(r.hi - r.lo) + 1;
+            let start = random_below(span);
+            let mut found = None;
+            for i in 0..span {
+                let port = r.lo + ((start + i) % span) as u16;
+                if let Ok(l) = bind(port) {
+                    found = Some(l);
+                    break;
+                }
+            }
+            found.ok_or(NetError::NoFreePort { lo: r.lo, hi: r.hi })?
+        }
+    };
+    Ok(DataListener { inner, tuning })
+}
+
+/// A cheap pseudo-random number below `n` from the clock; only spreads ports, needs no quality.
+fn random_below(n: u32) -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    nanos.wrapping_mul(2_654_435_761) % n.max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_range_parses_and_rejects_reversed() {
+        assert_eq!(
+            "50000-50100".parse::<PortRange>().unwrap(),
+            PortRange {
+                lo: 50000,
+                hi: 50100
+            }
+        );
+        assert!("50100-50000".parse::<PortRange>().is_err());
+        assert!("x".parse::<PortRange>().is_err());
+    }
+
+    #[tokio::test]
+    async fn listener_binds_inside_the_range() {
+        let l = bind_listener(
+            "127.0.0.1".parse().unwrap(),
+            Some(PortRange {
+                lo: 42100,
+                hi: 42199,
+            }),
+            SocketTuning::default(),
+        )
+        .unwrap();
+        let p = l.local_addr().unwrap().port();
+        assert!((42100..=42199).contains(&p));
+    }
+}

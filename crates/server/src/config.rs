@@ -1,0 +1,190 @@
+//! Server configuration: every `ferry serve` flag, also readable from a TOML file.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use ferry_net::PortRange;
+use serde::{Deserialize, Serialize};
+
+/// Everything `ferry serve` can be told. TOML keys are the flag names (`port-range = "50000-51000"`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ServerConfig {
+    /// Control-channel address (port 0 picks a free one).
+    pub listen: SocketAddr,
+    /// Directory every path is confined beneath.
+    pub root: PathBuf,
+    /// Allow anonymous logins (`anonymous`/`ftp`), read-only unless `anonymous_write`.
+    pub anonymous: bool,
+    /// Let anonymous users write.
+    pub anonymous_write: bool,
+    /// File of `user:argon2-hash` lines for password logins.
+    pub password_file: Option<PathBuf>,
+    /// Ports for passive data listeners.
+    #[serde(with = "port_range_serde")]
+    pub port_range: Option<PortRange>,
+    /// Most concurrent control connections.
+    pub connections_max: usize,
+    /// Seconds a logged-in control connection may stay silent.
+    pub control_idle_timeout: u64,
+    /// Seconds a connection has to log in.
+    pub control_preauth_timeout: u64,
+    /// Seconds a transfer may move no data before it is aborted.
+    pub data_idle_timeout: u64,
+    /// Append one JSON line per transfer to this file.
+    pub log_transfer: Option<PathBuf>,
+    /// MODE E block size this server sends, in bytes.
+    pub block_size: u32,
+    /// Data-channel drivers clients may choose with SITE SETNETSTACK.
+    pub net_stack_whitelist: Vec<String>,
+    /// Text of the 220 banner (default names ferry and its version).
+    pub banner: Option<String>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([0, 0, 0, 0], 2811)),
+            root: PathBuf::from("/"),
+            anonymous: false,
+            anonymous_write: false,
+            password_file: None,
+            port_range: None,
+            connections_max: 10_000,
+            control_idle_timeout: 600,
+            control_preauth_timeout: 60,
+            data_idle_timeout: 600,
+            log_transfer: None,
+            block_size: 1 << 20,
+            net_stack_whitelist: vec!["tcp".into()],
+            banner: None,
+        }
+    }
+}
+
+/// Why a configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// File.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this configuration.
+    #[error("{path}: {source}")]
+    Parse {
+        /// File.
+        path: PathBuf,
+        /// Why.
+        source: toml::de::Error,
+    },
+    /// The values do not make sense together.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl ServerConfig {
+    /// Reads a TOML configuration file.
+    pub fn from_toml_file(path: &Path) -> Result<ServerConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.into(),
+            source,
+        })
+    }
+
+    /// Checks the values together.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !self.anonymous && self.password_file.is_none() {
+            return Err(ConfigError::Invalid(
+                "no way to log in: pass --anonymous or --password-file FILE (GSI arrives with --gsi)".into(),
+            ));
+        }
+        if self.anonymous_write && !self.anonymous {
+            return Err(ConfigError::Invalid(
+                "--anonymous-write needs --anonymous".into(),
+            ));
+        }
+        if self.block_size < 4096 {
+            return Err(ConfigError::Invalid(
+                "--block-size must be at least 4096".into(),
+            ));
+        }
+        if self.connections_max == 0 {
+            return Err(ConfigError::Invalid(
+                "--connections-max must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+mod port_range_serde {
+    use ferry_net::PortRange;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(v: &Option<PortRange>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(r) => s.serialize_str(&format!("{}-{}", r.lo, r.hi)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<PortRange>, D::Error> {
+        let s: Option<String> = Option::deserialize(d)?;
+        s.map(|s| s.parse().map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_with_every_key_parses() {
+        let cfg: ServerConfig = toml::from_str(
+            r#"
+            listen = "[::1]:0"
+            root = "/srv/data"
+            anonymous = true
+            anonymous-write = true
+            password-file = "/etc/ferry/passwd"
+            port-range = "50000-50100"
+            connections-max = 100
+            control-idle-timeout = 30
+            control-preauth-timeout = 10
+            data-idle-timeout = 20
+            log-transfer = "/var/log/ferry.log"
+            block-size = 262144
+            net-stack-whitelist = ["tcp"]
+            banner = "hello"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.port_range,
+            Some(PortRange {
+                lo: 50000,
+                hi: 50100
+            })
+        );
+        assert!(cfg.listen.is_ipv6());
+        cfg.validate().unwrap();
+    }
+
+    #[test]
+    fn unknown_keys_and_no_login_method_are_refused() {
+        assert!(toml::from_str::<ServerConfig>("bogus = 1").is_err());
+        assert!(ServerConfig::default().validate().is_err());
+    }
+}

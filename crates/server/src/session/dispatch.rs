@@ -1,0 +1,354 @@
+//! Command dispatch: login, settings and the control-channel-only commands.
+
+use std::sync::Arc;
+
+use ferry_dtp::{ChannelSetup, Dtp};
+use ferry_proto::command::{
+    Dcau, EpsvArg, Protection, Structure, TransferMode, TransferType, TrevEvent,
+};
+use ferry_proto::hostport::HostPort;
+use ferry_proto::opts::Opts;
+use ferry_proto::{Command, CommandError, Reply};
+
+use super::{ControlReader, Login, Session};
+use crate::auth::ANONYMOUS_NAMES;
+
+type Io = std::io::Result<()>;
+
+impl Session {
+    /// Parses and executes one line; the flag says whether the line was a valid command.
+    pub(crate) async fn handle_line(
+        &mut self,
+        line: &[u8],
+        reader: &mut ControlReader,
+    ) -> (Io, bool) {
+        let cmd = match Command::parse(line) {
+            Ok(c) => c,
+            Err(e) => return (self.send(&command_error_reply(&e)).await, false),
+        };
+        tracing::debug!(peer = %self.peer, "command {}", redact(&cmd));
+        (self.execute(cmd, reader).await, true)
+    }
+
+    async fn execute(&mut self, cmd: Command, reader: &mut ControlReader) -> Io {
+        match cmd {
+            Command::User(name) => return self.cmd_user(name).await,
+            Command::Pass(pw) => return Box::pin(self.cmd_pass(pw)).await,
+            Command::Quit => {
+                self.quit = true;
+                return self.reply(221, "Goodbye.").await;
+            }
+            Command::Feat => return self.send(&super::text::feat()).await,
+            Command::Help(topic) => return self.send(&super::text::help(topic.as_deref())).await,
+            Command::Noop => return self.reply(200, "NOOP command successful.").await,
+            Command::Syst => return self.reply(215, "UNIX Type: L8").await,
+            Command::Auth(_) | Command::Adat(_) => {
+                return self
+                    .reply(504, "GSI security is not enabled on this server.")
+                    .await
+            }
+            Command::Opts(Opts::Utf8(_)) => {
+                return self.reply(200, "UTF8 mode is always on.").await
+            }
+            Command::Lang(_) => return self.reply(200, "lang set to EN.").await,
+            _ => {}
+        }
+        if self.login.is_none() {
+            return self.reply(530, "Please login with USER and PASS.").await;
+        }
+        match cmd {
+            Command::Acct(_) => self.reply(202, "ACCT not needed.").await,
+            Command::Type(t) => {
+                self.transfer_type = t;
+                let c = if t == TransferType::Ascii { 'A' } else { 'I' };
+                self.reply(200, format!("Type set to {c}.")).await
+            }
+            Command::Mode(m) => {
+                self.mode = m;
+                let c = if m == TransferMode::Extended {
+                    'E'
+                } else {
+                    'S'
+                };
+                self.reply(200, format!("Mode set to {c}.")).await
+            }
+            Command::Stru(Structure::File) => self.reply(200, "STRU F ok.").await,
+            Command::Stru(_) => self.reply(504, "Only STRU F is supported.").await,
+            Command::Pasv => self.cmd_passive(PassiveKind::Pasv).await,
+            Command::Epsv(Some(EpsvArg::All)) => self.reply(200, "EPSV ALL ok.").await,
+            Command::Epsv(Some(EpsvArg::Protocol(p))) if p != 1 && p != 2 => {
+                self.reply(522, "Network protocol not supported, use (1,2).")
+                    .await
+            }
+            Command::Epsv(_) => self.cmd_passive(PassiveKind::Epsv).await,
+            Command::Spas(v6) => self.cmd_passive(PassiveKind::Spas { v6 }).await,
+            Command::Port(hp) | Command::Eprt(hp) => self.cmd_active(vec![hp]).await,
+            Command::Spor(list) => self.cmd_active(list).await,
+            Command::Rest(r) => {
+                self.restart = Some(r);
+                self.reply(
+                    350,
+                    "Restart Marker OK. Send STORE or RETR to initiate transfer.",
+                )
+                .await
+            }
+            Command::Allo(n) => {
+                self.allo = Some(n);
+                self.reply(200, "ALLO command successful.").await
+            }
+            Command::Sbuf(n) => {
+                let n = clamp_buffer(n);
+                self.tuning.send_buffer = Some(n);
+                self.tuning.recv_buffer = Some(n);
+                self.forget_cached_channel();
+                self.reply(200, "SBUF Command Successful.").await
+            }
+            Command::Opts(o) => self.cmd_opts(o).await,
+            Command::Dcau(Dcau::None) => {
+                if self.dcau != Dcau::None {
+                    self.forget_cached_channel();
+                }
+                self.dcau = Dcau::None;
+                self.reply(200, "DCAU N.").await
+            }
+            Command::Dcau(_) => {
+                self.reply(504, "Bad DCAU mode: only DCAU N without GSI.")
+                    .await
+            }
+            Command::Pbsz(n) => self.reply(200, format!("PBSZ={n}")).await,
+            Command::Prot(Protection::Clear) => {
+                self.prot = Protection::Clear;
+                self.reply(200, "Protection level set to C.").await
+            }
+            Command::Prot(p) => {
+                let c = match p {
+                    Protection::Safe => 'S',
+                    Protection::Confidential => 'E',
+                    Protection::Private => 'P',
+                    Protection::Clear => 'C',
+                };
+                self.reply(
+                    536,
+                    format!("{c} protection level not supported without GSI."),
+                )
+                .await
+            }
+            Command::Trev { event, interval } => {
+                match event {
+                    TrevEvent::Restart => self.restart_interval_s = interval,
+                    TrevEvent::Perf => self.perf_interval_s = interval,
+                }
+                self.reply(200, "Command Successful.").await
+            }
+            Command::Abor => {
+                self.reply(226, "Abort successful; no transfer in progress.")
+                    .await
+            }
+            Command::Stat(None) => self.reply(212, "GridFTP server status.").await,
+            Command::Retr(_)
+            | Command::Stor(_)
+            | Command::Stou(_)
+            | Command::Appe(_)
+            | Command::Eret(_)
+            | Command::Esto(_)
+            | Command::List(_)
+            | Command::Nlst(_)
+            | Command::Mlsd(_) => Box::pin(self.cmd_transfer(cmd, reader)).await,
+            other => Box::pin(self.cmd_file(other)).await,
+        }
+    }
+
+    async fn cmd_user(&mut self, name: String) -> Io {
+        if self.login.is_some() {
+            return self.reply(503, "You are already logged in.").await;
+        }
+        let anonymous = self.ctx.config.anonymous && ANONYMOUS_NAMES.contains(&name.as_str());
+        let text = if anonymous {
+            "Guest login ok, send your email address as password.".to_string()
+        } else {
+            format!("Password required for {name}.")
+        };
+        self.user = Some(name);
+        self.reply(331, text).await
+    }
+
+    async fn cmd_pass(&mut self, password: String) -> Io {
+        if self.login.is_some() {
+            return self.reply(503, "You are already logged in.").await;
+        }
+        let Some(name) = self.user.take() else {
+            return self.reply(503, "Login with USER first.").await;
+        };
+        let cfg = &self.ctx.config;
+        let (ok, read_only) = if cfg.anonymous && ANONYMOUS_NAMES.contains(&name.as_str()) {
+            (true, !cfg.anonymous_write)
+        } else {
+            let db = self.ctx.passwords.clone();
+            let (n, p) = (name.clone(), password);
+            let ok = tokio::task::spawn_blocking(move || db.verify(&n, &p))
+                .await
+                .unwrap_or(false);
+            (ok, false)
+        };
+        if !ok {
+            tracing::info!(peer = %self.peer, user = %name, "login refused");
+            // Slow down guessing without holding a thread.
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            return self.reply(530, "Login incorrect.").await;
+        }
+        let storage = if read_only {
+            Arc::clone(&self.ctx.storage_ro)
+        } else {
+            Arc::clone(&self.ctx.storage_rw)
+        };
+        let dtp = Dtp::new(Arc::clone(&storage), Arc::clone(&self.ctx.pool), read_only);
+        tracing::info!(peer = %self.peer, user = %name, read_only, "logged in");
+        self.login = Some(Login {
+            name: name.clone(),
+            storage,
+            read_only,
+            dtp,
+        });
+        self.reply(230, format!("User {name} logged in.")).await
+    }
+
+    async fn cmd_opts(&mut self, opts: Opts) -> Io {
+        match opts {
+            Opts::Retr(r) => {
+                if let Some(p) = r.parallelism {
+                    self.parallelism = p.clamp(1, 64);
+                }
+                if let Some(m) = r.markers {
+                    self.retr_markers_s = Some(m);
+                }
+                self.reply(200, "OPTS Command Successful.").await
+            }
+            Opts::Cksm { .. } => self.reply(200, "OPTS Command Successful.").await,
+            Opts::Mlst(facts) => {
+                self.mlst_facts = facts;
+                let shown = if self.mlst_facts.is_empty() {
+                    String::new()
+                } else {
+                    self.mlst_facts.join(";") + ";"
+                };
+                self.reply(200, format!("MLST OPTS {shown}")).await
+            }
+            Opts::AllowDelayed { allow: false, .. } => {
+                self.reply(200, "OPTS Command Successful.").await
+            }
+            _ => self.reply(500, "OPTS failed.").await,
+        }
+    }
+
+    async fn cmd_passive(&mut self, kind: PassiveKind) -> Io {
+        let ip = match self.local.ip() {
+            std::net::IpAddr::V6(v6) => v6
+                .to_ipv4_mapped()
+                .map(std::net::IpAddr::V4)
+                .unwrap_or(self.local.ip()),
+            v4 => v4,
+        };
+        if matches!(kind, PassiveKind::Pasv) && ip.is_ipv6() {
+            return self
+                .reply(522, "Network protocol not supported; use EPSV.")
+                .await;
+        }
+        let (range, tuning) = (self.ctx.config.port_range, self.tuning);
+        let Some(login) = self.login.as_mut() else {
+            return Ok(());
+        };
+        let addr = match login.dtp.channel().open_passive(ip, range, tuning) {
+            Ok(a) => a,
+            Err(e) => {
+                return self
+                    .reply(425, format!("Cannot open passive listener: {e}"))
+                    .await
+            }
+        };
+        self.channel = Some(ChannelSetup::Passive);
+        let hp = HostPort(addr);
+        match kind {
+            PassiveKind::Pasv => {
+                let text = hp.pasv_reply_text().unwrap_or_default();
+                self.reply(227, text).await
+            }
+            PassiveKind::Epsv => {
+                self.reply(229, HostPort::epsv_reply_text(addr.port()))
+                    .await
+            }
+            PassiveKind::Spas { v6 } => {
+                let line = if v6 || addr.is_ipv6() {
+                    hp.to_eprt_form()
+                } else {
+                    hp.to_port_form().unwrap_or_else(|| hp.to_eprt_form())
+                };
+                let reply = Reply::multi(
+                    229,
+                    vec![
+                        "Entering Striped Passive Mode.".into(),
+                        format!(" {line}"),
+                        "End".into(),
+                    ],
+                );
+                self.send(&reply).await
+            }
+        }
+    }
+
+    async fn cmd_active(&mut self, list: Vec<HostPort>) -> Io {
+        if list.is_empty() {
+            return self.reply(501, "Illegal PORT command.").await;
+        }
+        if let Some(login) = self.login.as_mut() {
+            login.dtp.channel().forget();
+        }
+        self.channel = Some(ChannelSetup::Active(list.iter().map(|h| h.0).collect()));
+        self.reply(200, "PORT Command successful.").await
+    }
+
+    /// Drops cached data connections (a security or buffer change invalidates them).
+    pub(crate) fn forget_cached_channel(&mut self) {
+        if let Some(login) = self.login.as_mut() {
+            login.dtp.channel().forget_cache();
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum PassiveKind {
+    Pasv,
+    Epsv,
+    Spas { v6: bool },
+}
+
+/// Keeps buffer requests within what a socket option takes.
+fn clamp_buffer(n: u64) -> u32 {
+    n.clamp(4096, 1 << 30) as u32
+}
+
+/// The reply for a line that did not parse.
+fn command_error_reply(e: &CommandError) -> Reply {
+    let text = match e {
+        CommandError::TooLong => "Command line too long.".to_string(),
+        CommandError::NotText | CommandError::Malformed => {
+            "Syntax error, command unrecognized.".to_string()
+        }
+        CommandError::Unknown(_) => "Invalid command.".to_string(),
+        CommandError::BadArguments { .. } => {
+            format!("Syntax error in parameters or arguments: {e}.")
+        }
+        CommandError::Unsupported { .. } => {
+            format!("Command not implemented for that parameter: {e}.")
+        }
+        _ => format!("{e}."),
+    };
+    Reply::new(e.reply_code(), text)
+}
+
+/// The command for logs, without passwords.
+fn redact(cmd: &Command) -> String {
+    match cmd {
+        Command::Pass(_) => "PASS ****".into(),
+        c => c.to_string(),
+    }
+}

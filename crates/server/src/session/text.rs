@@ -1,0 +1,90 @@
+//! Fixed reply texts: FEAT, HELP, SITE HELP.
+
+use ferry_proto::Reply;
+use ferry_storage::ChecksumAlgorithm;
+
+/// The FEAT reply, modelled on what globus-gridftp-server advertises (clients match lines by
+/// name, so order does not matter).
+pub(crate) fn feat() -> Reply {
+    let cksm: String = ChecksumAlgorithm::all()
+        .iter()
+        .map(|a| format!("{}:10;", a.name()))
+        .collect();
+    let lines = [
+        "Extensions supported".to_string(),
+        " UTF8".into(),
+        " LANG EN".into(),
+        " DCAU".into(),
+        " PARALLEL".into(),
+        " SIZE".into(),
+        " MLST Type*;Size*;Modify*;Perm*;Charset;UNIX.mode*;UNIX.owner*;UNIX.uid*;UNIX.group*;UNIX.gid*;Unique*;UNIX.slink*;".into(),
+        " ERET".into(),
+        " ESTO".into(),
+        " SPAS".into(),
+        " SPOR".into(),
+        " REST STREAM".into(),
+        " MDTM".into(),
+        " MFMT".into(),
+        " EPSV".into(),
+        " EPRT".into(),
+        " WHOAMI".into(),
+        format!(" CKSM {cksm}"),
+        "End.".into(),
+    ];
+    Reply::multi(211, lines.to_vec())
+}
+
+const VERBS: &[&str] = &[
+    "USER", "PASS", "ACCT", "FEAT", "OPTS", "HELP", "SYST", "NOOP", "QUIT", "STAT", "TYPE", "MODE",
+    "STRU", "PASV", "EPSV", "PORT", "EPRT", "SPAS", "SPOR", "REST", "RETR", "STOR", "STOU", "APPE",
+    "ERET", "ESTO", "LIST", "NLST", "MLST", "MLSD", "SIZE", "MDTM", "MFMT", "CWD", "CDUP", "PWD",
+    "MKD", "RMD", "DELE", "RNFR", "RNTO", "ALLO", "ABOR", "SBUF", "CKSM", "DCAU", "PROT", "PBSZ",
+    "TREV", "LANG", "SITE",
+];
+
+/// `HELP`: the verbs, eight per line; `HELP X`: one line about X.
+pub(crate) fn help(topic: Option<&str>) -> Reply {
+    if let Some(t) = topic {
+        let t = t.trim().to_ascii_uppercase();
+        return if VERBS.contains(&t.as_str()) {
+            Reply::new(214, format!("Syntax: {t} (see RFC 959 and GFD.20)."))
+        } else {
+            Reply::new(502, format!("Unknown command '{t}'."))
+        };
+    }
+    let mut lines = vec!["The following commands are recognized:".to_string()];
+    for chunk in VERBS.chunks(8) {
+        lines.push(format!(
+            " {}",
+            chunk
+                .iter()
+                .map(|v| format!("{v:<5}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
+    }
+    lines.push("End".into());
+    Reply::multi(214, lines)
+}
+
+/// `SITE HELP`.
+pub(crate) fn site_help() -> Reply {
+    let lines = vec![
+        "The following commands are recognized:".to_string(),
+        " SITE HELP".into(),
+        " SITE CHMOD <octal mode> <path>".into(),
+        " SITE UTIME <YYYYMMDDHHMMSS> <path>".into(),
+        " SITE SYMLINK <target> <link>".into(),
+        " SITE SYMLINKFROM <target> / SITE SYMLINKTO <link>".into(),
+        " SITE RDEL <path>".into(),
+        " SITE BUFSIZE|SBUF|RETRBUFSIZE|STORBUFSIZE <bytes>".into(),
+        " SITE CLIENTINFO <info>".into(),
+        " SITE TASKID <id>".into(),
+        " SITE WHOAMI".into(),
+        " SITE VERSION".into(),
+        " SITE SETNETSTACK|SETDCSTACK <drivers>".into(),
+        " SITE SETDISKSTACK <drivers>".into(),
+        "End.".into(),
+    ];
+    Reply::multi(214, lines)
+}

@@ -1,0 +1,460 @@
+//! Transfer commands: build the transfer description, hand it to the DTP, relay its markers,
+//! and keep reading the control channel (ABOR, STAT, pipelined commands) while it runs.
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use ferry_dtp::{
+    Direction, DtpError, DtpEvent, ListKind, MarkerIntervals, Section, StripeInfo,
+    TransferDescription, TransferSource,
+};
+use ferry_proto::command::{Eret, Esto, Restart, TransferMode, TransferType};
+use ferry_proto::line::LineEvent;
+use ferry_proto::markers::{PerfMarker, RestartMarker};
+use ferry_proto::{Command, RangeSet, Reply};
+use ferry_storage::{StorageError, VirtualPath};
+use tokio::sync::mpsc;
+
+use super::{queue_line, ControlReader, Session};
+use crate::translog::TransferRecord;
+
+type Io = std::io::Result<()>;
+
+/// What the PI decided a transfer command means.
+struct Planned {
+    desc: TransferDescription,
+    verb: &'static str,
+    /// Text of the 150 reply when it must name a file (STOU).
+    announce: Option<String>,
+}
+
+impl Session {
+    pub(crate) async fn cmd_transfer(&mut self, cmd: Command, reader: &mut ControlReader) -> Io {
+        let planned = match self.plan(cmd) {
+            Ok(p) => p,
+            Err(reply) => {
+                self.restart = None;
+                return self.send(&reply).await;
+            }
+        };
+        self.restart = None;
+        self.allo = None;
+        self.run_planned(planned, reader).await
+    }
+
+    fn plan(&mut self, cmd: Command) -> Result<Planned, Reply> {
+        let Some(login) = self.login.as_ref() else {
+            return Err(Reply::new(530, "Please login with USER and PASS."));
+        };
+        let read_only = login.read_only;
+        let storage = std::sync::Arc::clone(&login.storage);
+        let channel = self.channel.clone().ok_or_else(|| {
+            Reply::new(
+                425,
+                "Can't open data connection: send PASV, EPSV, SPAS, PORT, EPRT or SPOR first.",
+            )
+        })?;
+        let restart = match &self.restart {
+            None => RangeSet::new(),
+            Some(Restart::Stream(0)) => RangeSet::new(),
+            Some(Restart::Stream(n)) => RangeSet::from_range(0, *n),
+            Some(Restart::Ranges(r)) => r.clone(),
+        };
+        let refuse_write = || Reply::new(550, "Permission denied: this login is read-only.");
+        let storage_err = |e: StorageError| Reply::new(e.reply_code(), e.to_string());
+        let mut announce = None;
+        let (verb, direction, source, path, section, truncate, create_new) = match cmd {
+            Command::Retr(p) => (
+                "RETR",
+                Direction::Send,
+                TransferSource::File,
+                p,
+                Section {
+                    file_offset: 0,
+                    length: None,
+                },
+                false,
+                false,
+            ),
+            Command::Eret(Eret::Partial {
+                offset,
+                length,
+                path,
+            }) => (
+                "ERET",
+                Direction::Send,
+                TransferSource::File,
+                path,
+                self.retrieve_section("P", &format!("{offset} {length}"))?,
+                false,
+                false,
+            ),
+            Command::Eret(Eret::Module { name, params, path }) => (
+                "ERET",
+                Direction::Send,
+                TransferSource::File,
+                path,
+                self.retrieve_section(&name, &params)?,
+                false,
+                false,
+            ),
+            Command::Stor(p) => {
+                if read_only {
+                    return Err(refuse_write());
+                }
+                (
+                    "STOR",
+                    Direction::Receive,
+                    TransferSource::File,
+                    p,
+                    Section {
+                        file_offset: 0,
+                        length: None,
+                    },
+                    true,
+                    false,
+                )
+            }
+            Command::Esto(Esto::Adjusted { offset, path }) => {
+                if read_only {
+                    return Err(refuse_write());
+                }
+                let base = self.store_base("A", &offset.to_string())?;
+                (
+                    "ESTO",
+                    Direction::Receive,
+                    TransferSource::File,
+                    path,
+                    Section {
+                        file_offset: base,
+                        length: None,
+                    },
+                    false,
+                    false,
+                )
+            }
+            Command::Esto(Esto::Module { name, params, path }) => {
+                if read_only {
+                    return Err(refuse_write());
+                }
+                let base = self.store_base(&name, &params)?;
+                (
+                    "ESTO",
+                    Direction::Receive,
+                    TransferSource::File,
+                    path,
+                    Section {
+                        file_offset: base,
+                        length: None,
+                    },
+                    false,
+                    false,
+                )
+            }
+            Command::Appe(p) => {
+                if read_only {
+                    return Err(refuse_write());
+                }
+                let vp = self.resolve(&p).map_err(storage_err)?;
+                let size = match storage.stat(&vp) {
+                    Ok(m) => m.size,
+                    Err(StorageError::NotFound(_)) => 0,
+                    Err(e) => return Err(storage_err(e)),
+                };
+                (
+                    "APPE",
+                    Direction::Receive,
+                    TransferSource::File,
+                    p,
+                    Section {
+                        file_offset: size,
+                        length: None,
+                    },
+                    false,
+                    false,
+                )
+            }
+            Command::Stou(p) => {
+                if read_only {
+                    return Err(refuse_write());
+                }
+                let base = p.unwrap_or_else(|| "ferry".into());
+                let name = format!("{base}.{:016x}", rand::random::<u64>());
+                announce = Some(format!("FILE: {name}"));
+                (
+                    "STOU",
+                    Direction::Receive,
+                    TransferSource::File,
+                    name,
+                    Section {
+                        file_offset: 0,
+                        length: None,
+                    },
+                    true,
+                    true,
+                )
+            }
+            Command::List(p) => self.listing("LIST", ListKind::List, p),
+            Command::Nlst(p) => self.listing("NLST", ListKind::Nlst, p),
+            Command::Mlsd(p) => self.listing("MLSD", ListKind::Mlsd, p),
+            other => {
+                return Err(Reply::new(
+                    502,
+                    format!("{} is not a transfer command.", other.verb()),
+                ))
+            }
+        };
+        let path: VirtualPath = self.resolve(&path).map_err(storage_err)?;
+        let is_listing = matches!(source, TransferSource::Listing { .. });
+        let markers = match direction {
+            Direction::Receive if self.mode == TransferMode::Extended => MarkerIntervals {
+                restart_ms: nonzero_ms(self.restart_interval_s),
+                perf_ms: nonzero_ms(self.perf_interval_s),
+            },
+            Direction::Send if !is_listing => MarkerIntervals {
+                restart_ms: None,
+                perf_ms: self.retr_markers_s.and_then(nonzero_ms),
+            },
+            _ => MarkerIntervals::default(),
+        };
+        let id = self
+            .ctx
+            .next_transfer
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let desc = TransferDescription {
+            id,
+            direction,
+            source,
+            path,
+            mode: self.mode,
+            ascii: self.transfer_type == TransferType::Ascii && !is_listing,
+            section,
+            restart: if is_listing { RangeSet::new() } else { restart },
+            truncate,
+            create_new,
+            parallelism: self.parallelism,
+            block_size: self.ctx.config.block_size,
+            tuning: self.tuning,
+            channel,
+            stack: self.net_stack.clone(),
+            markers,
+            stripe: StripeInfo::default(),
+            idle_timeout_ms: self.ctx.config.data_idle_timeout.saturating_mul(1000),
+        };
+        Ok(Planned {
+            desc,
+            verb,
+            announce,
+        })
+    }
+
+    fn listing(
+        &self,
+        verb: &'static str,
+        kind: ListKind,
+        p: Option<String>,
+    ) -> (
+        &'static str,
+        Direction,
+        TransferSource,
+        String,
+        Section,
+        bool,
+        bool,
+    ) {
+        let facts = self.mlst_facts.clone();
+        let path = p.unwrap_or_else(|| ".".into());
+        (
+            verb,
+            Direction::Send,
+            TransferSource::Listing { kind, facts },
+            path,
+            Section {
+                file_offset: 0,
+                length: None,
+            },
+            false,
+            false,
+        )
+    }
+
+    fn retrieve_section(&self, module: &str, params: &str) -> Result<Section, Reply> {
+        let s = self
+            .ctx
+            .modules
+            .plan_retrieve(module, params)
+            .map_err(module_reply)?;
+        Ok(Section {
+            file_offset: s.file_offset,
+            length: s.length,
+        })
+    }
+
+    fn store_base(&self, module: &str, params: &str) -> Result<u64, Reply> {
+        let p = self
+            .ctx
+            .modules
+            .plan_store(module, params)
+            .map_err(module_reply)?;
+        Ok(p.file_base)
+    }
+
+    async fn run_planned(&mut self, planned: Planned, reader: &mut ControlReader) -> Io {
+        let Planned {
+            desc,
+            verb,
+            announce,
+        } = planned;
+        let started = Instant::now();
+        let Some(login) = self.login.as_mut() else {
+            return Ok(());
+        };
+        let reuse = login.dtp.will_reuse(&desc);
+        let first = match (&announce, reuse) {
+            (Some(a), _) => Reply::new(150, a.clone()),
+            (None, true) => {
+                Reply::new(125, "Beginning transfer; reusing existing data connection.")
+            }
+            (None, false) => Reply::new(150, "Beginning transfer."),
+        };
+        self.send(&first).await?;
+        let (tx, mut rx) = mpsc::channel::<DtpEvent>(64);
+        let mut aborted = false;
+        let result = {
+            let Session { login, wr, .. } = self;
+            let Some(login) = login.as_mut() else {
+                return Ok(());
+            };
+            let run = login.dtp.run(&desc, &tx);
+            tokio::pin!(run);
+            loop {
+                tokio::select! {
+                    r = &mut run => break r,
+                    Some(ev) = rx.recv() => write_event(wr, &ev).await?,
+                    more = reader.fill(), if !reader.eof => {
+                        if !matches!(more, Ok(true)) {
+                            // The client went away: stop moving data for it.
+                            aborted = true;
+                            break Err(DtpError::Connection("control connection closed".into()));
+                        }
+                        while let Some(ev) = reader.framer.next_event() {
+                            if let LineEvent::Line(l) = &ev {
+                                match Command::parse(l) {
+                                    Ok(Command::Abor) => aborted = true,
+                                    Ok(Command::Stat(None)) => {
+                                        let r = Reply::new(213, "Status: transfer in progress.");
+                                        tokio::io::AsyncWriteExt::write_all(wr, &r.to_bytes()).await?;
+                                        continue;
+                                    }
+                                    _ => {}
+                                }
+                            }
+                            if aborted {
+                                break;
+                            }
+                            if !queue_line(reader, ev) {
+                                aborted = true;
+                                break;
+                            }
+                        }
+                        if aborted {
+                            break Err(DtpError::Connection("aborted by client".into()));
+                        }
+                    }
+                }
+            }
+        };
+        while let Ok(ev) = rx.try_recv() {
+            write_event(&mut self.wr, &ev).await?;
+        }
+        let elapsed = started.elapsed();
+        let (code, text, bytes, streams) = match &result {
+            Ok(o) => (226, "Transfer Complete.".to_string(), o.bytes, o.streams),
+            Err(e) => (e.reply_code(), e.to_string(), 0, 0),
+        };
+        self.log_transfer(
+            verb,
+            &desc,
+            bytes,
+            streams,
+            elapsed.as_secs_f64(),
+            if result.is_ok() { "ok" } else { &text },
+        );
+        if aborted {
+            if let Some(login) = self.login.as_mut() {
+                login.dtp.channel().forget_cache();
+            }
+            self.reply(426, "Transfer aborted.").await?;
+            return self.reply(226, "Abort successful.").await;
+        }
+        self.reply(code, text).await
+    }
+
+    fn log_transfer(
+        &self,
+        verb: &str,
+        desc: &TransferDescription,
+        bytes: u64,
+        streams: u32,
+        secs: f64,
+        result: &str,
+    ) {
+        tracing::info!(
+            peer = %self.peer, user = self.user_name(), verb, path = %desc.path, bytes, streams,
+            secs, result, "transfer"
+        );
+        if let Some(log) = &self.ctx.translog {
+            log.write(&TransferRecord {
+                time: SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_secs_f64())
+                    .unwrap_or(0.0),
+                user: self.user_name(),
+                peer: self.peer.to_string(),
+                command: verb,
+                path: desc.path.as_str(),
+                bytes,
+                streams,
+                mode: if desc.mode == TransferMode::Extended {
+                    "E"
+                } else {
+                    "S"
+                },
+                duration_s: secs,
+                result,
+            });
+        }
+    }
+}
+
+async fn write_event(wr: &mut tokio::net::tcp::OwnedWriteHalf, ev: &DtpEvent) -> Io {
+    let reply = match ev {
+        DtpEvent::Restart(ranges) => match RestartMarker(ranges.clone()).to_reply() {
+            Some(r) => r,
+            None => return Ok(()),
+        },
+        DtpEvent::Perf {
+            stripe_index,
+            stripe_count,
+            bytes,
+            timestamp_tenths,
+        } => PerfMarker {
+            timestamp_tenths: *timestamp_tenths,
+            stripe_index: *stripe_index,
+            stripe_bytes: *bytes,
+            total_stripes: *stripe_count,
+        }
+        .to_reply(),
+    };
+    tokio::io::AsyncWriteExt::write_all(wr, &reply.to_bytes()).await
+}
+
+fn nonzero_ms(s: u32) -> Option<u64> {
+    (s > 0).then(|| u64::from(s) * 1000)
+}
+
+fn module_reply(e: ferry_storage::modules::ModuleError) -> Reply {
+    match e {
+        ferry_storage::modules::ModuleError::Unknown(_) => Reply::new(504, e.to_string()),
+        _ => Reply::new(501, e.to_string()),
+    }
+}
