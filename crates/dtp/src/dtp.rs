@@ -113,6 +113,7 @@ impl Dtp {
         let counters: Arc<Vec<AtomicU64>> =
             Arc::new((0..conns.len()).map(|_| AtomicU64::new(0)).collect());
         let job = SendJob {
+            block,
             source,
             claimer: Arc::new(BlockClaimer::new(&ranges, block)),
             file_offset: desc.section.file_offset,

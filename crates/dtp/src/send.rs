@@ -78,12 +78,20 @@ pub(crate) type Counters = Arc<Vec<AtomicU64>>;
 
 /// What one sending stream needs.
 pub(crate) struct SendJob {
+    /// MODE E block size (a block may need to fit one buffer for the read fallback).
+    pub(crate) block: u64,
     pub(crate) source: Source,
     pub(crate) claimer: Arc<BlockClaimer>,
     pub(crate) file_offset: u64,
     pub(crate) pool: Arc<BufferPool>,
     pub(crate) counters: Counters,
     pub(crate) idle: Duration,
+}
+
+impl SendJob {
+    fn block_fits(&self, buf: usize) -> bool {
+        self.block <= buf as u64
+    }
 }
 
 /// Sends MODE E blocks on every connection in parallel, then EOF (on the first) and EOD (on
@@ -124,7 +132,7 @@ async fn send_stream_blocks(
 ) -> Result<DataConn, DtpError> {
     let mut buf = job.pool.take();
     let mut pieces = Vec::with_capacity(2);
-    let zero_copy = job.source.zero_copy_fd();
+    let mut zero_copy = job.source.zero_copy_fd().filter(|_| job.block_fits(buf.len()));
     while job.claimer.claim(&mut pieces) {
         for &(wire, len) in &pieces {
             let file_at = wire + job.file_offset;
@@ -140,12 +148,24 @@ async fn send_stream_blocks(
                     }
                     let header = BlockHeader::data(wire, want).encode();
                     timed(job.idle, zerocopy::send_more(sock, &header)).await?;
-                    let n =
-                        timed(job.idle, zerocopy::sendfile_all(sock, fd, file_at, want)).await?;
+                    let n = match zerocopy::sendfile_all(sock, fd, file_at, want).await {
+                        Ok(n) => n,
+                        // A device that cannot splice: the header is out, so deliver its bytes
+                        // by reading, and read from now on.
+                        Err(e) if zerocopy::unsupported(&e) => {
+                            zero_copy = None;
+                            let cap = want.min(buf.len() as u64) as usize;
+                            let got = read_full(&job.source, &mut buf[..cap], file_at)?;
+                            if (got as u64) < want {
+                                return Err(DtpError::Connection(format!("source ended at offset {file_at}")));
+                            }
+                            timed(job.idle, conn.write_all(&buf[..got])).await?;
+                            got as u64
+                        }
+                        Err(e) => return Err(DtpError::Connection(e.to_string())),
+                    };
                     if n < want {
-                        return Err(DtpError::Connection(format!(
-                            "file shrank while sending at offset {file_at}"
-                        )));
+                        return Err(DtpError::Connection(format!("file shrank while sending at offset {file_at}")));
                     }
                     n
                 }
@@ -221,7 +241,7 @@ pub(crate) async fn send_stream(
 ) -> Result<(), DtpError> {
     let mut buf = job.pool.take();
     let mut pieces = Vec::with_capacity(2);
-    let zero_copy = if ascii_mode {
+    let mut zero_copy = if ascii_mode {
         None
     } else {
         job.source.zero_copy_fd()
@@ -232,12 +252,19 @@ pub(crate) async fn send_stream(
         for &(wire, len) in &pieces {
             let file_at = wire + job.file_offset;
             if let (Some(fd), Some(sock)) = (zero_copy, conn.zero_copy_socket()) {
-                let n = timed(job.idle, zerocopy::sendfile_all(sock, fd, file_at, len)).await?;
-                job.counters[0].fetch_add(n, Ordering::Relaxed);
-                if n < len {
-                    break 'outer;
+                match tokio::time::timeout(job.idle, zerocopy::sendfile_all(sock, fd, file_at, len)).await {
+                    Ok(Ok(n)) => {
+                        job.counters[0].fetch_add(n, Ordering::Relaxed);
+                        if n < len {
+                            break 'outer;
+                        }
+                        continue;
+                    }
+                    // Nothing was sent: fall back to reading for the rest of the transfer.
+                    Ok(Err(e)) if zerocopy::unsupported(&e) => zero_copy = None,
+                    Ok(Err(e)) => return Err(DtpError::Connection(e.to_string())),
+                    Err(_) => return Err(DtpError::IdleTimeout(job.idle.as_secs())),
                 }
-                continue;
             }
             let mut got = 0u64;
             while got < len {

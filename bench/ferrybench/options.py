@@ -1,0 +1,90 @@
+"""Command-line options, and the smaller defaults that --quick selects."""
+
+import argparse
+import os
+from dataclasses import dataclass
+
+from .servers import SERVER_KINDS
+from .units import parse_size
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@dataclass
+class Options:
+    """Everything a run was asked to do, after --quick defaults are applied."""
+
+    scenarios: list[str]
+    servers: list[str]
+    quick: bool
+    runs: int
+    size: int
+    disk_size: int
+    streams: list[int]
+    idle_sessions: list[int]
+    globus_idle_max: int
+    iperf_seconds: int
+    dir: str
+    ferry: str
+    results: str
+    clean: bool
+
+
+def _int_list(text: str) -> list[int]:
+    return [int(x.replace("_", "")) for x in text.split(",") if x.strip()]
+
+
+def _name_list(choices):
+    def parse(text: str) -> list[str]:
+        names = [x.strip() for x in text.split(",") if x.strip()]
+        bad = [n for n in names if n not in choices]
+        if bad:
+            raise argparse.ArgumentTypeError(f"unknown {', '.join(bad)}; choose from {', '.join(choices)}")
+        return names
+
+    return parse
+
+
+def parse_options(argv, scenario_names) -> Options:
+    """Parses argv; explicit flags win over the --quick defaults."""
+    p = argparse.ArgumentParser(
+        prog="python3 bench/run.py",
+        description="Benchmarks ferry against globus-gridftp-server and the iperf3 loopback limit. "
+        "Build first (cargo build --release), and run nothing else meanwhile.",
+    )
+    p.add_argument("--quick", action="store_true", help="small sizes and 1 run: checks the runner, measures nothing")
+    p.add_argument("--scenarios", type=_name_list(scenario_names), default=list(scenario_names),
+                   help=f"comma-separated, from {','.join(scenario_names)} (default: all)")
+    p.add_argument("--servers", type=_name_list(SERVER_KINDS), default=list(SERVER_KINDS),
+                   help="comma-separated, from ferry,globus (default: both)")
+    p.add_argument("--runs", type=int, help="timed runs per configuration and server (default 5; quick 1)")
+    p.add_argument("--size", type=parse_size, help="memory-to-memory length (default 4G; quick 256M)")
+    p.add_argument("--disk-size", type=parse_size, help="disk-to-disk file size (default 2G; quick 64M)")
+    p.add_argument("--streams", type=_int_list, default=[1, 2, 4, 8], help="parallel stream counts (default 1,2,4,8)")
+    p.add_argument("--idle-sessions", type=_int_list, help="idle session counts (default 1000,10000; quick 200)")
+    p.add_argument("--globus-idle-max", type=int, default=1000,
+                   help="most idle Globus sessions to open: each is a process of ~1.4 MB (default 1000)")
+    p.add_argument("--iperf-seconds", type=int, help="iperf3 -t (default 5; quick 2)")
+    p.add_argument("--dir", default="/tmp/ferry-bench", help="bench directory for the disk file and scratch (default /tmp/ferry-bench)")
+    p.add_argument("--ferry", default=os.path.join(REPO_ROOT, "target", "release", "ferry"), help="ferry binary (default target/release/ferry)")
+    p.add_argument("--results", default=os.path.join(REPO_ROOT, "bench", "results"), help="where reports go (default bench/results)")
+    p.add_argument("--clean", action="store_true", help="also delete the disk source file on exit (it is kept for reuse by default)")
+    a = p.parse_args(argv)
+    q = a.quick
+    order = [n for n in scenario_names if n in a.scenarios]
+    return Options(
+        scenarios=order,
+        servers=[k for k in SERVER_KINDS if k in a.servers],
+        quick=q,
+        runs=a.runs if a.runs is not None else (1 if q else 5),
+        size=a.size if a.size is not None else parse_size("256M" if q else "4G"),
+        disk_size=a.disk_size if a.disk_size is not None else parse_size("64M" if q else "2G"),
+        streams=a.streams,
+        idle_sessions=a.idle_sessions if a.idle_sessions is not None else ([200] if q else [1000, 10000]),
+        globus_idle_max=a.globus_idle_max,
+        iperf_seconds=a.iperf_seconds if a.iperf_seconds is not None else (2 if q else 5),
+        dir=os.path.abspath(a.dir),
+        ferry=os.path.abspath(a.ferry),
+        results=os.path.abspath(a.results),
+        clean=a.clean,
+    )
