@@ -7,6 +7,15 @@ use crate::opts::Opts;
 use crate::ranges::RangeSet;
 use crate::site::SiteCommand;
 
+pub(crate) mod args;
+mod format;
+pub(crate) use format::timestamp as format_timestamp_arg;
+mod parse;
+#[cfg(test)]
+mod round_trip;
+#[cfg(test)]
+mod tests;
+
 /// Longest command line accepted, CRLF included (bytes).
 pub const MAX_COMMAND_LINE: usize = 8192;
 
@@ -209,6 +218,10 @@ pub enum Command {
     Mlst(Option<String>),
     /// `MLSD [path]`.
     Mlsd(Option<String>),
+    /// `MLSR [path]`: recursive MLSD (Globus).
+    Mlsr(Option<String>),
+    /// `MLSC [path]`: directory listing on the control channel (Globus).
+    Mlsc(Option<String>),
     /// `SIZE path`.
     Size(String),
     /// `MDTM path`.
@@ -252,6 +265,13 @@ pub enum Command {
         length: Option<u64>,
         /// File path.
         path: String,
+    },
+    /// `SCKS alg value`: expected checksum of the next STOR (Globus).
+    Scks {
+        /// Algorithm name, upper-cased.
+        algorithm: String,
+        /// Expected checksum as sent (hex).
+        value: String,
     },
     /// `DCAU N|A|S subject`.
     Dcau(Dcau),
@@ -300,6 +320,13 @@ pub enum CommandError {
         /// What is unsupported.
         reason: String,
     },
+    /// `EPRT`/`SPOR` with a network protocol other than 1 or 2: 522, as Globus answers
+    /// `522 Network protocol not supported, use (1,2).`
+    #[error("{verb}: network protocol not supported, use (1,2)")]
+    UnsupportedNetworkProtocol {
+        /// Upper-cased verb.
+        verb: String,
+    },
 }
 
 impl CommandError {
@@ -310,27 +337,50 @@ impl CommandError {
             CommandError::Unknown(_) => 500,
             CommandError::BadArguments { .. } => 501,
             CommandError::Unsupported { .. } => 504,
+            CommandError::UnsupportedNetworkProtocol { .. } => 522,
         }
     }
 }
 
 impl Command {
     /// Parses one command line (with or without the trailing CRLF).
+    ///
+    /// As Globus does, the verb (letters only) is upper-cased, arguments are separated by runs
+    /// of spaces, and the last argument a command takes is the rest of the line, spaces (also
+    /// trailing ones) included: `RETR my file ` names `my file `.
     pub fn parse(line: &[u8]) -> Result<Command, CommandError> {
-        let _ = line;
-        todo!()
+        parse::parse_line(line)
+    }
+
+    /// [`Command::parse`] for a line already in a string.
+    pub fn parse_str(line: &str) -> Result<Command, CommandError> {
+        parse::parse_line(line.as_bytes())
     }
 
     /// The upper-cased verb (`SITE` for site commands).
     pub fn verb(&self) -> &'static str {
-        todo!()
+        format::verb(self)
+    }
+}
+
+impl std::str::FromStr for Command {
+    type Err = CommandError;
+
+    fn from_str(line: &str) -> Result<Command, CommandError> {
+        Command::parse_str(line)
     }
 }
 
 impl fmt::Display for Command {
     /// The wire form without CRLF; `Command::parse` of it gives back an equal value.
+    ///
+    /// That holds for every value `parse` can produce, as long as the canonical line stays
+    /// within [`MAX_COMMAND_LINE`] (it can be a few bytes longer than the line it was parsed
+    /// from: `OPTS MLST a` is written `OPTS MLST a;`, `SITE RBUFSZ` as `SITE RETRBUFSIZE`).
+    /// Values `parse` cannot produce (an argument with a control character or leading space, a
+    /// `LIST` path starting with `-`, an empty required argument, `OPTS CKSM` without markers,
+    /// a time outside years 0-9999) are written as well as they can be.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let _ = f;
-        todo!()
+        format::write_command(self, f)
     }
 }

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+mod civil;
 pub mod command;
 pub mod hostport;
 pub mod line;
@@ -17,5 +18,7 @@ pub mod site;
 
 pub use command::{Command, CommandError};
 pub use hostport::HostPort;
+pub use line::{LineEvent, LineFramer};
+pub use markers::{PerfMarker, RestartMarker};
 pub use ranges::RangeSet;
 pub use reply::{Reply, ReplyParser};

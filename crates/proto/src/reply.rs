@@ -2,6 +2,12 @@
 
 use std::fmt;
 
+mod parser;
+#[cfg(test)]
+mod tests;
+
+pub use parser::ReplyParser;
+
 /// Longest reply line a parser accepts (bytes, CRLF included).
 pub const MAX_REPLY_LINE: usize = 8192;
 /// Most lines one multi-line reply may have before the parser gives up.
@@ -42,7 +48,10 @@ pub enum ReplyError {
 impl Reply {
     /// A single-line reply.
     pub fn new(code: u16, text: impl Into<String>) -> Reply {
-        Reply { code, lines: vec![text.into()] }
+        Reply {
+            code,
+            lines: vec![text.into()],
+        }
     }
 
     /// A multi-line reply from its lines (first line is the `NNN-` line, last the `NNN ` line).
@@ -52,13 +61,36 @@ impl Reply {
 
     /// The wire bytes, CRLF after every line.
     pub fn to_bytes(&self) -> Vec<u8> {
-        todo!()
+        let mut out = Vec::with_capacity(self.lines.iter().map(|l| l.len() + 6).sum());
+        self.write_to(&mut out);
+        out
     }
 
     /// Appends the wire bytes to `out`.
+    ///
+    /// A CR or LF inside a line's text is written as a space, so no text can end the reply
+    /// early or smuggle in another one. A reply with no lines is written as `NNN ` alone.
     pub fn write_to(&self, out: &mut Vec<u8>) {
-        let _ = out;
-        todo!()
+        let code = format!("{:03}", self.code);
+        let last = self.lines.len().saturating_sub(1);
+        if self.lines.is_empty() {
+            out.extend_from_slice(code.as_bytes());
+            out.extend_from_slice(b" \r\n");
+        }
+        for (i, line) in self.lines.iter().enumerate() {
+            if i == last {
+                out.extend_from_slice(code.as_bytes());
+                out.push(b' ');
+            } else if i == 0 || !line.starts_with(' ') {
+                out.extend_from_slice(code.as_bytes());
+                out.push(b'-');
+            }
+            out.extend(
+                line.bytes()
+                    .map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+            );
+            out.extend_from_slice(b"\r\n");
+        }
     }
 
     /// 1xx.
@@ -87,35 +119,6 @@ impl Reply {
 impl fmt::Display for Reply {
     /// The wire form with CRLF line ends.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let _ = f;
-        todo!()
-    }
-}
-
-/// Incremental reply parser: feed bytes as they arrive, take complete replies out.
-///
-/// Accepts LF or CRLF line ends. A multi-line reply starts with `NNN-` and ends at the first
-/// line that starts with the same `NNN ` (RFC 959); lines in between are kept verbatim.
-#[derive(Debug, Default)]
-pub struct ReplyParser {
-    buf: Vec<u8>,
-    pending: Option<Reply>,
-}
-
-impl ReplyParser {
-    /// A parser with nothing buffered.
-    pub fn new() -> ReplyParser {
-        ReplyParser::default()
-    }
-
-    /// Appends received bytes.
-    pub fn feed(&mut self, bytes: &[u8]) {
-        let _ = bytes;
-        todo!()
-    }
-
-    /// The next complete reply, `Ok(None)` if more bytes are needed.
-    pub fn next_reply(&mut self) -> Result<Option<Reply>, ReplyError> {
-        todo!()
+        f.write_str(&String::from_utf8_lossy(&self.to_bytes()))
     }
 }

@@ -7,4 +7,4 @@ mod tally;
 
 pub use decoder::{BlockDecoder, DecodeError, DecoderEvent};
 pub use header::{BlockHeader, Descriptor, HEADER_LEN};
-pub use tally::{ConnectionTally, TransferTally};
+pub use tally::{ConnectionTally, TallyConflict, TransferTally};

@@ -5,6 +5,9 @@
 
 use crate::ranges::RangeSet;
 
+#[cfg(test)]
+mod tests;
+
 /// What one connection has received during one transfer.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConnectionTally {
@@ -21,14 +24,16 @@ pub struct ConnectionTally {
 impl ConnectionTally {
     /// Records a data block written at `[offset, offset + len)`.
     pub fn record_data(&mut self, offset: u64, len: u64) {
-        let _ = (offset, len);
-        todo!()
+        self.ranges.insert(offset, offset.saturating_add(len));
+        self.bytes = self.bytes.saturating_add(len);
     }
 
     /// Records an EOD (and, if the header had EOF, the announced count).
     pub fn record_eod(&mut self, eof_count: Option<u64>) {
-        let _ = eof_count;
-        todo!()
+        self.eods += 1;
+        if eof_count.is_some() {
+            self.eof_count = eof_count;
+        }
     }
 
     /// Takes the ranges recorded since the last call (for incremental restart markers).
@@ -62,18 +67,31 @@ pub struct TallyConflict {
 
 impl TransferTally {
     /// Merges one connection's tally.
+    ///
+    /// Counts add up, so merge each tally once (or merge deltas, e.g. after
+    /// [`ConnectionTally::take_ranges`]). On a conflict nothing is merged.
     pub fn merge(&mut self, conn: &ConnectionTally) -> Result<(), TallyConflict> {
-        let _ = conn;
-        todo!()
+        if let (Some(first), Some(second)) = (self.expected_eods, conn.eof_count) {
+            if first != second {
+                return Err(TallyConflict { first, second });
+            }
+        }
+        self.ranges.merge(&conn.ranges);
+        self.bytes = self.bytes.saturating_add(conn.bytes);
+        self.eods = self.eods.saturating_add(conn.eods);
+        if conn.eof_count.is_some() {
+            self.expected_eods = conn.eof_count;
+        }
+        Ok(())
     }
 
     /// Whether EOF has been reached: an EOF block was seen and as many EODs as it announced.
     pub fn is_complete(&self) -> bool {
-        todo!()
+        self.expected_eods.is_some_and(|n| self.eods >= n)
     }
 
     /// Whether more EODs arrived than announced (a protocol error).
     pub fn is_overrun(&self) -> bool {
-        todo!()
+        self.expected_eods.is_some_and(|n| self.eods > n)
     }
 }

@@ -1,0 +1,216 @@
+use proptest::prelude::*;
+
+use super::*;
+
+fn parse_all(bytes: &[u8]) -> Result<Vec<Reply>, ReplyError> {
+    let mut parser = ReplyParser::new();
+    parser.feed(bytes);
+    let mut out = Vec::new();
+    while let Some(reply) = parser.next_reply()? {
+        out.push(reply);
+    }
+    Ok(out)
+}
+
+fn lines(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn single_line_reply_is_code_space_text_crlf() {
+    assert_eq!(
+        Reply::new(226, "Transfer Complete.").to_bytes(),
+        b"226 Transfer Complete.\r\n"
+    );
+    assert_eq!(Reply::new(200, "").to_bytes(), b"200 \r\n");
+}
+
+#[test]
+fn multi_line_reply_prefixes_lines_without_a_leading_space() {
+    let reply = Reply::multi(
+        211,
+        lines(&["Extensions supported", " MDTM", "SIZE", "End."]),
+    );
+    assert_eq!(
+        reply.to_string(),
+        "211-Extensions supported\r\n MDTM\r\n211-SIZE\r\n211 End.\r\n"
+    );
+}
+
+#[test]
+fn first_line_is_always_prefixed_even_with_a_leading_space() {
+    let reply = Reply::multi(250, lines(&[" odd", "End."]));
+    assert_eq!(reply.to_bytes(), b"250- odd\r\n250 End.\r\n");
+    assert_eq!(parse_all(&reply.to_bytes()), Ok(vec![reply]));
+}
+
+#[test]
+fn line_ends_inside_text_cannot_inject_replies() {
+    let reply = Reply::new(550, "bad\r\n230 User logged in.");
+    assert_eq!(reply.to_bytes(), b"550 bad  230 User logged in.\r\n");
+}
+
+#[test]
+fn parser_reads_globus_spas_and_feat_replies() {
+    let wire =
+        b"229-Entering Striped Passive Mode.\r\n 127,0,0,1,4,1\r\n 127,0,0,1,4,2\r\n229 End\r\n\
+                 211-Extensions supported\r\n PARALLEL\r\n211 End.\r\n";
+    let replies = parse_all(wire).expect("valid");
+    assert_eq!(replies.len(), 2);
+    assert_eq!(replies[0].code, 229);
+    assert_eq!(
+        replies[0].lines,
+        lines(&[
+            "Entering Striped Passive Mode.",
+            " 127,0,0,1,4,1",
+            " 127,0,0,1,4,2",
+            "End"
+        ])
+    );
+    assert_eq!(
+        replies[1].lines,
+        lines(&["Extensions supported", " PARALLEL", "End."])
+    );
+}
+
+#[test]
+fn parser_accepts_bare_lf_and_bare_code() {
+    assert_eq!(
+        parse_all(b"200 OK\n226\n"),
+        Ok(vec![Reply::new(200, "OK"), Reply::new(226, "")])
+    );
+}
+
+#[test]
+fn multi_line_ends_only_at_the_same_code_and_space() {
+    let wire = b"250-start\r\n226 not the end\r\n250-inner\r\n250x\r\n250 End.\r\n";
+    let replies = parse_all(wire).expect("valid");
+    assert_eq!(
+        replies,
+        vec![Reply::multi(
+            250,
+            lines(&["start", "226 not the end", "inner", "250x", "End."])
+        )]
+    );
+}
+
+#[test]
+fn parser_waits_for_the_rest_of_a_reply() {
+    let mut parser = ReplyParser::new();
+    parser.feed(b"211-a\r\n 1\r\n21");
+    assert_eq!(parser.next_reply(), Ok(None));
+    parser.feed(b"1 End.\r");
+    assert_eq!(parser.next_reply(), Ok(None));
+    parser.feed(b"\n");
+    assert_eq!(
+        parser.next_reply(),
+        Ok(Some(Reply::multi(211, lines(&["a", " 1", "End."]))))
+    );
+    assert_eq!(parser.next_reply(), Ok(None));
+}
+
+#[test]
+fn malformed_first_lines_are_refused() {
+    for bad in [
+        &b"hello\r\n"[..],
+        b"22 x\r\n",
+        b"2a0 x\r\n",
+        b"200x\r\n",
+        b"\r\n",
+    ] {
+        assert_eq!(parse_all(bad), Err(ReplyError::Malformed), "{bad:?}");
+    }
+    assert_eq!(parse_all(b"200 \xff\r\n"), Err(ReplyError::NotText));
+}
+
+#[test]
+fn over_long_line_is_refused_and_skipped() {
+    let mut parser = ReplyParser::new();
+    parser.feed(b"200 ");
+    parser.feed(&vec![b'x'; MAX_REPLY_LINE]);
+    assert_eq!(parser.next_reply(), Err(ReplyError::LineTooLong));
+    parser.feed(&vec![b'x'; 3 * MAX_REPLY_LINE]);
+    assert_eq!(parser.next_reply(), Ok(None));
+    parser.feed(b"still the long line\r\n226 Next.\r\n");
+    assert_eq!(parser.next_reply(), Ok(Some(Reply::new(226, "Next."))));
+}
+
+#[test]
+fn over_long_terminated_line_is_refused() {
+    let mut long = b"200 ".to_vec();
+    long.extend(vec![b'y'; MAX_REPLY_LINE]);
+    long.extend_from_slice(b"\r\n226 ok\r\n");
+    let mut parser = ReplyParser::new();
+    parser.feed(&long);
+    assert_eq!(parser.next_reply(), Err(ReplyError::LineTooLong));
+    assert_eq!(parser.next_reply(), Ok(Some(Reply::new(226, "ok"))));
+}
+
+#[test]
+fn too_many_lines_are_refused() {
+    let mut parser = ReplyParser::new();
+    parser.feed(b"250-start\r\n");
+    let mut result = Ok(None);
+    for _ in 0..MAX_REPLY_LINES {
+        parser.feed(b" x\r\n");
+        result = parser.next_reply();
+        if result.is_err() {
+            break;
+        }
+    }
+    assert_eq!(result, Err(ReplyError::TooManyLines));
+}
+
+#[test]
+fn reply_classes() {
+    assert!(Reply::new(150, "").is_preliminary());
+    assert!(Reply::new(226, "").is_success());
+    assert!(Reply::new(350, "").is_intermediate());
+    assert!(Reply::new(530, "").is_error());
+    assert_eq!(Reply::multi(211, lines(&["a", "b"])).text(), "a\nb");
+}
+
+fn reply() -> impl Strategy<Value = Reply> {
+    let line = "[ -~é]{0,30}";
+    (100u16..=599, proptest::collection::vec(line, 1..6))
+        .prop_map(|(code, lines)| Reply { code, lines })
+}
+
+proptest! {
+    #[test]
+    fn replies_round_trip_through_random_splits(
+        replies in proptest::collection::vec(reply(), 1..5),
+        cuts in proptest::collection::vec(any::<proptest::sample::Index>(), 0..8),
+    ) {
+        let mut wire = Vec::new();
+        for r in &replies {
+            r.write_to(&mut wire);
+        }
+        let mut cuts: Vec<usize> = cuts.iter().map(|i| i.index(wire.len() + 1)).collect();
+        cuts.sort_unstable();
+        let mut parser = ReplyParser::new();
+        let mut got = Vec::new();
+        let mut prev = 0;
+        for cut in cuts.into_iter().chain([wire.len()]) {
+            parser.feed(&wire[prev..cut]);
+            prev = cut;
+            while let Some(r) = parser.next_reply().expect("valid wire") {
+                got.push(r);
+            }
+        }
+        prop_assert_eq!(got, replies);
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(chunks in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 0..8)) {
+        let mut parser = ReplyParser::new();
+        for chunk in chunks {
+            parser.feed(&chunk);
+            for _ in 0..64 {
+                if parser.next_reply() == Ok(None) {
+                    break;
+                }
+            }
+        }
+    }
+}
