@@ -64,7 +64,7 @@ pub(crate) async fn receive_mode_e(
     for conn in cached {
         used += 1;
         let job = Arc::clone(&job);
-        set.spawn(async move { read_blocks(conn, &job).await });
+        set.spawn(async move { read_blocks(conn, &job, true).await });
     }
     let mut tally = TransferTally::default();
     let mut keep = Vec::new();
@@ -74,7 +74,7 @@ pub(crate) async fn receive_mode_e(
                 let conn = accepted?;
                 used += 1;
                 let job = Arc::clone(&job);
-                set.spawn(async move { read_blocks(conn, &job).await });
+                set.spawn(async move { read_blocks(conn, &job, false).await });
             }
             joined = set.join_next(), if !set.is_empty() => {
                 let Some(joined) = joined else { continue };
@@ -105,6 +105,7 @@ async fn accept(listener: Option<&DataListener>, idle: Duration) -> Result<DataC
 async fn read_blocks(
     mut conn: DataConn,
     job: &RecvJob,
+    reused: bool,
 ) -> Result<(Option<DataConn>, ConnectionTally), DtpError> {
     let mut buf = job.pool.take();
     let mut decoder = BlockDecoder::new(MAX_BLOCK);
@@ -113,6 +114,7 @@ async fn read_blocks(
         list.push(Arc::clone(&mine));
     }
     let mut tally = ConnectionTally::default();
+    let mut first = true;
     loop {
         let mut hb = [0u8; HEADER_LEN];
         match tokio::time::timeout(job.idle, conn.read_exact(&mut hb)).await {
@@ -126,6 +128,13 @@ async fn read_blocks(
             Err(_) => return Err(DtpError::IdleTimeout(job.idle.as_secs())),
         }
         let header = BlockHeader::decode(&hb);
+        if reused && first && header.descriptor.has(Descriptor::CLOSE) && header.payload_len() == 0
+        {
+            // A sender with fewer streams than cached connections retires the surplus with a
+            // CLOSE header before using the rest; such a connection is not in its EOD count.
+            return Ok((None, ConnectionTally::default()));
+        }
+        first = false;
         decoder
             .check_header(&header)
             .map_err(|e| DtpError::Protocol(e.to_string()))?;

@@ -132,7 +132,10 @@ async fn send_stream_blocks(
 ) -> Result<DataConn, DtpError> {
     let mut buf = job.pool.take();
     let mut pieces = Vec::with_capacity(2);
-    let mut zero_copy = job.source.zero_copy_fd().filter(|_| job.block_fits(buf.len()));
+    let mut zero_copy = job
+        .source
+        .zero_copy_fd()
+        .filter(|_| job.block_fits(buf.len()));
     while job.claimer.claim(&mut pieces) {
         for &(wire, len) in &pieces {
             let file_at = wire + job.file_offset;
@@ -157,7 +160,9 @@ async fn send_stream_blocks(
                             let cap = want.min(buf.len() as u64) as usize;
                             let got = read_full(&job.source, &mut buf[..cap], file_at)?;
                             if (got as u64) < want {
-                                return Err(DtpError::Connection(format!("source ended at offset {file_at}")));
+                                return Err(DtpError::Connection(format!(
+                                    "source ended at offset {file_at}"
+                                )));
                             }
                             timed(job.idle, conn.write_all(&buf[..got])).await?;
                             got as u64
@@ -165,7 +170,9 @@ async fn send_stream_blocks(
                         Err(e) => return Err(DtpError::Connection(e.to_string())),
                     };
                     if n < want {
-                        return Err(DtpError::Connection(format!("file shrank while sending at offset {file_at}")));
+                        return Err(DtpError::Connection(format!(
+                            "file shrank while sending at offset {file_at}"
+                        )));
                     }
                     n
                 }
@@ -252,7 +259,9 @@ pub(crate) async fn send_stream(
         for &(wire, len) in &pieces {
             let file_at = wire + job.file_offset;
             if let (Some(fd), Some(sock)) = (zero_copy, conn.zero_copy_socket()) {
-                match tokio::time::timeout(job.idle, zerocopy::sendfile_all(sock, fd, file_at, len)).await {
+                match tokio::time::timeout(job.idle, zerocopy::sendfile_all(sock, fd, file_at, len))
+                    .await
+                {
                     Ok(Ok(n)) => {
                         job.counters[0].fetch_add(n, Ordering::Relaxed);
                         if n < len {

@@ -78,5 +78,8 @@ pub(crate) async fn sendfile_all(
 
 /// Whether a `sendfile` error means "this descriptor cannot be spliced" rather than a failure.
 pub(crate) fn unsupported(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS | libc::ESPIPE | libc::EOPNOTSUPP))
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINVAL | libc::ENOSYS | libc::ESPIPE | libc::EOPNOTSUPP)
+    )
 }

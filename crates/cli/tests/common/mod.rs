@@ -1,0 +1,57 @@
+//! Harness for interoperability tests that drive the real `globus-url-copy` against a GridFTP
+//! server under test (ferry, or globus-gridftp-server as the reference).
+//!
+//! `FERRY_INTEROP_SERVER=globus|ferry` (default `ferry`) picks the server; see [`ServerKind`].
+
+// Each test binary uses its own subset of the harness.
+#![allow(dead_code)]
+
+pub mod files;
+pub mod guc;
+pub mod sandbox;
+pub mod server;
+
+pub use files::{adler32, make_dir, random_bytes, write_file, write_marked_pattern_file};
+pub use guc::{run_guc, spawn_guc};
+pub use sandbox::{file_dir_url, file_url, Sandbox};
+pub use server::{ServerKind, ServerUnderTest};
+
+use std::path::{Path, PathBuf};
+
+/// Printed, and the test passes, when the client is missing; CI installs it.
+pub const GUC_MISSING: &str =
+    "skipping: globus-url-copy not installed (apt-get install globus-gass-copy-progs)";
+
+/// Why the interop suite cannot run on this machine, if it cannot.
+pub fn missing_tools() -> Option<String> {
+    if guc::globus_url_copy_path().is_none() {
+        return Some(GUC_MISSING.to_owned());
+    }
+    ServerKind::from_env().missing()
+}
+
+/// Returns from the calling test (which then passes) when a needed tool is not installed.
+macro_rules! require_interop_tools {
+    () => {
+        if let Some(reason) = $crate::common::missing_tools() {
+            eprintln!("{reason}");
+            return;
+        }
+    };
+}
+
+/// First executable called `name` on `PATH` or in the given fallback directories.
+pub fn find_executable(name: &str, fallback_dirs: &[&str]) -> Option<PathBuf> {
+    let path_var = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path_var)
+        .chain(fallback_dirs.iter().map(PathBuf::from))
+        .map(|dir| dir.join(name))
+        .find(|candidate| is_executable(candidate))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata()
+        .map(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
