@@ -22,6 +22,37 @@ pub(crate) struct DemoArgs {
     /// Keep the temporary directory.
     #[arg(long)]
     keep: bool,
+    /// Where to make the temporary directory. [default: /dev/shm when it has room for three
+    /// copies, so the figures measure ferry rather than the disk; else the system temp dir]
+    #[arg(long, value_name = "DIR")]
+    dir: Option<std::path::PathBuf>,
+}
+
+/// Picks the parent of the demo's temporary directory.
+fn demo_parent(args: &DemoArgs) -> std::path::PathBuf {
+    if let Some(d) = &args.dir {
+        return d.clone();
+    }
+    let shm = std::path::Path::new("/dev/shm");
+    match free_bytes(shm) {
+        Some(free) if free / 3 > args.size.saturating_add(64 << 20) => shm.to_path_buf(),
+        _ => std::env::temp_dir(),
+    }
+}
+
+fn free_bytes(path: &Path) -> Option<u64> {
+    let out = std::process::Command::new("df")
+        .arg("--output=avail")
+        .arg("-B1")
+        .arg(path)
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .nth(1)?
+        .trim()
+        .parse()
+        .ok()
 }
 
 pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
@@ -41,7 +72,11 @@ pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
 
 pub(crate) fn run(args: DemoArgs) -> anyhow::Result<()> {
     super::serve::init_logging(Some("warn"));
-    let dir = tempfile::Builder::new().prefix("ferry-demo.").tempdir()?;
+    let parent = demo_parent(&args);
+    let dir = tempfile::Builder::new()
+        .prefix("ferry-demo.")
+        .tempdir_in(&parent)
+        .with_context(|| format!("cannot make a directory in {}", parent.display()))?;
     let served = dir.path().join("served");
     std::fs::create_dir(&served)?;
     let original = dir.path().join("original.bin");

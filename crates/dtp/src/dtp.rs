@@ -73,6 +73,11 @@ impl Dtp {
         if result.is_err() {
             self.channel.forget_cache();
         }
+        if desc.mode == TransferMode::Stream {
+            // A stream-mode data channel serves one transfer (as in Globus): the next needs a
+            // new PASV or PORT, and an idle session keeps no listener open.
+            self.channel.forget();
+        }
         let (bytes, streams) = result?;
         Ok(TransferOutcome {
             bytes,

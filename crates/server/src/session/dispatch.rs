@@ -74,8 +74,24 @@ impl Session {
             }
             Command::Stru(Structure::File) => self.reply(200, "STRU F ok.").await,
             Command::Stru(_) => self.reply(504, "Only STRU F is supported.").await,
+            Command::Pasv
+            | Command::Port(_)
+            | Command::Eprt(_)
+            | Command::Spas(_)
+            | Command::Spor(_)
+                if self.epsv_all =>
+            {
+                self.reply(
+                    501,
+                    "EPSV ALL was sent: only EPSV may set up data connections.",
+                )
+                .await
+            }
             Command::Pasv => self.cmd_passive(PassiveKind::Pasv).await,
-            Command::Epsv(Some(EpsvArg::All)) => self.reply(200, "EPSV ALL ok.").await,
+            Command::Epsv(Some(EpsvArg::All)) => {
+                self.epsv_all = true;
+                self.reply(200, "EPSV ALL ok.").await
+            }
             Command::Epsv(Some(EpsvArg::Protocol(p))) if p != 1 && p != 2 => {
                 self.reply(522, "Network protocol not supported, use (1,2).")
                     .await

@@ -70,7 +70,7 @@ impl Session {
                     return denied(&vp);
                 }
                 blocking(&storage, move |s| s.set_mtime(&vp, mtime)).await?;
-                Reply::new(213, format!("Modify={}; {path}", format_mdtm(mtime)))
+                Reply::new(250, "OK.")
             }
             Command::Mlst(p) => {
                 let shown = p.clone().unwrap_or_else(|| self.cwd.to_string());

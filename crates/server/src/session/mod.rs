@@ -7,6 +7,7 @@ mod fileops;
 mod text;
 mod transfer;
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use ferry_proto::command::{
 use ferry_proto::line::{LineEvent, LineFramer};
 use ferry_proto::Reply;
 use ferry_storage::{Storage, VirtualPath};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
@@ -50,10 +51,24 @@ pub(crate) struct ControlReader {
 }
 
 impl ControlReader {
-    /// Reads more bytes into the framer; false at end of stream.
+    /// Reads more bytes into the framer; false at end of stream. Cancel-safe.
+    ///
+    /// Reads with `readable` + `try_read` rather than `AsyncRead`: tokio's `read` takes a short
+    /// read as proof the socket is drained and waits for the next edge, but Linux also stops a
+    /// read at the urgent mark. A client that sends Telnet Synch as urgent data before `ABOR`
+    /// (as the Globus control library does) would leave `ABOR` unread until it sent more,
+    /// which it never does while it waits for the abort's reply. `try_read` only forgets
+    /// readiness on `WouldBlock`.
     pub(crate) async fn fill(&mut self) -> std::io::Result<bool> {
         let mut buf = [0u8; 2048];
-        let n = self.rd.read(&mut buf).await?;
+        let n = loop {
+            self.rd.readable().await?;
+            match self.rd.try_read(&mut buf) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
+        };
         if n == 0 {
             self.eof = true;
             return Ok(false);
@@ -97,6 +112,8 @@ pub(crate) struct Session {
     pub(crate) net_stack: StackSpec,
     pub(crate) mlst_facts: Vec<String>,
     pub(crate) quit: bool,
+    /// `EPSV ALL` was sent: other data-connection setup commands are refused (RFC 2428).
+    pub(crate) epsv_all: bool,
 }
 
 /// Runs one control connection to its end.
@@ -137,6 +154,7 @@ pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, ctx: Arc<ServerCont
         net_stack: StackSpec::default(),
         mlst_facts: Vec::new(),
         quit: false,
+        epsv_all: false,
     };
     let banner = match &s.ctx.config.banner {
         Some(b) => b.clone(),
@@ -145,28 +163,28 @@ pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, ctx: Arc<ServerCont
     if s.send(&Reply::new(220, banner)).await.is_err() {
         return;
     }
+    // The login timeout counts from the connection, not from the last byte: a client that
+    // trickles bytes (or NOOPs) without logging in must not hold its connection forever.
+    let login_deadline = tokio::time::Instant::now()
+        + Duration::from_secs(s.ctx.config.control_preauth_timeout.max(1));
     let mut bad_lines = 0u32;
     while !s.quit {
         let event = match reader.next_buffered() {
             Some(ev) => ev,
             None => {
                 reader.framer.shrink();
-                let timeout = if s.login.is_some() {
-                    s.ctx.config.control_idle_timeout
+                let (deadline, why) = if s.login.is_some() {
+                    let idle = Duration::from_secs(s.ctx.config.control_idle_timeout.max(1));
+                    (tokio::time::Instant::now() + idle, "Idle timeout")
                 } else {
-                    s.ctx.config.control_preauth_timeout
+                    (login_deadline, "Login timeout")
                 };
-                match tokio::time::timeout(Duration::from_secs(timeout.max(1)), reader.fill()).await
-                {
+                match tokio::time::timeout_at(deadline, reader.fill()).await {
                     Ok(Ok(true)) => continue,
                     Ok(Ok(false)) | Ok(Err(_)) => break,
                     Err(_) => {
-                        let _ = s
-                            .send(&Reply::new(
-                                421,
-                                "Idle timeout; closing control connection.",
-                            ))
-                            .await;
+                        let text = format!("{why}; closing control connection.");
+                        let _ = s.send(&Reply::new(421, text)).await;
                         break;
                     }
                 }
@@ -178,7 +196,7 @@ pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, ctx: Arc<ServerCont
                 s.send(&Reply::new(500, "Command line too long.")).await
             }
             LineEvent::Line(line) => {
-                let (result, good) = s.handle_line(&line, &mut reader).await;
+                let (result, good) = s.handle_line(&strip_telnet(&line), &mut reader).await;
                 bad_lines = if good { 0 } else { bad_lines + 1 };
                 result
             }
@@ -227,6 +245,38 @@ impl Session {
     }
 }
 
+/// Removes Telnet commands (RFC 854) from a control line. RFC 959 has clients send Telnet IP
+/// and Synch before ABOR, and the Globus control library does: `IAC IP` in band, then
+/// `IAC DM` as urgent data, so the DM byte is taken out of band and its IAC arrives alone in
+/// front of `ABOR`. `IAC IAC` stays a literal 0xFF; `IAC WILL|WONT|DO|DONT <option>` and
+/// `IAC <command>` are dropped, and so is an IAC followed by anything else.
+pub(crate) fn strip_telnet(line: &[u8]) -> Cow<'_, [u8]> {
+    const IAC: u8 = 0xff;
+    if !line.contains(&IAC) {
+        return Cow::Borrowed(line);
+    }
+    let mut out = Vec::with_capacity(line.len());
+    let mut i = 0;
+    while i < line.len() {
+        if line[i] != IAC {
+            out.push(line[i]);
+            i += 1;
+            continue;
+        }
+        i += match line.get(i + 1) {
+            Some(&IAC) => {
+                out.push(IAC);
+                2
+            }
+            // WILL, WONT, DO, DONT carry an option byte.
+            Some(251..=254) => 3,
+            Some(240..=250) => 2,
+            _ => 1,
+        };
+    }
+    Cow::Owned(out)
+}
+
 /// Queues a line read while a transfer runs; false if the queue is full.
 pub(crate) fn queue_line(reader: &mut ControlReader, ev: LineEvent) -> bool {
     if reader.pending.len() >= MAX_PENDING {
@@ -234,4 +284,23 @@ pub(crate) fn queue_line(reader: &mut ControlReader, ev: LineEvent) -> bool {
     }
     reader.pending.push_back(ev);
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::strip_telnet;
+
+    #[test]
+    fn telnet_commands_are_removed_from_control_lines() {
+        // What the Globus client sends for ABOR once the Synch's DM byte went out of band.
+        assert_eq!(&*strip_telnet(b"\xff\xf4\xffABOR"), b"ABOR");
+        assert_eq!(&*strip_telnet(b"\xff\xf4\xff\xf2ABOR"), b"ABOR");
+        assert_eq!(&*strip_telnet(b"\xff\xfb\x01NOOP"), b"NOOP");
+        assert_eq!(&*strip_telnet(b"RETR a\xff\xffb"), b"RETR a\xffb");
+        assert_eq!(&*strip_telnet(b"NOOP\xff"), b"NOOP");
+        assert!(matches!(
+            strip_telnet(b"NOOP"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+    }
 }

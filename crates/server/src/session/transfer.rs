@@ -47,12 +47,6 @@ impl Session {
         };
         let read_only = login.read_only;
         let storage = std::sync::Arc::clone(&login.storage);
-        let channel = self.channel.clone().ok_or_else(|| {
-            Reply::new(
-                425,
-                "Can't open data connection: send PASV, EPSV, SPAS, PORT, EPRT or SPOR first.",
-            )
-        })?;
         let restart = match &self.restart {
             None => RangeSet::new(),
             Some(Restart::Stream(0)) => RangeSet::new(),
@@ -203,6 +197,12 @@ impl Session {
                 ))
             }
         };
+        let channel = self.channel.clone().ok_or_else(|| {
+            Reply::new(
+                425,
+                "Can't open data connection: send PASV, EPSV, SPAS, PORT, EPRT or SPOR first.",
+            )
+        })?;
         let path: VirtualPath = self.resolve(&path).map_err(storage_err)?;
         let is_listing = matches!(source, TransferSource::Listing { .. });
         let markers = match direction {
@@ -338,7 +338,7 @@ impl Session {
                         }
                         while let Some(ev) = reader.framer.next_event() {
                             if let LineEvent::Line(l) = &ev {
-                                match Command::parse(l) {
+                                match Command::parse(&super::strip_telnet(l)) {
                                     Ok(Command::Abor) => aborted = true,
                                     Ok(Command::Stat(None)) => {
                                         let r = Reply::new(213, "Status: transfer in progress.");

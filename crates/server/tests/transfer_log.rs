@@ -1,0 +1,81 @@
+//! The transfer log: one JSON line per transfer.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+fn log_lines(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .expect("transfer log exists")
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("JSON line {l:?}: {e}")))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_transfer_appends_one_json_line_with_user_command_path_bytes_streams_and_result() {
+    let log_dir = tempfile::tempdir().unwrap();
+    let log = log_dir.path().join("transfers.jsonl");
+    let log_cfg = log.clone();
+    let srv = TestServer::start_with(move |c| c.log_transfer = Some(log_cfg)).await;
+    let data = random_bytes(300_000, 101);
+    let mut c = srv.login().await;
+
+    client_put(&mut c, &data, "up.bin", 2).await.expect("put");
+    let (got, _) = client_get(&mut c, "up.bin", 4).await;
+    assert!(got == data);
+    // A stream-mode listing and a transfer that fails in the DTP.
+    expect(&mut c, "MODE S", 200).await;
+    let addr = pasv(&mut c).await;
+    let mut conn = data_connect(addr).await;
+    start_transfer(&mut c, "NLST").await;
+    read_all(&mut conn).await;
+    expect_final(&mut c, 226).await;
+    pasv(&mut c).await;
+    start_transfer(&mut c, "RETR missing.bin").await;
+    expect_final(&mut c, 550).await;
+
+    let mut anon = srv.login_anonymous().await;
+    client_get(&mut anon, "up.bin", 1).await;
+
+    let lines = log_lines(&log);
+    assert_eq!(lines.len(), 5, "one line per transfer: {lines:#?}");
+    let n = data.len() as u64;
+    let expect_line = |i: usize, user: &str, command: &str, path: &str, bytes: Option<u64>| {
+        let l = &lines[i];
+        assert_eq!(l["user"], user, "{l}");
+        assert_eq!(l["command"], command, "{l}");
+        assert_eq!(l["path"], path, "{l}");
+        if let Some(b) = bytes {
+            assert_eq!(l["bytes"], b, "{l}");
+        }
+        assert!(l["streams"].is_u64(), "{l}");
+        assert!(l["result"].is_string(), "{l}");
+        l
+    };
+    let put = expect_line(0, USER, "STOR", "/up.bin", Some(n));
+    assert_eq!(put["streams"], 2, "{put}");
+    assert_eq!(put["result"], "ok");
+    assert_eq!(put["mode"], "E");
+    let get = expect_line(1, USER, "RETR", "/up.bin", Some(n));
+    assert_eq!(get["streams"], 4, "{get}");
+    assert_eq!(get["result"], "ok");
+    let list = expect_line(2, USER, "NLST", "/", None);
+    assert_eq!(list["result"], "ok");
+    assert_eq!(list["mode"], "S");
+    let failed = expect_line(3, USER, "RETR", "/missing.bin", Some(0));
+    assert_ne!(failed["result"], "ok", "{failed}");
+    let anon_get = expect_line(4, "anonymous", "RETR", "/up.bin", Some(n));
+    assert_eq!(anon_get["streams"], 1);
+    for l in &lines {
+        assert!(l["time"].as_f64().is_some_and(|t| t > 0.0), "{l}");
+        assert!(l["duration_s"].as_f64().is_some(), "{l}");
+        assert!(
+            l["peer"]
+                .as_str()
+                .is_some_and(|p| p.starts_with("127.0.0.1:")),
+            "{l}"
+        );
+    }
+}
