@@ -1,7 +1,11 @@
 //! `ferry`: the GridFTP server and tools. This binary only parses arguments and presents
 //! results; the work lives in the library crates.
 
+mod copy;
 mod demo;
+mod exit;
+mod present;
+mod remote;
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -18,25 +22,32 @@ struct Cli {
 enum Cmd {
     /// Run the GridFTP server.
     Serve(serve::ServeArgs),
+    /// Copy files and directories between local paths and GridFTP servers (two-party or third-party).
+    Copy(copy::CopyArgs),
     /// Add or change a user in a password file (argon2id hashes).
     Passwd(serve::PasswdArgs),
     /// Start a server on a temporary directory, copy a generated file through it with parallel
     /// streams both ways, verify checksums and print the throughput.
     Demo(demo::DemoArgs),
+    #[command(flatten)]
+    Remote(remote::RemoteCmd),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Cmd::Serve(a) => serve::run(a),
-        Cmd::Passwd(a) => serve::passwd(a),
-        Cmd::Demo(a) => demo::run(a),
-    };
-    match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+    let done = |r: anyhow::Result<()>| match r {
+        Ok(()) => exit::OK,
         Err(e) => {
             eprintln!("ferry: {e:#}");
-            std::process::ExitCode::from(1)
+            1
         }
-    }
+    };
+    let code = match cli.command {
+        Cmd::Serve(a) => done(serve::run(a)),
+        Cmd::Passwd(a) => done(serve::passwd(a)),
+        Cmd::Demo(a) => done(demo::run(a)),
+        Cmd::Copy(a) => copy::run(a),
+        Cmd::Remote(r) => remote::run(r),
+    };
+    std::process::ExitCode::from(code)
 }

@@ -1,4 +1,4 @@
-//! Client errors.
+//! Client errors, each in a class that the command line turns into an exit code.
 
 use ferry_proto::Reply;
 
@@ -32,4 +32,70 @@ pub enum ClientError {
     /// A reply that should carry an address did not.
     #[error("cannot read data address from reply: {0}")]
     Address(String),
+    /// Login refused or not authorised.
+    #[error("{0}")]
+    Auth(String),
+    /// Host unreachable or connection lost.
+    #[error("{0}")]
+    Network(String),
+    /// Checksums differ.
+    #[error("{0}")]
+    Verification(String),
+    /// A request this client cannot carry out.
+    #[error("{0}")]
+    Unsupported(String),
+    /// Bad arguments.
+    #[error("{0}")]
+    Usage(String),
+    /// A URL that does not parse.
+    #[error(transparent)]
+    Url(#[from] crate::url::UrlError),
+}
+
+/// Broad classes of failure, for exit codes and for deciding whether to retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// Bad arguments.
+    Usage,
+    /// Login refused or permission denied.
+    Auth,
+    /// No such file or directory.
+    NotFound,
+    /// Connection refused, lost or timed out: worth a retry.
+    Network,
+    /// Checksums differ.
+    Verification,
+    /// Anything else.
+    Other,
+}
+
+impl ClientError {
+    /// The class of this error.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            ClientError::Usage(_) | ClientError::Url(_) => ErrorClass::Usage,
+            ClientError::Auth(_) => ErrorClass::Auth,
+            ClientError::Verification(_) => ErrorClass::Verification,
+            ClientError::Io(_)
+            | ClientError::Closed
+            | ClientError::Network(_)
+            | ClientError::Address(_) => ErrorClass::Network,
+            ClientError::Dtp(e) => match e.reply_code() {
+                425 | 426 => ErrorClass::Network,
+                _ => ErrorClass::Other,
+            },
+            ClientError::Storage(ferry_storage::StorageError::NotFound(_)) => ErrorClass::NotFound,
+            ClientError::Storage(ferry_storage::StorageError::PermissionDenied(_)) => {
+                ErrorClass::Auth
+            }
+            ClientError::Refused { reply, .. } => match reply.code {
+                530 | 532 | 533 | 534 | 535 => ErrorClass::Auth,
+                550 if reply.text().to_ascii_lowercase().contains("permission") => ErrorClass::Auth,
+                550 => ErrorClass::NotFound,
+                421 | 425 | 426 | 451 => ErrorClass::Network,
+                _ => ErrorClass::Other,
+            },
+            _ => ErrorClass::Other,
+        }
+    }
 }

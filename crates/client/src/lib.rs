@@ -1,12 +1,30 @@
-//! The GridFTP client: a control-channel client and two-party transfers that run the same DTP
-//! as the server. (`ferry copy` and the transfer planner build on this.)
+//! The GridFTP client: control sessions, two-party and third-party transfers that run the same
+//! DTP as the server, remote file management, and the copy planner behind `ferry copy`.
 #![deny(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
 mod control;
+mod copy;
+mod drive;
 mod error;
+mod oneshot;
+mod ops;
+mod plan;
+mod request;
+mod session;
+mod sessions;
 mod transfer;
+pub mod url;
 
 pub use control::ControlClient;
-pub use error::ClientError;
-pub use transfer::{get, put, TransferOptions};
+pub use copy::{copy, CopyEvent, CopyOptions, CopySummary, EventSink, SyncLevel};
+pub use drive::Progress;
+pub use error::{ClientError, ErrorClass};
+pub use oneshot::{get, put, TransferOptions};
+pub use ops::{parse_mlsx_line, EntryKind, RemoteEntry};
+pub use plan::{display, plan, Job, Plan};
+pub use request::FileRequest;
+pub use session::RemoteSession;
+pub use sessions::Sessions;
+pub use transfer::third_party;
+pub use url::{Location, RemoteUrl};

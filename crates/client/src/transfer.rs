@@ -1,173 +1,167 @@
-//! Two-party transfers: the client's end runs the same DTP as the server.
+//! Two-party transfers of one file on a session: the client's end runs the same DTP as the
+//! server, and the data channel is kept for the next file.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::path::Path;
 
-use ferry_dtp::{
-    BufferPool, ChannelSetup, Direction, Dtp, DtpEvent, MarkerIntervals, Section, StripeInfo,
-    TransferDescription, TransferOutcome, TransferSource,
-};
-use ferry_net::{SocketTuning, StackSpec};
-use ferry_proto::command::TransferMode;
-use ferry_proto::hostport::HostPort;
-use ferry_proto::RangeSet;
-use ferry_storage::{PosixStorage, Storage, VirtualPath};
-use tokio::sync::mpsc;
+use ferry_dtp::{ChannelSetup, Direction, TransferOutcome};
 
-use crate::{ClientError, ControlClient};
+use crate::drive::{drive, Progress};
+use crate::request::FileRequest;
+use crate::session::{DataSetup, RemoteSession};
+use crate::ClientError;
 
-/// How to move one file.
-#[derive(Debug, Clone)]
-pub struct TransferOptions {
-    /// Parallel data connections (MODE E).
-    pub parallelism: u32,
-    /// MODE E block size in bytes.
-    pub block_size: u32,
-    /// Socket buffers.
-    pub tuning: SocketTuning,
-}
+impl RemoteSession {
+    /// Downloads `remote` into `local` (MODE E; the client listens, the server connects).
+    pub async fn get(
+        &mut self,
+        remote: &str,
+        local: &Path,
+        req: &FileRequest,
+        on_progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<TransferOutcome, ClientError> {
+        self.binary_extended().await?;
+        self.sender_parallelism(req.parallelism.max(1)).await?;
+        self.buffers(req.tcp_buffer, true).await?;
+        self.listen_for_server(req.tuning()).await?;
+        let desc = req.local_description(Direction::Receive, local, ChannelSetup::Passive)?;
+        let result = self
+            .start_and_drive(
+                req.rest_command(),
+                req.retrieve_command(remote),
+                Some(desc),
+                on_progress,
+            )
+            .await;
+        if result.is_err() {
+            self.reset_data();
+        }
+        result
+    }
 
-impl Default for TransferOptions {
-    fn default() -> Self {
-        TransferOptions {
-            parallelism: 4,
-            block_size: 1 << 20,
-            tuning: SocketTuning::default(),
+    /// Uploads `local` to `remote` (MODE E; the server listens, the client connects).
+    pub async fn put(
+        &mut self,
+        local: &Path,
+        remote: &str,
+        req: &FileRequest,
+        on_progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<TransferOutcome, ClientError> {
+        self.binary_extended().await?;
+        self.buffers(req.tcp_buffer, false).await?;
+        let addr = self.server_listen().await?;
+        let desc =
+            req.local_description(Direction::Send, local, ChannelSetup::Active(vec![addr]))?;
+        let result = self
+            .start_and_drive(
+                req.rest_command(),
+                req.store_command(remote),
+                Some(desc),
+                on_progress,
+            )
+            .await;
+        if result.is_err() {
+            self.reset_data();
+        }
+        result
+    }
+
+    /// Sends REST (if any) and the transfer command, checks the preliminary reply, then drives
+    /// the transfer to its final reply.
+    async fn start_and_drive(
+        &mut self,
+        rest: Option<String>,
+        command: String,
+        desc: Option<ferry_dtp::TransferDescription>,
+        on_progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<TransferOutcome, ClientError> {
+        if let Some(rest) = rest {
+            self.expect_ok(&rest).await?;
+        }
+        let first = self.command(&command).await?;
+        if !first.is_preliminary() {
+            return Err(ClientError::Refused {
+                command,
+                reply: first,
+            });
+        }
+        match &desc {
+            Some(d) => drive(&mut self.ctl, Some((&mut self.dtp, d)), on_progress).await,
+            None => drive(&mut self.ctl, None, on_progress).await,
         }
     }
 }
 
-fn local_dtp(block: u32) -> Result<Dtp, ClientError> {
-    let storage: Arc<dyn Storage> = Arc::new(PosixStorage::open(std::path::Path::new("/"), false)?);
-    Ok(Dtp::new(
-        storage,
-        BufferPool::new(block as usize, 16),
-        false,
-    ))
-}
-
-fn local_path(p: &std::path::Path) -> Result<VirtualPath, ClientError> {
-    let abs = std::path::absolute(p)?;
-    Ok(VirtualPath::resolve(
-        &VirtualPath::root(),
-        &abs.to_string_lossy(),
-    )?)
-}
-
-fn description(
-    direction: Direction,
-    path: VirtualPath,
-    opts: &TransferOptions,
-    channel: ChannelSetup,
-) -> TransferDescription {
-    TransferDescription {
-        id: 0,
-        direction,
-        source: TransferSource::File,
-        path,
-        mode: TransferMode::Extended,
-        ascii: false,
-        section: Section {
-            file_offset: 0,
-            length: None,
-        },
-        restart: RangeSet::new(),
-        truncate: true,
-        create_new: false,
-        parallelism: opts.parallelism,
-        block_size: opts.block_size,
-        tuning: opts.tuning,
-        channel,
-        stack: StackSpec::default(),
-        markers: MarkerIntervals::default(),
-        stripe: StripeInfo::default(),
-        idle_timeout_ms: 600_000,
+/// Third-party transfer of one file: `src` sends straight to `dst`; no data passes through the
+/// client. Both servers keep the data channel for the next file between the same pair.
+pub async fn third_party(
+    src: &mut RemoteSession,
+    src_path: &str,
+    dst: &mut RemoteSession,
+    dst_path: &str,
+    req: &FileRequest,
+    on_progress: &mut (dyn FnMut(Progress) + Send),
+) -> Result<TransferOutcome, ClientError> {
+    src.binary_extended().await?;
+    dst.binary_extended().await?;
+    src.sender_parallelism(req.parallelism.max(1)).await?;
+    src.buffers(req.tcp_buffer, true).await?;
+    dst.buffers(req.tcp_buffer, false).await?;
+    let result = third_party_inner(src, src_path, dst, dst_path, req, on_progress).await;
+    if result.is_err() {
+        src.reset_data();
+        dst.reset_data();
     }
+    result
 }
 
-async fn setup(ctl: &mut ControlClient) -> Result<(), ClientError> {
-    ctl.expect_ok("TYPE I").await?;
-    ctl.expect_ok("MODE E").await?;
-    Ok(())
-}
-
-/// Uploads `local` to `remote` in MODE E with parallel streams (the server listens).
-pub async fn put(
-    ctl: &mut ControlClient,
-    local: &std::path::Path,
-    remote: &str,
-    opts: &TransferOptions,
+async fn third_party_inner(
+    src: &mut RemoteSession,
+    src_path: &str,
+    dst: &mut RemoteSession,
+    dst_path: &str,
+    req: &FileRequest,
+    on_progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<TransferOutcome, ClientError> {
-    setup(ctl).await?;
-    let r = ctl.expect_ok("PASV").await?;
-    let addr = HostPort::from_pasv_reply(&r.text())
-        .map_err(|e| ClientError::Address(e.to_string()))?
-        .0;
-    let mut dtp = local_dtp(opts.block_size)?;
-    let desc = description(
-        Direction::Send,
-        local_path(local)?,
-        opts,
-        ChannelSetup::Active(vec![addr]),
-    );
-    ctl.expect_ok(&format!("STOR {remote}")).await?;
-    let (tx, _rx) = mpsc::channel::<DtpEvent>(16);
-    let outcome = dtp.run(&desc, &tx).await;
-    finish(ctl, outcome).await
-}
-
-/// Downloads `remote` to `local` in MODE E with parallel streams (the client listens).
-pub async fn get(
-    ctl: &mut ControlClient,
-    remote: &str,
-    local: &std::path::Path,
-    opts: &TransferOptions,
-) -> Result<TransferOutcome, ClientError> {
-    setup(ctl).await?;
-    let mut dtp = local_dtp(opts.block_size)?;
-    let ip = ctl.local_addr()?.ip();
-    let addr: SocketAddr = dtp
-        .channel()
-        .open_passive(ip, None, opts.tuning)
-        .map_err(ferry_dtp::DtpError::Connect)?;
-    let hp = HostPort(addr);
-    let cmd = match hp.to_port_form() {
-        Some(p) => format!("PORT {p}"),
-        None => format!("EPRT {}", hp.to_eprt_form()),
-    };
-    ctl.expect_ok(&cmd).await?;
-    let n = opts.parallelism.max(1);
-    ctl.expect_ok(&format!("OPTS RETR Parallelism={n},{n},{n};"))
-        .await?;
-    let desc = description(
-        Direction::Receive,
-        local_path(local)?,
-        opts,
-        ChannelSetup::Passive,
-    );
-    ctl.expect_ok(&format!("RETR {remote}")).await?;
-    let (tx, _rx) = mpsc::channel::<DtpEvent>(16);
-    let outcome = dtp.run(&desc, &tx).await;
-    finish(ctl, outcome).await
-}
-
-/// Reads the server's final reply (skipping markers) and combines it with the local outcome.
-async fn finish(
-    ctl: &mut ControlClient,
-    outcome: Result<TransferOutcome, ferry_dtp::DtpError>,
-) -> Result<TransferOutcome, ClientError> {
-    let reply = loop {
-        let r = ctl.read_reply().await?;
-        if r.code != 111 && r.code != 112 && !r.is_preliminary() {
-            break r;
-        }
-    };
-    let outcome = outcome?;
-    if reply.code != 226 {
+    let reuse =
+        matches!((&src.data, &dst.data), (DataSetup::ToPeer(a), DataSetup::FromPeer(b)) if a == b);
+    if !reuse {
+        let addr = dst.server_listen().await?;
+        let hp = ferry_proto::HostPort(addr);
+        let cmd = match hp.to_port_form() {
+            Some(p) => format!("PORT {p}"),
+            None => format!("EPRT {}", hp.to_eprt_form()),
+        };
+        src.expect_ok(&cmd).await?;
+        src.data = DataSetup::ToPeer(vec![addr]);
+        dst.data = DataSetup::FromPeer(vec![addr]);
+    }
+    if let Some(rest) = req.rest_command() {
+        dst.expect_ok(&rest).await?;
+        src.expect_ok(&rest).await?;
+    }
+    let store = req.store_command(dst_path);
+    let r = dst.command(&store).await?;
+    if !r.is_preliminary() {
         return Err(ClientError::Refused {
-            command: "transfer".into(),
-            reply,
+            command: store,
+            reply: r,
         });
     }
-    Ok(outcome)
+    let retrieve = req.retrieve_command(src_path);
+    let r = src.command(&retrieve).await?;
+    if !r.is_preliminary() {
+        // The destination is waiting for data that will not come: abort it.
+        let _ = dst.command("ABOR").await;
+        return Err(ClientError::Refused {
+            command: retrieve,
+            reply: r,
+        });
+    }
+    let mut ignore = |_p: Progress| {};
+    let (s, d) = tokio::join!(
+        drive(&mut src.ctl, None, &mut ignore),
+        drive(&mut dst.ctl, None, on_progress)
+    );
+    s?;
+    d
 }

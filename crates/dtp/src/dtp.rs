@@ -8,7 +8,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use ferry_net::{connect, DataConn};
 use ferry_proto::command::TransferMode;
 use ferry_proto::RangeSet;
-use ferry_storage::{Storage, WriteOptions};
+use ferry_storage::{FileHandle, Storage, WriteOptions};
+
+use crate::memory::MemoryFile;
 use tokio::sync::mpsc;
 
 use crate::channel::DataChannel;
@@ -57,6 +59,29 @@ impl Dtp {
         desc: &TransferDescription,
         events: &mpsc::Sender<DtpEvent>,
     ) -> Result<TransferOutcome, DtpError> {
+        self.run_into(desc, events, None).await
+    }
+
+    /// Receives a transfer into memory instead of storage (listings fetched by a client), up
+    /// to `limit` bytes; `desc.path` is ignored.
+    pub async fn receive_to_memory(
+        &mut self,
+        desc: &TransferDescription,
+        events: &mpsc::Sender<DtpEvent>,
+        limit: usize,
+    ) -> Result<(TransferOutcome, Vec<u8>), DtpError> {
+        let mem = Arc::new(MemoryFile::new(limit));
+        let handle: Arc<dyn FileHandle> = Arc::clone(&mem) as Arc<dyn FileHandle>;
+        let outcome = self.run_into(desc, events, Some(handle)).await?;
+        Ok((outcome, mem.take()))
+    }
+
+    async fn run_into(
+        &mut self,
+        desc: &TransferDescription,
+        events: &mpsc::Sender<DtpEvent>,
+        sink: Option<Arc<dyn FileHandle>>,
+    ) -> Result<TransferOutcome, DtpError> {
         let started = Instant::now();
         let idle = Duration::from_millis(desc.idle_timeout_ms.max(1));
         if desc.ascii && desc.mode == TransferMode::Extended && desc.source == TransferSource::File
@@ -68,7 +93,7 @@ impl Dtp {
         let reused = self.will_reuse(desc);
         let result = match desc.direction {
             Direction::Send => self.run_send(desc, idle, events).await,
-            Direction::Receive => self.run_receive(desc, idle, events).await,
+            Direction::Receive => self.run_receive(desc, idle, events, sink).await,
         };
         if result.is_err() {
             self.channel.forget_cache();
@@ -193,13 +218,19 @@ impl Dtp {
         desc: &TransferDescription,
         idle: Duration,
         events: &mpsc::Sender<DtpEvent>,
+        sink: Option<Arc<dyn FileHandle>>,
     ) -> Result<(u64, u32), DtpError> {
-        let opts = WriteOptions {
-            create: true,
-            truncate: desc.truncate && desc.restart.is_empty(),
-            create_new: desc.create_new,
+        let file = match sink {
+            Some(f) => f,
+            None => {
+                let opts = WriteOptions {
+                    create: true,
+                    truncate: desc.truncate && desc.restart.is_empty(),
+                    create_new: desc.create_new,
+                };
+                self.storage.open_write(&desc.path, opts)?
+            }
         };
-        let file = self.storage.open_write(&desc.path, opts)?;
         let job = Arc::new(RecvJob {
             file,
             file_offset: desc.section.file_offset,

@@ -13,6 +13,7 @@ mod dtp;
 mod error;
 mod events;
 mod listing;
+mod memory;
 mod pool;
 mod receive;
 mod send;

@@ -1,0 +1,217 @@
+//! `ferry copy`: URL copy with defaults that need no tuning.
+
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use ferry_client::{CopyOptions, FileRequest, Location, SyncLevel};
+use ferry_storage::ChecksumAlgorithm;
+
+use crate::demo::parse_size;
+use crate::exit;
+use crate::present::{self, Output};
+
+/// `ferry copy` flags.
+#[derive(Debug, Args)]
+pub(crate) struct CopyArgs {
+    /// Sources then the destination: ftp://[user[:pass]@]host[:port]/path, file:///path or a
+    /// local path. A trailing / names a directory.
+    #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
+    paths: Vec<String>,
+    /// Parallel data streams per file. [default: 1 below 16 MiB, else 4 (8 on paths with RTT > 20 ms)]
+    #[arg(short = 'p', long = "parallel", value_name = "N")]
+    parallel: Option<u32>,
+    /// TCP buffer size for data connections (e.g. 8M). [default: the kernel's autotuning]
+    #[arg(long = "tcp-bs", value_name = "SIZE", value_parser = parse_size)]
+    tcp_bs: Option<u64>,
+    /// MODE E block size (e.g. 1M). [default: 1M]
+    #[arg(long = "block-size", value_name = "SIZE", value_parser = parse_size)]
+    block_size: Option<u64>,
+    /// Copy from this offset (partial transfer; written at the same offset).
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    offset: Option<u64>,
+    /// Copy this many bytes (partial transfer; with /dev/zero as source, memory-to-memory runs).
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    length: Option<u64>,
+    /// Copy directories recursively.
+    #[arg(short = 'r', long)]
+    recursive: bool,
+    /// Create missing destination directories.
+    #[arg(long = "create-dirs")]
+    create_dirs: bool,
+    /// Files in flight at once. [default: 4]
+    #[arg(long, value_name = "N")]
+    concurrency: Option<usize>,
+    /// Retries per file after a network failure, resuming from restart markers. [default: 3]
+    #[arg(long, value_name = "N")]
+    retries: Option<u32>,
+    /// Compare checksums of source and destination after each file.
+    #[arg(long = "verify-checksum")]
+    verify_checksum: bool,
+    /// Checksum algorithm: MD5, ADLER32, CRC32C, SHA1, SHA256, SHA512. [default: MD5]
+    #[arg(long = "checksum-alg", value_name = "ALG")]
+    checksum_alg: Option<String>,
+    /// Skip files already at the destination: exists, size (the default when given alone) or checksum.
+    #[arg(long, value_name = "LEVEL", num_args = 0..=1, default_missing_value = "size")]
+    sync: Option<String>,
+    /// Print one JSON object per event on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Print each file and its figures.
+    #[arg(short = 'v', long)]
+    verbose: bool,
+    /// Print nothing but errors.
+    #[arg(short = 'q', long)]
+    quiet: bool,
+}
+
+/// A copy request, resolved from any spelling of the flags.
+#[derive(Debug, Clone)]
+pub(crate) struct CopyJob {
+    pub(crate) sources: Vec<Location>,
+    pub(crate) dest: Location,
+    pub(crate) recursive: bool,
+    pub(crate) options: CopyOptions,
+    pub(crate) output: Output,
+}
+
+fn bytes_u32(v: Option<u64>, what: &str) -> Result<Option<u32>, String> {
+    v.map(|n| u32::try_from(n).map_err(|_| format!("{what} must be below 4 GiB")))
+        .transpose()
+}
+
+pub(crate) fn algorithm(name: Option<&str>) -> Result<ChecksumAlgorithm, String> {
+    let name = name.unwrap_or("MD5");
+    ChecksumAlgorithm::from_name(name).ok_or_else(|| {
+        format!("unknown checksum algorithm '{name}' (MD5, ADLER32, CRC32C, SHA1, SHA256, SHA512)")
+    })
+}
+
+impl CopyArgs {
+    pub(crate) fn resolve(self) -> Result<CopyJob, String> {
+        let mut locs = self
+            .paths
+            .iter()
+            .map(|p| Location::parse(p).map_err(|e| e.to_string()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let dest = locs.pop().ok_or("need a source and a destination")?;
+        let sync = match self.sync.as_deref() {
+            None => SyncLevel::Off,
+            Some("exists") => SyncLevel::Exists,
+            Some("size") => SyncLevel::Size,
+            Some("checksum") => SyncLevel::Checksum,
+            Some(other) => {
+                return Err(format!(
+                    "--sync takes exists, size or checksum, not '{other}'"
+                ))
+            }
+        };
+        let verify =
+            if self.verify_checksum || self.checksum_alg.is_some() && sync == SyncLevel::Checksum {
+                Some(algorithm(self.checksum_alg.as_deref())?)
+            } else {
+                None
+            };
+        let defaults = CopyOptions::default();
+        let options = CopyOptions {
+            request: FileRequest {
+                parallelism: self.parallel.unwrap_or(0),
+                block_size: bytes_u32(self.block_size, "--block-size")?
+                    .unwrap_or(defaults.request.block_size)
+                    .max(4096),
+                tcp_buffer: bytes_u32(self.tcp_bs, "--tcp-bs")?,
+                offset: self.offset.unwrap_or(0),
+                length: self.length,
+                ..defaults.request.clone()
+            },
+            create_dirs: self.create_dirs,
+            concurrency: self.concurrency.unwrap_or(defaults.concurrency),
+            retries: self.retries.unwrap_or(defaults.retries),
+            verify,
+            sync,
+            ..defaults
+        };
+        let output = if self.json {
+            Output::Json
+        } else if self.quiet {
+            Output::Quiet
+        } else {
+            Output::Human {
+                verbose: self.verbose,
+            }
+        };
+        Ok(CopyJob {
+            sources: locs,
+            dest,
+            recursive: self.recursive,
+            options,
+            output,
+        })
+    }
+}
+
+/// Runs a resolved copy and returns the exit code.
+pub(crate) fn run_job(job: CopyJob) -> u8 {
+    crate::serve::init_logging(Some("warn"));
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ferry: cannot start runtime: {e}");
+            return 1;
+        }
+    };
+    let started = Instant::now();
+    let sink = present::sink(job.output);
+    let result = rt.block_on(ferry_client::copy(
+        &job.sources,
+        &job.dest,
+        job.recursive,
+        &job.options,
+        sink,
+    ));
+    let elapsed = started.elapsed();
+    match result {
+        Ok(s) => {
+            if job.output != Output::Json && job.output != Output::Quiet {
+                summary(s.done, s.failed, s.bytes, elapsed);
+            }
+            match s.first_failure {
+                Some(class) => exit::code(class),
+                None => exit::OK,
+            }
+        }
+        Err(e) => {
+            eprintln!("ferry: {e}");
+            if let Some(h) = exit::hint(&e) {
+                eprintln!("  hint: {h}");
+            }
+            exit::code(e.class())
+        }
+    }
+}
+
+fn summary(done: usize, failed: usize, bytes: u64, elapsed: Duration) {
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    let failed = if failed > 0 {
+        format!(", {failed} failed")
+    } else {
+        String::new()
+    };
+    eprintln!(
+        "{done} file{} copied{failed}: {bytes} bytes in {secs:.2} s ({:.1} MB/s)",
+        if done == 1 { "" } else { "s" },
+        bytes as f64 / secs / 1e6
+    );
+}
+
+pub(crate) fn run(args: CopyArgs) -> u8 {
+    match args.resolve() {
+        Ok(job) => run_job(job),
+        Err(e) => {
+            eprintln!("ferry copy: {e}");
+            exit::USAGE
+        }
+    }
+}

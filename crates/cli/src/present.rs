@@ -1,0 +1,145 @@
+//! Presentation of copy events: a progress bar on a terminal, JSON lines with `--json`, quiet
+//! otherwise.
+
+use std::io::{IsTerminal, Write};
+use std::sync::{Arc, Mutex};
+
+use ferry_client::{CopyEvent, EventSink};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// How to show progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Output {
+    /// Progress bar when stderr is a terminal, a summary line at the end.
+    Human { verbose: bool },
+    /// One JSON object per event on stdout.
+    Json,
+    /// Nothing but errors.
+    Quiet,
+}
+
+struct State {
+    bar: Option<ProgressBar>,
+    files: usize,
+    done: usize,
+    base: u64,
+    current: std::collections::HashMap<usize, u64>,
+}
+
+/// An event sink for `output`.
+pub(crate) fn sink(output: Output) -> EventSink {
+    match output {
+        Output::Json => Arc::new(|ev: CopyEvent| {
+            if let Ok(line) = serde_json::to_string(&ev) {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{line}");
+            }
+        }),
+        Output::Quiet => Arc::new(|ev: CopyEvent| {
+            if let CopyEvent::Failed { error, .. } = ev {
+                eprintln!("ferry: {error}");
+            }
+        }),
+        Output::Human { verbose } => {
+            let state = Arc::new(Mutex::new(State {
+                bar: None,
+                files: 0,
+                done: 0,
+                base: 0,
+                current: Default::default(),
+            }));
+            Arc::new(move |ev: CopyEvent| {
+                let Ok(mut s) = state.lock() else { return };
+                human(&mut s, ev, verbose);
+            })
+        }
+    }
+}
+
+fn human(s: &mut State, ev: CopyEvent, verbose: bool) {
+    match ev {
+        CopyEvent::Planned { files, bytes } => {
+            s.files = files;
+            if std::io::stderr().is_terminal() {
+                let bar =
+                    ProgressBar::with_draw_target(Some(bytes.max(1)), ProgressDrawTarget::stderr());
+                bar.set_style(
+                    ProgressStyle::with_template(
+                        "{bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta} {msg}",
+                    )
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+                );
+                s.bar = Some(bar);
+            }
+        }
+        CopyEvent::Started { file, src, dst, .. } => {
+            s.current.insert(file, 0);
+            if let Some(b) = &s.bar {
+                b.set_message(format!("[{}/{}] {src}", s.done + 1, s.files));
+            }
+            if verbose {
+                line(s, format!("{src} -> {dst}"));
+            }
+        }
+        CopyEvent::Bytes { file, bytes } => {
+            s.current.insert(file, bytes);
+            let total = s.base + s.current.values().sum::<u64>();
+            if let Some(b) = &s.bar {
+                b.set_position(total);
+            }
+        }
+        CopyEvent::Retry {
+            attempt,
+            resumed_bytes,
+            error,
+            ..
+        } => {
+            line(
+                s,
+                format!(
+                    "retrying (attempt {attempt}, resuming after {resumed_bytes} bytes): {error}"
+                ),
+            );
+        }
+        CopyEvent::Done {
+            file,
+            bytes,
+            seconds,
+            streams,
+            skipped,
+            checksum,
+        } => {
+            s.current.remove(&file);
+            s.base += bytes;
+            s.done += 1;
+            if let Some(b) = &s.bar {
+                b.set_position(s.base + s.current.values().sum::<u64>());
+            }
+            if verbose {
+                let what = if skipped {
+                    "skipped (up to date)".to_string()
+                } else {
+                    format!(
+                        "{bytes} bytes in {seconds:.2} s ({:.1} MB/s, {streams} streams)",
+                        bytes as f64 / seconds.max(1e-9) / 1e6
+                    )
+                };
+                let sum = checksum
+                    .map(|c| format!(", checksum {c}"))
+                    .unwrap_or_default();
+                line(s, format!("  {what}{sum}"));
+            }
+        }
+        CopyEvent::Failed { error, .. } => {
+            s.done += 1;
+            line(s, format!("ferry: {error}"));
+        }
+    }
+}
+
+fn line(s: &State, text: String) {
+    match &s.bar {
+        Some(b) => b.println(text),
+        None => eprintln!("{text}"),
+    }
+}

@@ -1,0 +1,202 @@
+//! `ferry ls | mkdir | rm | mv | stat | cksum`: remote file management.
+
+use clap::{Args, Subcommand};
+use ferry_client::{ClientError, EntryKind, Location, RemoteEntry, RemoteSession, RemoteUrl};
+
+use crate::exit;
+
+/// Remote file management commands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum RemoteCmd {
+    /// List a directory (or show one file).
+    Ls(UrlArgs),
+    /// Create a directory (-p: with missing parents).
+    Mkdir {
+        #[command(flatten)]
+        url: UrlArgs,
+        /// Create missing parents too; no error if it exists.
+        #[arg(short = 'p', long)]
+        parents: bool,
+    },
+    /// Remove a file, or a directory with -r.
+    Rm {
+        #[command(flatten)]
+        url: UrlArgs,
+        /// Remove directories and their contents.
+        #[arg(short = 'r', long)]
+        recursive: bool,
+    },
+    /// Rename or move within one server.
+    Mv {
+        /// What to move.
+        from: String,
+        /// New path (a path on the same server, or a URL naming it).
+        to: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one entry's facts.
+    Stat(UrlArgs),
+    /// Ask the server for a checksum.
+    Cksum {
+        #[command(flatten)]
+        url: UrlArgs,
+        /// Algorithm: MD5, ADLER32, CRC32C, SHA1, SHA256, SHA512.
+        #[arg(long = "alg", short = 'a', default_value = "MD5")]
+        alg: String,
+        /// First byte.
+        #[arg(long, default_value_t = 0)]
+        offset: u64,
+        /// Bytes (default: to the end).
+        #[arg(long)]
+        length: Option<u64>,
+    },
+}
+
+/// A remote URL and output format.
+#[derive(Debug, Args)]
+pub(crate) struct UrlArgs {
+    /// ftp://[user[:pass]@]host[:port]/path
+    url: String,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn remote(s: &str) -> Result<RemoteUrl, ClientError> {
+    match Location::parse(s)? {
+        Location::Remote(r) => Ok(r),
+        Location::Local(_) => Err(ClientError::Usage(format!(
+            "'{s}' is not a remote URL (ftp://host/path)"
+        ))),
+    }
+}
+
+fn print_entry(e: &RemoteEntry) {
+    let kind = match e.kind {
+        EntryKind::Dir => "d",
+        EntryKind::Link => "l",
+        EntryKind::File => "-",
+        EntryKind::Other => "?",
+    };
+    let size = e.size.map(|s| s.to_string()).unwrap_or_default();
+    let modify = e.modify.as_deref().unwrap_or("");
+    let name = if e.kind == EntryKind::Dir {
+        format!("{}/", e.name)
+    } else {
+        e.name.clone()
+    };
+    println!("{kind} {size:>14} {modify:<14} {name}");
+}
+
+fn json<T: serde::Serialize>(v: &T) {
+    if let Ok(s) = serde_json::to_string(v) {
+        println!("{s}");
+    }
+}
+
+async fn run_async(cmd: RemoteCmd) -> Result<(), ClientError> {
+    match cmd {
+        RemoteCmd::Ls(a) => {
+            let url = remote(&a.url)?;
+            let mut s = RemoteSession::connect(&url).await?;
+            let entry = s.stat(&url.path).await?;
+            let entries = if entry.kind == EntryKind::Dir {
+                s.list(&url.path).await?
+            } else {
+                vec![entry]
+            };
+            if a.json {
+                json(&entries);
+            } else {
+                entries.iter().for_each(print_entry);
+            }
+        }
+        RemoteCmd::Mkdir { url, parents } => {
+            let u = remote(&url.url)?;
+            let mut s = RemoteSession::connect(&u).await?;
+            if parents {
+                s.mkdir_all(&u.path).await?;
+            } else {
+                s.mkdir(&u.path).await?;
+            }
+        }
+        RemoteCmd::Rm { url, recursive } => {
+            let u = remote(&url.url)?;
+            RemoteSession::connect(&u)
+                .await?
+                .remove(&u.path, recursive)
+                .await?;
+        }
+        RemoteCmd::Mv { from, to, .. } => {
+            let f = remote(&from)?;
+            let to_path = match Location::parse(&to)? {
+                Location::Remote(t) if t.same_server(&f) => t.path,
+                Location::Remote(_) => {
+                    return Err(ClientError::Usage(
+                        "mv works within one server; use ferry copy then ferry rm".into(),
+                    ))
+                }
+                Location::Local(p) => p.to_string_lossy().to_string(),
+            };
+            RemoteSession::connect(&f)
+                .await?
+                .rename(&f.path, &to_path)
+                .await?;
+        }
+        RemoteCmd::Stat(a) => {
+            let u = remote(&a.url)?;
+            let e = RemoteSession::connect(&u).await?.stat(&u.path).await?;
+            if a.json {
+                json(&e);
+            } else {
+                print_entry(&e);
+            }
+        }
+        RemoteCmd::Cksum {
+            url,
+            alg,
+            offset,
+            length,
+        } => {
+            let u = remote(&url.url)?;
+            let sum = RemoteSession::connect(&u)
+                .await?
+                .checksum(&u.path, &alg.to_ascii_uppercase(), offset, length)
+                .await?;
+            if url.json {
+                json(
+                    &serde_json::json!({ "url": u.to_string(), "algorithm": alg.to_ascii_uppercase(), "checksum": sum }),
+                );
+            } else {
+                println!("{sum}  {u}");
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn run(cmd: RemoteCmd) -> u8 {
+    crate::serve::init_logging(Some("warn"));
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ferry: {e}");
+            return 1;
+        }
+    };
+    match rt.block_on(run_async(cmd)) {
+        Ok(()) => exit::OK,
+        Err(e) => {
+            eprintln!("ferry: {e}");
+            if let Some(h) = exit::hint(&e) {
+                eprintln!("  hint: {h}");
+            }
+            exit::code(e.class())
+        }
+    }
+}

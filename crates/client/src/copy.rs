@@ -1,0 +1,476 @@
+//! Runs a plan: concurrent workers, each with its own sessions and cached data channels,
+//! restarting interrupted files from their markers, skipping identical ones (`--sync`) and
+//! verifying checksums on request.
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ferry_proto::RangeSet;
+use ferry_storage::{ChecksumAlgorithm, PosixStorage, Storage};
+
+use crate::drive::Progress;
+use crate::plan::{display, local, Job, Plan};
+use crate::request::{local_path, FileRequest};
+use crate::sessions::Sessions;
+use crate::url::Location;
+use crate::{third_party, ClientError, ErrorClass};
+
+/// How `--sync` decides a destination is already up to date.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncLevel {
+    /// Always copy.
+    Off,
+    /// Skip when the destination exists.
+    Exists,
+    /// Skip when the sizes match.
+    Size,
+    /// Skip when the checksums match.
+    Checksum,
+}
+
+/// Everything `ferry copy` can be told.
+#[derive(Debug, Clone)]
+pub struct CopyOptions {
+    /// Per-file settings; `parallelism == 0` means "choose by size".
+    pub request: FileRequest,
+    /// Create missing destination directories.
+    pub create_dirs: bool,
+    /// Files in flight at once (each on its own sessions).
+    pub concurrency: usize,
+    /// Retries per file after a network failure.
+    pub retries: u32,
+    /// First wait between retries (doubles each time).
+    pub retry_wait: Duration,
+    /// Checksum algorithm to verify with after each file.
+    pub verify: Option<ChecksumAlgorithm>,
+    /// Skip rule.
+    pub sync: SyncLevel,
+}
+
+impl Default for CopyOptions {
+    fn default() -> Self {
+        CopyOptions {
+            request: FileRequest {
+                parallelism: 0,
+                ..FileRequest::default()
+            },
+            create_dirs: false,
+            concurrency: 4,
+            retries: 3,
+            retry_wait: Duration::from_secs(1),
+            verify: None,
+            sync: SyncLevel::Off,
+        }
+    }
+}
+
+/// What happens during a copy, for progress bars and `--json`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum CopyEvent {
+    /// The plan is made.
+    Planned {
+        /// Files to copy.
+        files: usize,
+        /// Their bytes, where known.
+        bytes: u64,
+    },
+    /// A file starts.
+    Started {
+        /// Index in the plan.
+        file: usize,
+        /// Source.
+        src: String,
+        /// Destination.
+        dst: String,
+        /// Size, where known.
+        size: Option<u64>,
+    },
+    /// Bytes of a file moved so far.
+    Bytes {
+        /// Index in the plan.
+        file: usize,
+        /// Bytes so far.
+        bytes: u64,
+    },
+    /// A file is being retried.
+    Retry {
+        /// Index in the plan.
+        file: usize,
+        /// Attempt number (2 = first retry).
+        attempt: u32,
+        /// Bytes the destination already holds, which are not sent again.
+        resumed_bytes: u64,
+        /// Why the last attempt failed.
+        error: String,
+    },
+    /// A file is done.
+    Done {
+        /// Index in the plan.
+        file: usize,
+        /// Bytes moved.
+        bytes: u64,
+        /// Seconds it took.
+        seconds: f64,
+        /// Streams used.
+        streams: u32,
+        /// Skipped by `--sync`.
+        skipped: bool,
+        /// The verified checksum, with `--verify-checksum`.
+        checksum: Option<String>,
+    },
+    /// A file failed for good.
+    Failed {
+        /// Index in the plan.
+        file: usize,
+        /// Why.
+        error: String,
+    },
+}
+
+/// The result of a copy.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CopySummary {
+    /// Files copied (or skipped as identical).
+    pub done: usize,
+    /// Files that failed.
+    pub failed: usize,
+    /// Payload bytes moved.
+    pub bytes: u64,
+    /// The first failure's class, for the exit code.
+    pub first_failure: Option<ErrorClass>,
+}
+
+/// Events go to whoever presents them.
+pub type EventSink = Arc<dyn Fn(CopyEvent) + Send + Sync>;
+
+/// Plans and runs a copy of `sources` to `dest`.
+pub async fn copy(
+    sources: &[Location],
+    dest: &Location,
+    recursive: bool,
+    opts: &CopyOptions,
+    events: EventSink,
+) -> Result<CopySummary, ClientError> {
+    let mut planner_sessions = Sessions::new();
+    let plan = crate::plan::plan(sources, dest, recursive, &mut planner_sessions).await?;
+    let bytes = plan.jobs.iter().filter_map(|j| j.size).sum();
+    events(CopyEvent::Planned {
+        files: plan.jobs.len(),
+        bytes,
+    });
+    if recursive || opts.create_dirs {
+        make_dirs(&plan, opts, &mut planner_sessions).await?;
+    }
+    let queue: Arc<Mutex<VecDeque<(usize, Job)>>> =
+        Arc::new(Mutex::new(plan.jobs.into_iter().enumerate().collect()));
+    let workers = opts
+        .concurrency
+        .max(1)
+        .min(queue.lock().map(|q| q.len()).unwrap_or(1).max(1));
+    let summary = Arc::new(Mutex::new(CopySummary::default()));
+    let mut set = tokio::task::JoinSet::new();
+    // The planner's sessions serve the first worker, so a single file needs one login.
+    let mut first = Some(planner_sessions);
+    for _ in 0..workers {
+        let (queue, summary, events, opts) = (
+            Arc::clone(&queue),
+            Arc::clone(&summary),
+            Arc::clone(&events),
+            opts.clone(),
+        );
+        let sessions = first.take().unwrap_or_default();
+        set.spawn(async move { worker(queue, sessions, summary, events, opts).await });
+    }
+    while set.join_next().await.is_some() {}
+    let s = summary.lock().map(|s| s.clone()).unwrap_or_default();
+    Ok(s)
+}
+
+async fn make_dirs(
+    plan: &Plan,
+    opts: &CopyOptions,
+    sessions: &mut Sessions,
+) -> Result<(), ClientError> {
+    let mut parents: Vec<Location> = Vec::new();
+    if opts.create_dirs {
+        for j in &plan.jobs {
+            if let Some(p) = parent(&j.dst) {
+                if !parents.contains(&p) {
+                    parents.push(p);
+                }
+            }
+        }
+    }
+    for d in plan.dirs.iter().chain(parents.iter()) {
+        match d {
+            Location::Local(p) => std::fs::create_dir_all(p)?,
+            Location::Remote(r) => sessions.get(r).await?.mkdir_all(&r.path).await?,
+        }
+    }
+    Ok(())
+}
+
+fn parent(loc: &Location) -> Option<Location> {
+    match loc {
+        Location::Local(p) => p
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map(|p| Location::Local(p.to_path_buf())),
+        Location::Remote(r) => {
+            let t = r.path.trim_end_matches('/');
+            t.rsplit_once('/')
+                .map(|(d, _)| Location::Remote(r.with_path(if d.is_empty() { "/" } else { d })))
+        }
+    }
+}
+
+async fn worker(
+    queue: Arc<Mutex<VecDeque<(usize, Job)>>>,
+    mut sessions: Sessions,
+    summary: Arc<Mutex<CopySummary>>,
+    events: EventSink,
+    opts: CopyOptions,
+) {
+    loop {
+        let next = queue.lock().ok().and_then(|mut q| q.pop_front());
+        let Some((i, job)) = next else { break };
+        events(CopyEvent::Started {
+            file: i,
+            src: display(&job.src),
+            dst: display(&job.dst),
+            size: job.size,
+        });
+        let r = copy_one(i, &job, &mut sessions, &opts, &events).await;
+        let mut s = match summary.lock() {
+            Ok(s) => s,
+            Err(_) => break,
+        };
+        match r {
+            Ok(ev) => {
+                s.done += 1;
+                if let CopyEvent::Done { bytes, .. } = &ev {
+                    s.bytes += bytes;
+                }
+                events(ev);
+            }
+            Err(e) => {
+                s.failed += 1;
+                s.first_failure.get_or_insert(e.class());
+                events(CopyEvent::Failed {
+                    file: i,
+                    error: e.to_string(),
+                });
+            }
+        }
+    }
+}
+
+/// Streams for a file of `size` bytes when the user did not say.
+fn auto_parallelism(size: Option<u64>, rtt: Duration) -> u32 {
+    match size {
+        Some(s) if s < 16 << 20 => 1,
+        _ if rtt > Duration::from_millis(20) => 8,
+        _ => 4,
+    }
+}
+
+async fn copy_one(
+    i: usize,
+    job: &Job,
+    sessions: &mut Sessions,
+    opts: &CopyOptions,
+    events: &EventSink,
+) -> Result<CopyEvent, ClientError> {
+    if opts.sync != SyncLevel::Off && up_to_date(job, sessions, opts).await? {
+        return Ok(CopyEvent::Done {
+            file: i,
+            bytes: 0,
+            seconds: 0.0,
+            streams: 0,
+            skipped: true,
+            checksum: None,
+        });
+    }
+    let mut req = opts.request.clone();
+    let started = Instant::now();
+    let mut attempt = 1;
+    let mut stored = RangeSet::new();
+    loop {
+        if req.parallelism == 0 || attempt > 1 && opts.request.parallelism == 0 {
+            let rtt = match (&job.src, &job.dst) {
+                (Location::Remote(r), _) | (_, Location::Remote(r)) => {
+                    sessions.get(r).await.map(|s| s.rtt()).unwrap_or_default()
+                }
+                _ => Duration::ZERO,
+            };
+            req.parallelism = auto_parallelism(job.size, rtt);
+        }
+        req.restart = stored.clone();
+        let events2 = Arc::clone(events);
+        let mut on_progress = |p: Progress| match p {
+            Progress::Bytes(b) => events2(CopyEvent::Bytes { file: i, bytes: b }),
+            Progress::Stored(r) => stored.merge(&r),
+        };
+        let r = transfer(job, sessions, &req, &mut on_progress).await;
+        match r {
+            Ok((bytes, streams)) => {
+                let checksum = match opts.verify {
+                    Some(alg) => Some(verify(job, sessions, alg, &req).await?),
+                    None => None,
+                };
+                let bytes = bytes.max(job.size.unwrap_or(0).saturating_sub(req.restart.total()));
+                return Ok(CopyEvent::Done {
+                    file: i,
+                    bytes,
+                    seconds: started.elapsed().as_secs_f64(),
+                    streams,
+                    skipped: false,
+                    checksum,
+                });
+            }
+            Err(e) if e.class() == ErrorClass::Network && attempt <= opts.retries => {
+                forget_sessions(job, sessions);
+                attempt += 1;
+                events(CopyEvent::Retry {
+                    file: i,
+                    attempt,
+                    resumed_bytes: stored.total(),
+                    error: e.to_string(),
+                });
+                tokio::time::sleep(opts.retry_wait * 2u32.saturating_pow(attempt - 2).min(32))
+                    .await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn forget_sessions(job: &Job, sessions: &mut Sessions) {
+    for loc in [&job.src, &job.dst] {
+        if let Location::Remote(r) = loc {
+            sessions.drop_server(r);
+        }
+    }
+}
+
+/// Moves one file; returns (bytes, streams).
+async fn transfer(
+    job: &Job,
+    sessions: &mut Sessions,
+    req: &FileRequest,
+    on_progress: &mut (dyn FnMut(Progress) + Send),
+) -> Result<(u64, u32), ClientError> {
+    let o = match (&job.src, &job.dst) {
+        (Location::Remote(s), Location::Local(d)) => {
+            sessions
+                .get(s)
+                .await?
+                .get(&s.path, d, req, on_progress)
+                .await?
+        }
+        (Location::Local(s), Location::Remote(d)) => {
+            sessions
+                .get(d)
+                .await?
+                .put(s, &d.path, req, on_progress)
+                .await?
+        }
+        (Location::Remote(s), Location::Remote(d)) => {
+            let (a, b) = sessions.pair(s, d).await?;
+            third_party(a, &s.path, b, &d.path, req, on_progress).await?
+        }
+        (Location::Local(s), Location::Local(d)) => {
+            let n = tokio::fs::copy(s, d).await?;
+            return Ok((n, 0));
+        }
+    };
+    Ok((o.bytes, o.streams))
+}
+
+/// A checksum of one end of a job.
+async fn checksum_of(
+    loc: &Location,
+    sessions: &mut Sessions,
+    alg: ChecksumAlgorithm,
+    offset: u64,
+    length: Option<u64>,
+) -> Result<String, ClientError> {
+    match loc {
+        Location::Remote(r) => {
+            sessions
+                .get(r)
+                .await?
+                .checksum(&r.path, alg.name(), offset, length)
+                .await
+        }
+        Location::Local(p) => {
+            let vp = local_path(p)?;
+            tokio::task::spawn_blocking(move || {
+                let storage = PosixStorage::open(Path::new("/"), true)?;
+                storage.checksum(&vp, alg, offset, length)
+            })
+            .await
+            .map_err(|e| ClientError::Network(format!("checksum task failed: {e}")))?
+            .map_err(ClientError::from)
+        }
+    }
+}
+
+async fn verify(
+    job: &Job,
+    sessions: &mut Sessions,
+    alg: ChecksumAlgorithm,
+    req: &FileRequest,
+) -> Result<String, ClientError> {
+    let a = checksum_of(&job.src, sessions, alg, req.offset, req.length).await?;
+    let b = checksum_of(&job.dst, sessions, alg, req.offset, req.length).await?;
+    if a != b {
+        return Err(ClientError::Verification(format!(
+            "{} checksum mismatch: {} has {a}, {} has {b}; the destination is corrupt, copy it again",
+            alg.name(),
+            display(&job.src),
+            display(&job.dst)
+        )));
+    }
+    Ok(a)
+}
+
+async fn up_to_date(
+    job: &Job,
+    sessions: &mut Sessions,
+    opts: &CopyOptions,
+) -> Result<bool, ClientError> {
+    let size_of = |loc: &Location| -> Option<u64> {
+        local(loc)
+            .and_then(|p| std::fs::metadata(p).ok())
+            .map(|m| m.len())
+    };
+    let dst_size = match &job.dst {
+        Location::Local(_) => size_of(&job.dst),
+        Location::Remote(r) => sessions.get(r).await?.size(&r.path).await.ok(),
+    };
+    let Some(dst_size) = dst_size else {
+        return Ok(false);
+    };
+    if opts.sync == SyncLevel::Exists {
+        return Ok(true);
+    }
+    let src_size = match (&job.src, job.size) {
+        (_, Some(s)) => Some(s),
+        (Location::Local(_), None) => size_of(&job.src),
+        (Location::Remote(r), None) => sessions.get(r).await?.size(&r.path).await.ok(),
+    };
+    if src_size != Some(dst_size) {
+        return Ok(false);
+    }
+    if opts.sync == SyncLevel::Size {
+        return Ok(true);
+    }
+    let alg = opts.verify.unwrap_or(ChecksumAlgorithm::Adler32);
+    let a = checksum_of(&job.src, sessions, alg, 0, None).await?;
+    let b = checksum_of(&job.dst, sessions, alg, 0, None).await?;
+    Ok(a == b)
+}

@@ -1,0 +1,99 @@
+//! Runs the client's end of a transfer while reading the server's replies, so a server error
+//! stops the local data path at once and markers are seen as they come.
+
+use ferry_dtp::{Dtp, DtpEvent, TransferDescription, TransferOutcome};
+use ferry_proto::markers::{PerfMarker, RestartMarker};
+use ferry_proto::{RangeSet, Reply};
+use tokio::sync::mpsc;
+
+use crate::{ClientError, ControlClient};
+
+/// Progress seen during one transfer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Progress {
+    /// Bytes moved so far (from the local DTP or the server's perf markers).
+    Bytes(u64),
+    /// Ranges the receiving side has stored (restart markers).
+    Stored(RangeSet),
+}
+
+/// After the transfer command got its 150/125: runs `desc` on `dtp` (if any) while reading
+/// replies until the final one, and returns the DTP outcome (or the bytes the markers told).
+pub(crate) async fn drive(
+    ctl: &mut ControlClient,
+    dtp: Option<(&mut Dtp, &TransferDescription)>,
+    on_progress: &mut (dyn FnMut(Progress) + Send),
+) -> Result<TransferOutcome, ClientError> {
+    let (tx, mut rx) = mpsc::channel::<DtpEvent>(64);
+    let started = std::time::Instant::now();
+    let mut local: Option<Result<TransferOutcome, ferry_dtp::DtpError>> = None;
+    let mut final_reply: Option<Reply> = None;
+    let mut marker_bytes = 0u64;
+    match dtp {
+        Some((dtp, desc)) => {
+            let run = dtp.run(desc, &tx);
+            tokio::pin!(run);
+            while local.is_none() || final_reply.is_none() {
+                tokio::select! {
+                    r = &mut run, if local.is_none() => local = Some(r),
+                    Some(ev) = rx.recv() => event(ev, on_progress),
+                    r = ctl.read_reply(), if final_reply.is_none() => {
+                        let r = r?;
+                        if r.is_preliminary() {
+                            marker(&r, on_progress, &mut marker_bytes);
+                        } else if r.code != 226 && local.is_none() {
+                            // The server gave up: stop our side too.
+                            return Err(ClientError::Refused { command: "transfer".into(), reply: r });
+                        } else {
+                            final_reply = Some(r);
+                        }
+                    }
+                }
+            }
+            while let Ok(ev) = rx.try_recv() {
+                event(ev, on_progress);
+            }
+        }
+        None => loop {
+            let r = ctl.read_reply().await?;
+            if r.is_preliminary() {
+                marker(&r, on_progress, &mut marker_bytes);
+            } else {
+                final_reply = Some(r);
+                break;
+            }
+        },
+    }
+    let reply = final_reply.ok_or(ClientError::Closed)?;
+    if reply.code != 226 && reply.code != 250 {
+        return Err(ClientError::Refused {
+            command: "transfer".into(),
+            reply,
+        });
+    }
+    match local {
+        Some(r) => Ok(r?),
+        None => Ok(TransferOutcome {
+            bytes: marker_bytes,
+            streams: 0,
+            duration: started.elapsed(),
+            reused: false,
+        }),
+    }
+}
+
+fn event(ev: DtpEvent, on_progress: &mut (dyn FnMut(Progress) + Send)) {
+    match ev {
+        DtpEvent::Perf { bytes, .. } => on_progress(Progress::Bytes(bytes)),
+        DtpEvent::Restart(r) => on_progress(Progress::Stored(r)),
+    }
+}
+
+fn marker(r: &Reply, on_progress: &mut (dyn FnMut(Progress) + Send), bytes: &mut u64) {
+    if let Some(m) = RestartMarker::from_reply(r) {
+        on_progress(Progress::Stored(m.0));
+    } else if let Some(p) = PerfMarker::from_reply(r) {
+        *bytes = (*bytes).max(p.stripe_bytes);
+        on_progress(Progress::Bytes(p.stripe_bytes));
+    }
+}

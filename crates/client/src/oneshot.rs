@@ -1,0 +1,87 @@
+//! One-file transfers on a bare control connection, for tests and tools that manage the
+//! control channel themselves. They send the transfer settings every time and keep nothing.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use ferry_dtp::{BufferPool, ChannelSetup, Direction, Dtp, TransferOutcome};
+use ferry_proto::hostport::HostPort;
+use ferry_storage::{PosixStorage, Storage};
+
+use crate::drive::drive;
+use crate::request::FileRequest;
+use crate::{ClientError, ControlClient};
+
+/// Stream count and block size for [`get`] and [`put`].
+pub type TransferOptions = FileRequest;
+
+fn local_dtp(block: u32) -> Result<Dtp, ClientError> {
+    let storage: Arc<dyn Storage> = Arc::new(PosixStorage::open(Path::new("/"), false)?);
+    Ok(Dtp::new(
+        storage,
+        BufferPool::new(block as usize, 16),
+        false,
+    ))
+}
+
+/// Uploads `local` to `remote` in MODE E (the server listens).
+pub async fn put(
+    ctl: &mut ControlClient,
+    local: &Path,
+    remote: &str,
+    req: &FileRequest,
+) -> Result<TransferOutcome, ClientError> {
+    ctl.expect_ok("TYPE I").await?;
+    ctl.expect_ok("MODE E").await?;
+    let r = ctl.expect_ok("PASV").await?;
+    let addr = HostPort::from_pasv_reply(&r.text())
+        .map_err(|e| ClientError::Address(e.to_string()))?
+        .0;
+    let mut dtp = local_dtp(req.block_size)?;
+    let desc = req.local_description(Direction::Send, local, ChannelSetup::Active(vec![addr]))?;
+    let cmd = req.store_command(remote);
+    let first = ctl.command(&cmd).await?;
+    if !first.is_preliminary() {
+        return Err(ClientError::Refused {
+            command: cmd,
+            reply: first,
+        });
+    }
+    drive(ctl, Some((&mut dtp, &desc)), &mut |_| {}).await
+}
+
+/// Downloads `remote` to `local` in MODE E (the client listens).
+pub async fn get(
+    ctl: &mut ControlClient,
+    remote: &str,
+    local: &Path,
+    req: &FileRequest,
+) -> Result<TransferOutcome, ClientError> {
+    ctl.expect_ok("TYPE I").await?;
+    ctl.expect_ok("MODE E").await?;
+    let mut dtp = local_dtp(req.block_size)?;
+    let ip = ctl.local_addr()?.ip();
+    let addr = dtp
+        .channel()
+        .open_passive(ip, None, req.tuning())
+        .map_err(ferry_dtp::DtpError::Connect)?;
+    let hp = HostPort(addr);
+    let cmd = match hp.to_port_form() {
+        Some(p) => format!("PORT {p}"),
+        None => format!("EPRT {}", hp.to_eprt_form()),
+    };
+    ctl.expect_ok(&cmd).await?;
+    let n = req.parallelism.max(1);
+    ctl.expect_ok(&format!("OPTS RETR Parallelism={n},{n},{n};"))
+        .await?;
+    let desc = req.local_description(Direction::Receive, local, ChannelSetup::Passive)?;
+    let cmd = req.retrieve_command(remote);
+    let first = ctl.command(&cmd).await?;
+    if !first.is_preliminary() {
+        return Err(ClientError::Refused {
+            command: cmd,
+            reply: first,
+        });
+    }
+    drive(ctl, Some((&mut dtp, &desc)), &mut |_| {}).await
+}

@@ -1,0 +1,133 @@
+//! What one file transfer asks for, and the description the client's DTP runs for it.
+
+use std::path::Path;
+
+use ferry_dtp::{
+    ChannelSetup, Direction, MarkerIntervals, Section, StripeInfo, TransferDescription,
+    TransferSource,
+};
+use ferry_net::{SocketTuning, StackSpec};
+use ferry_proto::command::TransferMode;
+use ferry_proto::RangeSet;
+use ferry_storage::VirtualPath;
+
+use crate::ClientError;
+
+/// How to move one file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRequest {
+    /// Parallel data connections (MODE E).
+    pub parallelism: u32,
+    /// MODE E block size in bytes.
+    pub block_size: u32,
+    /// TCP buffer size for data connections (`None`: the kernel's autotuning).
+    pub tcp_buffer: Option<u32>,
+    /// First byte to transfer (partial transfer; the destination is written at the same offset).
+    pub offset: u64,
+    /// Bytes to transfer from `offset` (`None`: to the end).
+    pub length: Option<u64>,
+    /// Ranges (relative to `offset`) the destination already holds: a restart.
+    pub restart: RangeSet,
+    /// Abort when no data moves for this long.
+    pub idle_timeout_s: u64,
+}
+
+impl Default for FileRequest {
+    fn default() -> Self {
+        FileRequest {
+            parallelism: 4,
+            block_size: 1 << 20,
+            tcp_buffer: None,
+            offset: 0,
+            length: None,
+            restart: RangeSet::new(),
+            idle_timeout_s: 600,
+        }
+    }
+}
+
+impl FileRequest {
+    /// Whether this is a partial transfer (ERET/ESTO rather than RETR/STOR).
+    pub fn is_partial(&self) -> bool {
+        self.offset > 0 || self.length.is_some()
+    }
+
+    /// The socket tuning for the client's own data connections.
+    pub(crate) fn tuning(&self) -> SocketTuning {
+        SocketTuning {
+            send_buffer: self.tcp_buffer,
+            recv_buffer: self.tcp_buffer,
+        }
+    }
+
+    /// The server command that sends the file.
+    pub(crate) fn retrieve_command(&self, path: &str) -> String {
+        if self.is_partial() {
+            let len = self
+                .length
+                .map(|l| l.to_string())
+                .unwrap_or_else(|| "-1".into());
+            format!("ERET P {} {len} {path}", self.offset)
+        } else {
+            format!("RETR {path}")
+        }
+    }
+
+    /// The server command that stores the file.
+    pub(crate) fn store_command(&self, path: &str) -> String {
+        if self.is_partial() {
+            format!("ESTO A {} {path}", self.offset)
+        } else {
+            format!("STOR {path}")
+        }
+    }
+
+    /// The `REST` command for a restart, if any.
+    pub(crate) fn rest_command(&self) -> Option<String> {
+        (!self.restart.is_empty()).then(|| format!("REST {}", self.restart))
+    }
+
+    /// The description the client's DTP runs for its end of a two-party transfer.
+    pub(crate) fn local_description(
+        &self,
+        direction: Direction,
+        local: &Path,
+        channel: ChannelSetup,
+    ) -> Result<TransferDescription, ClientError> {
+        Ok(TransferDescription {
+            id: 0,
+            direction,
+            source: TransferSource::File,
+            path: local_path(local)?,
+            mode: TransferMode::Extended,
+            ascii: false,
+            section: Section {
+                file_offset: self.offset,
+                length: self.length,
+            },
+            restart: self.restart.clone(),
+            truncate: !self.is_partial(),
+            create_new: false,
+            parallelism: self.parallelism.max(1),
+            block_size: self.block_size,
+            tuning: self.tuning(),
+            channel,
+            stack: StackSpec::default(),
+            markers: MarkerIntervals {
+                restart_ms: Some(1000),
+                perf_ms: Some(250),
+            },
+            stripe: StripeInfo::default(),
+            idle_timeout_ms: self.idle_timeout_s.saturating_mul(1000),
+        })
+    }
+}
+
+/// A local path as the client's storage (rooted at `/`) names it.
+pub(crate) fn local_path(p: &Path) -> Result<VirtualPath, ClientError> {
+    let abs = std::path::absolute(p)?;
+    Ok(VirtualPath::resolve(
+        &VirtualPath::root(),
+        &abs.to_string_lossy(),
+    )?)
+}

@@ -1,0 +1,243 @@
+//! A logged-in control connection with the settings it has sent, so each command goes out only
+//! when a value changes, and the data channel it holds open for reuse between files.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferry_dtp::{BufferPool, Dtp};
+use ferry_net::SocketTuning;
+use ferry_proto::hostport::HostPort;
+use ferry_proto::Reply;
+use ferry_storage::{PosixStorage, Storage};
+
+use crate::url::{RemoteUrl, Scheme};
+use crate::{ClientError, ControlClient};
+
+/// The data channel a session has set up and may reuse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum DataSetup {
+    /// Nothing usable.
+    None,
+    /// We listen locally and told the server with PORT/EPRT (gets).
+    Listening,
+    /// The server listens at this address (PASV/EPSV answer; puts).
+    ServerPassive(SocketAddr),
+    /// The server connects to another server (third-party source).
+    ToPeer(Vec<SocketAddr>),
+    /// The server listens for another server (third-party destination).
+    FromPeer(Vec<SocketAddr>),
+}
+
+/// One logged-in session.
+#[derive(Debug)]
+pub struct RemoteSession {
+    pub(crate) ctl: ControlClient,
+    pub(crate) server: RemoteUrl,
+    pub(crate) dtp: Dtp,
+    pub(crate) data: DataSetup,
+    type_image: bool,
+    mode_e: bool,
+    parallelism: Option<u32>,
+    retr_buf: Option<u32>,
+    stor_buf: Option<u32>,
+    features: Vec<String>,
+    rtt: Duration,
+}
+
+/// Login name and password for a URL: its own, else anonymous.
+fn credentials(url: &RemoteUrl) -> (String, String) {
+    match (&url.user, &url.password) {
+        (Some(u), Some(p)) => (u.clone(), p.clone()),
+        (Some(u), None) => (u.clone(), String::new()),
+        _ => ("anonymous".into(), "ferry@".into()),
+    }
+}
+
+impl RemoteSession {
+    /// Connects, logs in, reads FEAT and measures the control channel's round trip.
+    pub async fn connect(url: &RemoteUrl) -> Result<RemoteSession, ClientError> {
+        if url.scheme == Scheme::GsiFtp {
+            return Err(ClientError::Unsupported(
+                "gsiftp:// needs GSI, which this build does not have yet".into(),
+            ));
+        }
+        let addr = resolve(url).await?;
+        let mut ctl = ControlClient::connect(addr).await?;
+        let (user, password) = credentials(url);
+        ctl.login(&user, &password).await.map_err(|e| match e {
+            ClientError::Refused { reply, .. } if reply.code == 530 => ClientError::Auth(format!(
+                "{} refused the login of '{user}': {}",
+                url.authority(),
+                reply.text()
+            )),
+            other => other,
+        })?;
+        let started = Instant::now();
+        let feat = ctl.command("FEAT").await?;
+        let rtt = started.elapsed();
+        let features = if feat.code == 211 {
+            feat.lines
+                .iter()
+                .skip(1)
+                .map(|l| l.trim().to_ascii_uppercase())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let storage: Arc<dyn Storage> =
+            Arc::new(PosixStorage::open(std::path::Path::new("/"), false)?);
+        let dtp = Dtp::new(storage, BufferPool::new(1 << 20, 16), false);
+        Ok(RemoteSession {
+            ctl,
+            server: url.with_path("/"),
+            dtp,
+            data: DataSetup::None,
+            type_image: false,
+            mode_e: false,
+            parallelism: None,
+            retr_buf: None,
+            stor_buf: None,
+            features,
+            rtt,
+        })
+    }
+
+    /// The server this session talks to (path `/`).
+    pub fn server(&self) -> &RemoteUrl {
+        &self.server
+    }
+
+    /// Round trip of one command on the control channel, measured at login.
+    pub fn rtt(&self) -> Duration {
+        self.rtt
+    }
+
+    /// Whether FEAT listed a feature (by name prefix, as the Globus client matches).
+    pub fn has_feature(&self, name: &str) -> bool {
+        let name = name.to_ascii_uppercase();
+        self.features.iter().any(|f| f.starts_with(&name))
+    }
+
+    /// Sends a command and requires a non-error reply, naming the server in errors.
+    pub async fn expect_ok(&mut self, line: &str) -> Result<Reply, ClientError> {
+        self.ctl.expect_ok(line).await
+    }
+
+    /// Sends one command and returns its reply.
+    pub async fn command(&mut self, line: &str) -> Result<Reply, ClientError> {
+        self.ctl.command(line).await
+    }
+
+    /// TYPE I and MODE E, once.
+    pub(crate) async fn binary_extended(&mut self) -> Result<(), ClientError> {
+        if !self.type_image {
+            self.expect_ok("TYPE I").await?;
+            self.type_image = true;
+        }
+        if !self.mode_e {
+            self.expect_ok("MODE E").await?;
+            self.mode_e = true;
+        }
+        Ok(())
+    }
+
+    /// `OPTS RETR Parallelism=n,n,n;` when the server will send.
+    pub(crate) async fn sender_parallelism(&mut self, n: u32) -> Result<(), ClientError> {
+        if self.parallelism != Some(n) {
+            self.expect_ok(&format!("OPTS RETR Parallelism={n},{n},{n};"))
+                .await?;
+            self.parallelism = Some(n);
+        }
+        Ok(())
+    }
+
+    /// Asks the server for socket buffers of `bytes` for sending (`retr`) or receiving, trying
+    /// the commands Globus servers know; buffers are a hint, so refusals are not errors.
+    pub(crate) async fn buffers(
+        &mut self,
+        bytes: Option<u32>,
+        retr: bool,
+    ) -> Result<(), ClientError> {
+        let Some(n) = bytes else { return Ok(()) };
+        let (cached, verbs): (&mut Option<u32>, [&str; 2]) = if retr {
+            (&mut self.retr_buf, ["SITE RETRBUFSIZE", "SBUF"])
+        } else {
+            (&mut self.stor_buf, ["SITE STORBUFSIZE", "SBUF"])
+        };
+        if *cached == Some(n) {
+            return Ok(());
+        }
+        *cached = Some(n);
+        for v in verbs {
+            let r = self.ctl.command(&format!("{v} {n}")).await?;
+            if r.is_success() {
+                // A buffer change invalidates cached data connections on the server.
+                self.data = DataSetup::None;
+                self.dtp.channel().forget();
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets up a local listener and tells the server to connect to it (for gets).
+    pub(crate) async fn listen_for_server(
+        &mut self,
+        tuning: SocketTuning,
+    ) -> Result<(), ClientError> {
+        if self.data == DataSetup::Listening && self.dtp.channel().listener().is_some() {
+            return Ok(());
+        }
+        let ip = self.ctl.local_addr()?.ip();
+        let addr = self
+            .dtp
+            .channel()
+            .open_passive(ip, None, tuning)
+            .map_err(ferry_dtp::DtpError::Connect)?;
+        let hp = HostPort(addr);
+        let cmd = match hp.to_port_form() {
+            Some(p) => format!("PORT {p}"),
+            None => format!("EPRT {}", hp.to_eprt_form()),
+        };
+        self.expect_ok(&cmd).await?;
+        self.data = DataSetup::Listening;
+        Ok(())
+    }
+
+    /// Asks the server to listen (PASV, or EPSV on IPv6) and returns where.
+    pub(crate) async fn server_listen(&mut self) -> Result<SocketAddr, ClientError> {
+        if let DataSetup::ServerPassive(a) = self.data {
+            return Ok(a);
+        }
+        let peer = self.ctl.peer();
+        let addr = if peer.is_ipv4() {
+            let r = self.expect_ok("PASV").await?;
+            HostPort::from_pasv_reply(&r.text())
+                .map_err(|e| ClientError::Address(e.to_string()))?
+                .0
+        } else {
+            let r = self.expect_ok("EPSV").await?;
+            let port = HostPort::port_from_epsv_reply(&r.text())
+                .map_err(|e| ClientError::Address(e.to_string()))?;
+            SocketAddr::new(peer.ip(), port)
+        };
+        self.data = DataSetup::ServerPassive(addr);
+        Ok(addr)
+    }
+
+    /// Forgets every data channel (after an error, or when a transfer could not reuse it).
+    pub(crate) fn reset_data(&mut self) {
+        self.data = DataSetup::None;
+        self.dtp.channel().forget();
+    }
+}
+
+async fn resolve(url: &RemoteUrl) -> Result<SocketAddr, ClientError> {
+    let mut addrs = tokio::net::lookup_host((url.host.as_str(), url.port))
+        .await
+        .map_err(|e| ClientError::Network(format!("cannot resolve {}: {e}", url.host)))?;
+    addrs
+        .next()
+        .ok_or_else(|| ClientError::Network(format!("{} has no address", url.host)))
+}

@@ -1,0 +1,79 @@
+//! Logged-in sessions kept by server, so planning and the files after the first reuse them.
+
+use crate::session::RemoteSession;
+use crate::url::{Location, RemoteUrl};
+use crate::ClientError;
+
+/// Sessions, one per server (and login).
+#[derive(Debug, Default)]
+pub struct Sessions {
+    open: Vec<RemoteSession>,
+}
+
+impl Sessions {
+    /// No sessions yet.
+    pub fn new() -> Sessions {
+        Sessions::default()
+    }
+
+    /// The session for `url`'s server, connecting the first time.
+    pub async fn get(&mut self, url: &RemoteUrl) -> Result<&mut RemoteSession, ClientError> {
+        let found = self.open.iter().position(|s| s.server().same_server(url));
+        let i = match found {
+            Some(i) => i,
+            None => {
+                self.open.push(RemoteSession::connect(url).await?);
+                self.open.len() - 1
+            }
+        };
+        Ok(&mut self.open[i])
+    }
+
+    /// The session for a remote location; `None` for a local one.
+    pub async fn for_location(
+        &mut self,
+        loc: &Location,
+    ) -> Result<Option<&mut RemoteSession>, ClientError> {
+        match loc {
+            Location::Remote(r) => Ok(Some(self.get(r).await?)),
+            Location::Local(_) => Ok(None),
+        }
+    }
+
+    /// Two distinct sessions at once (third-party: source and destination). When both URLs are
+    /// on the same server, the second is a separate connection.
+    pub async fn pair(
+        &mut self,
+        a: &RemoteUrl,
+        b: &RemoteUrl,
+    ) -> Result<(&mut RemoteSession, &mut RemoteSession), ClientError> {
+        let ia = match self.open.iter().position(|s| s.server().same_server(a)) {
+            Some(i) => i,
+            None => {
+                self.open.push(RemoteSession::connect(a).await?);
+                self.open.len() - 1
+            }
+        };
+        let ib = match self
+            .open
+            .iter()
+            .enumerate()
+            .position(|(i, s)| i != ia && s.server().same_server(b))
+        {
+            Some(i) => i,
+            None => {
+                self.open.push(RemoteSession::connect(b).await?);
+                self.open.len() - 1
+            }
+        };
+        let (lo, hi) = (ia.min(ib), ia.max(ib));
+        let (left, right) = self.open.split_at_mut(hi);
+        let (x, y) = (&mut left[lo], &mut right[0]);
+        Ok(if ia < ib { (x, y) } else { (y, x) })
+    }
+
+    /// Drops the session for `url` (after a network error, so the next use reconnects).
+    pub fn drop_server(&mut self, url: &RemoteUrl) {
+        self.open.retain(|s| !s.server().same_server(url));
+    }
+}
