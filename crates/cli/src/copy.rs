@@ -151,7 +151,8 @@ impl CopyArgs {
 
 /// Runs a resolved copy and returns the exit code.
 pub(crate) fn run_job(job: CopyJob) -> u8 {
-    crate::serve::init_logging(Some("warn"));
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into());
+    crate::serve::init_logging(Some(&filter));
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

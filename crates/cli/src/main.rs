@@ -7,6 +7,7 @@ mod exit;
 mod present;
 mod remote;
 mod serve;
+mod url_copy;
 
 use clap::{Parser, Subcommand};
 
@@ -24,6 +25,13 @@ enum Cmd {
     Serve(serve::ServeArgs),
     /// Copy files and directories between local paths and GridFTP servers (two-party or third-party).
     Copy(copy::CopyArgs),
+    /// URL copy with globus-url-copy's option spelling (-p 4 -tcp-bs 8M -vb ...).
+    #[command(name = "url-copy", disable_help_flag = true)]
+    UrlCopy {
+        /// globus-url-copy options and URLs (ferry url-copy -help lists them).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        args: Vec<String>,
+    },
     /// Add or change a user in a password file (argon2id hashes).
     Passwd(serve::PasswdArgs),
     /// Start a server on a temporary directory, copy a generated file through it with parallel
@@ -47,6 +55,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Passwd(a) => done(serve::passwd(a)),
         Cmd::Demo(a) => done(demo::run(a)),
         Cmd::Copy(a) => copy::run(a),
+        Cmd::UrlCopy { args } => url_copy::run(args),
         Cmd::Remote(r) => remote::run(r),
     };
     std::process::ExitCode::from(code)

@@ -200,3 +200,11 @@ pub(crate) fn run(cmd: RemoteCmd) -> u8 {
         }
     }
 }
+
+/// `url-copy -list URL`: names, directories with a trailing `/`, like globus-url-copy.
+pub(crate) fn list_url(url: &str) -> u8 {
+    run(RemoteCmd::Ls(UrlArgs {
+        url: url.to_string(),
+        json: false,
+    }))
+}

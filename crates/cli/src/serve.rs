@@ -110,6 +110,7 @@ pub(crate) fn init_logging(filter: Option<&str>) {
         .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .try_init();
 }

@@ -50,6 +50,7 @@ impl ControlClient {
     pub async fn read_reply(&mut self) -> Result<Reply, ClientError> {
         loop {
             if let Some(r) = self.parser.next_reply()? {
+                tracing::debug!("{} < {}", self.peer, r.text().replace('\n', "\n    "));
                 return Ok(r);
             }
             let mut buf = [0u8; 4096];
@@ -63,6 +64,12 @@ impl ControlClient {
 
     /// Sends one command line.
     pub async fn send(&mut self, line: &str) -> Result<(), ClientError> {
+        let shown = if line.starts_with("PASS ") {
+            "PASS ****"
+        } else {
+            line
+        };
+        tracing::debug!("{} > {shown}", self.peer);
         let mut bytes = Vec::with_capacity(line.len() + 2);
         bytes.extend_from_slice(line.as_bytes());
         bytes.extend_from_slice(b"\r\n");

@@ -53,7 +53,6 @@ pub fn parse_mlsx_line(line: &str) -> Option<RemoteEntry> {
     let line = line.trim_end_matches(['\r', '\n']).trim_start_matches(' ');
     let (facts, name) = line
         .split_once("; ")
-        .map(|(f, n)| (f, n))
         .or_else(|| line.split_once(' '))?;
     let mut e = RemoteEntry {
         name: name.to_string(),

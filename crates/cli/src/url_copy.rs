@@ -1,0 +1,397 @@
+//! `ferry url-copy`: globus-url-copy's own spelling of the options (`-p 4 -tcp-bs 8M -vb`),
+//! parsed into a raw form first and then resolved into the same copy job as `ferry copy`, so
+//! existing scripts keep working with one word changed.
+
+use ferry_client::{CopyOptions, FileRequest, Location, SyncLevel};
+
+use crate::copy::{algorithm, run_job, CopyJob};
+use crate::demo::parse_size;
+use crate::exit;
+use crate::present::Output;
+
+/// The options as globus-url-copy spells them, before any meaning is given to them.
+#[derive(Debug, Default)]
+struct Raw {
+    parallel: Option<String>,
+    tcp_bs: Option<String>,
+    block_size: Option<String>,
+    length: Option<String>,
+    offset: Option<String>,
+    verbose_perf: bool,
+    verbose: bool,
+    quiet: bool,
+    recurse: bool,
+    create_dest: bool,
+    concurrency: Option<String>,
+    restart: bool,
+    rst_retries: Option<String>,
+    sync: bool,
+    sync_level: Option<String>,
+    verify_checksum: bool,
+    checksum_alg: Option<String>,
+    debug: bool,
+    file: Option<String>,
+    list: Option<String>,
+    continue_on_error: bool,
+    ascii: bool,
+    gsi_only: Vec<String>,
+    urls: Vec<String>,
+}
+
+/// Options that take no value and are accepted because ferry always does what they ask
+/// (pipelining, data-channel reuse) or because they are the default.
+const ACCEPTED_FLAGS: &[&str] = &[
+    "-pp",
+    "-pipeline",
+    "-fast",
+    "-fast-data-channels",
+    "-b",
+    "-binary",
+    "-ipv6",
+    "-IPv6",
+    "-notpt",
+    "-no-third-party-transfers",
+    "-allo",
+    "-no-allo",
+    "-g2",
+    "-no-g2",
+    "-nogridftp2",
+];
+/// Options that take a value and are accepted without effect (retry pacing, stall timeout).
+const ACCEPTED_WITH_VALUE: &[&str] = &[
+    "-rst-interval",
+    "-rst-timeout",
+    "-st",
+    "-stall-timeout",
+    "-ppq",
+    "-pipelineq",
+];
+/// GSI options: they need the GSI issue's work.
+const GSI_FLAGS: &[&str] = &[
+    "-nodcau",
+    "-no-data-channel-authentication",
+    "-dcsafe",
+    "-data-channel-safe",
+    "-dcpriv",
+    "-data-channel-private",
+];
+const GSI_WITH_VALUE: &[&str] = &[
+    "-s",
+    "-subject",
+    "-ss",
+    "-source-subject",
+    "-ds",
+    "-dest-subject",
+    "-cred",
+    "-sc",
+    "-src-cred",
+    "-dc",
+    "-dst-cred",
+];
+
+fn parse(args: &[String]) -> Result<Raw, String> {
+    let mut raw = Raw::default();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        match a.as_str() {
+            "-p" | "-parallel" => raw.parallel = Some(value(a)?),
+            "-tcp-bs" | "-tcp-buffer-size" => raw.tcp_bs = Some(value(a)?),
+            "-bs" | "-block-size" => raw.block_size = Some(value(a)?),
+            "-len" | "-partial-length" => raw.length = Some(value(a)?),
+            "-off" | "-partial-offset" => raw.offset = Some(value(a)?),
+            "-vb" | "-verbose-perf" => raw.verbose_perf = true,
+            "-v" | "-verbose" => raw.verbose = true,
+            "-q" | "-quiet" => raw.quiet = true,
+            "-r" | "-recurse" => raw.recurse = true,
+            "-cd" | "-create-dest" => raw.create_dest = true,
+            "-cc" | "-concurrency" => raw.concurrency = Some(value(a)?),
+            "-rst" | "-restart" => raw.restart = true,
+            "-rst-retries" => raw.rst_retries = Some(value(a)?),
+            "-sync" => raw.sync = true,
+            "-sync-level" => raw.sync_level = Some(value(a)?),
+            "-verify-checksum" | "-checksum" => raw.verify_checksum = true,
+            "-checksum-alg" | "-algo" => raw.checksum_alg = Some(value(a)?),
+            "-dbg" | "-debugftp" => raw.debug = true,
+            "-f" | "-filename" => raw.file = Some(value(a)?),
+            "-list" | "-list-url" => raw.list = Some(value(a)?),
+            "-c" | "-continue-on-error" => raw.continue_on_error = true,
+            "-a" | "-ascii" => raw.ascii = true,
+            f if ACCEPTED_FLAGS.contains(&f) => {}
+            f if ACCEPTED_WITH_VALUE.contains(&f) => {
+                value(f)?;
+            }
+            f if GSI_FLAGS.contains(&f) => raw.gsi_only.push(f.to_string()),
+            f if GSI_WITH_VALUE.contains(&f) => {
+                value(f)?;
+                raw.gsi_only.push(f.to_string());
+            }
+            f if f.starts_with('-') && f.len() > 1 => {
+                return Err(format!(
+                    "unknown option {f} (ferry url-copy -help lists what works)"
+                ))
+            }
+            url => raw.urls.push(url.to_string()),
+        }
+    }
+    Ok(raw)
+}
+
+fn num<T: std::str::FromStr>(v: &Option<String>, name: &str) -> Result<Option<T>, String> {
+    v.as_deref()
+        .map(|s| {
+            s.parse::<T>()
+                .map_err(|_| format!("{name}: '{s}' is not a number"))
+        })
+        .transpose()
+}
+
+fn size(v: &Option<String>, name: &str) -> Result<Option<u64>, String> {
+    v.as_deref()
+        .map(|s| parse_size(s).map_err(|e| format!("{name}: {e}")))
+        .transpose()
+}
+
+/// The copy jobs a raw command line asks for (one per URL pair).
+fn resolve(raw: &Raw) -> Result<Vec<CopyJob>, String> {
+    if !raw.gsi_only.is_empty() {
+        return Err(format!(
+            "{} need GSI (gsiftp://), which this build does not have yet",
+            raw.gsi_only.join(" ")
+        ));
+    }
+    if raw.ascii {
+        return Err("-ascii is not supported: ferry copies bytes as they are".into());
+    }
+    let defaults = CopyOptions::default();
+    let to_u32 = |v: Option<u64>, n: &str| {
+        v.map(|x| u32::try_from(x).map_err(|_| format!("{n} must be below 4 GiB")))
+            .transpose()
+    };
+    let sync = match (raw.sync, num::<u32>(&raw.sync_level, "-sync-level")?) {
+        (false, _) => SyncLevel::Off,
+        (true, Some(0)) => SyncLevel::Exists,
+        (true, Some(3)) => SyncLevel::Checksum,
+        (true, _) => SyncLevel::Size,
+    };
+    let options = CopyOptions {
+        request: FileRequest {
+            parallelism: num(&raw.parallel, "-p")?.unwrap_or(0),
+            tcp_buffer: to_u32(size(&raw.tcp_bs, "-tcp-bs")?, "-tcp-bs")?,
+            block_size: to_u32(size(&raw.block_size, "-bs")?, "-bs")?
+                .unwrap_or(defaults.request.block_size)
+                .max(4096),
+            offset: size(&raw.offset, "-off")?.unwrap_or(0),
+            length: size(&raw.length, "-len")?,
+            ..defaults.request.clone()
+        },
+        create_dirs: raw.create_dest,
+        concurrency: num(&raw.concurrency, "-cc")?.unwrap_or(defaults.concurrency),
+        // globus-url-copy retries only with -restart (default 5 retries).
+        retries: if raw.restart {
+            num(&raw.rst_retries, "-rst-retries")?.unwrap_or(5)
+        } else {
+            0
+        },
+        verify: if raw.verify_checksum {
+            Some(algorithm(raw.checksum_alg.as_deref())?)
+        } else {
+            None
+        },
+        sync,
+        ..defaults
+    };
+    let output = if raw.quiet {
+        Output::Quiet
+    } else {
+        Output::Human {
+            verbose: raw.verbose || raw.verbose_perf,
+        }
+    };
+    let pairs: Vec<(String, String)> = match &raw.file {
+        Some(f) => read_pairs(f)?,
+        None => match raw.urls.as_slice() {
+            [s, d] => vec![(s.clone(), d.clone())],
+            _ => {
+                return Err(
+                    "need exactly one source URL and one destination URL (or -f FILE)".into(),
+                )
+            }
+        },
+    };
+    pairs
+        .into_iter()
+        .map(|(s, d)| {
+            let src = Location::parse(&s).map_err(|e| e.to_string())?;
+            let recursive = raw.recurse && src.names_dir();
+            Ok(CopyJob {
+                sources: vec![src],
+                dest: Location::parse(&d).map_err(|e| e.to_string())?,
+                recursive,
+                options: options.clone(),
+                output,
+            })
+        })
+        .collect()
+}
+
+/// `-f FILE`: one `src dst` pair per line, `#` comments, URLs with spaces in double quotes.
+fn read_pairs(path: &str) -> Result<Vec<(String, String)>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("-f {path}: {e}"))?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let words = split_quoted(line);
+        match words.as_slice() {
+            [s, d] => out.push((s.clone(), d.clone())),
+            _ => {
+                return Err(format!(
+                    "-f {path}:{}: expected 'source destination'",
+                    n + 1
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn split_quoted(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    for c in line.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            c if c.is_whitespace() && !quoted => {
+                if !cur.is_empty() {
+                    words.push(std::mem::take(&mut cur));
+                }
+            }
+            c => cur.push(c),
+        }
+    }
+    if !cur.is_empty() {
+        words.push(cur);
+    }
+    words
+}
+
+const HELP: &str = "ferry url-copy: globus-url-copy's options, run by ferry
+
+usage: ferry url-copy [options] SOURCE_URL DEST_URL
+       ferry url-copy [options] -f FILE
+       ferry url-copy -list URL
+
+  -p N, -parallel N          parallel streams (default: chosen by file size)
+  -tcp-bs SIZE               TCP buffer size (e.g. 8M)
+  -bs SIZE                   MODE E block size
+  -off N, -len N             partial transfer
+  -r, -cd                    recursive; create destination directories
+  -cc N                      files in flight at once (default 4)
+  -restart, -rst-retries N   retry interrupted files from their restart markers (default 5 retries)
+  -sync [-sync-level 0-3]    skip files already at the destination
+  -verify-checksum, -checksum-alg ALG
+  -f FILE                    'source destination' pairs, one per line
+  -list URL                  list a directory
+  -vb, -v, -q, -dbg          progress, file names, quiet, control-channel debug log
+  -pp, -fast                 accepted: ferry always pipelines and reuses data channels
+";
+
+/// Runs `ferry url-copy ARGS...`.
+pub(crate) fn run(args: Vec<String>) -> u8 {
+    if args
+        .iter()
+        .any(|a| a == "-help" || a == "-usage" || a == "--help" || a == "-h")
+    {
+        print!("{HELP}");
+        return exit::OK;
+    }
+    let raw = match parse(&args) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("ferry url-copy: {e}");
+            return exit::USAGE;
+        }
+    };
+    if raw.debug {
+        std::env::set_var("RUST_LOG", "ferry_client=debug");
+    }
+    if let Some(url) = &raw.list {
+        return crate::remote::list_url(url);
+    }
+    let jobs = match resolve(&raw) {
+        Ok(j) => j,
+        Err(e) => {
+            eprintln!("ferry url-copy: {e}");
+            return exit::USAGE;
+        }
+    };
+    let mut worst = exit::OK;
+    for job in jobs {
+        let code = run_job(job);
+        if code != exit::OK {
+            worst = code;
+            if !raw.continue_on_error {
+                break;
+            }
+        }
+    }
+    worst
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn globus_spelling_resolves_to_the_same_options_as_ferry_copy() {
+        let raw = parse(&args("-p 4 -tcp-bs 8M -bs 1M -vb -r -cd -cc 8 -pp -fast -restart -rst-retries 7 -sync -sync-level 3 -verify-checksum -checksum-alg ADLER32 ftp://h/a/ /tmp/b/")).unwrap();
+        let jobs = resolve(&raw).unwrap();
+        let o = &jobs[0].options;
+        assert_eq!(o.request.parallelism, 4);
+        assert_eq!(o.request.tcp_buffer, Some(8 << 20));
+        assert_eq!(o.request.block_size, 1 << 20);
+        assert_eq!(
+            (o.concurrency, o.retries, o.create_dirs, o.sync),
+            (8, 7, true, SyncLevel::Checksum)
+        );
+        assert!(jobs[0].recursive);
+        assert_eq!(o.verify.map(|a| a.name()), Some("ADLER32"));
+    }
+
+    #[test]
+    fn no_restart_means_no_retries_and_bad_options_are_refused() {
+        let jobs = resolve(&parse(&args("-off 10 -len 20 ftp://h/a /tmp/b")).unwrap()).unwrap();
+        assert_eq!(jobs[0].options.retries, 0);
+        assert_eq!(
+            (
+                jobs[0].options.request.offset,
+                jobs[0].options.request.length
+            ),
+            (10, Some(20))
+        );
+        assert!(parse(&args("-bogus x y")).is_err());
+        assert!(parse(&args("-p")).is_err());
+        assert!(resolve(&parse(&args("-dcpriv gsiftp://h/a /tmp/b")).unwrap()).is_err());
+        assert!(resolve(&parse(&args("ftp://h/a")).unwrap()).is_err());
+    }
+
+    #[test]
+    fn pair_files_allow_quotes_and_comments() {
+        assert_eq!(
+            split_quoted(r#""ftp://h/a b" /tmp/c"#),
+            vec!["ftp://h/a b", "/tmp/c"]
+        );
+    }
+}
