@@ -32,7 +32,7 @@ pub(crate) struct ServeArgs {
     /// Ports for passive data listeners, e.g. 50000-51000. [default: any]
     #[arg(long, value_name = "LO-HI")]
     port_range: Option<ferry_net::PortRange>,
-    /// Most concurrent control connections. [default: 10000]
+    /// Most concurrent control connections (the open-file limit, raised to its maximum at start, also bounds them). [default: 65536]
     #[arg(long, value_name = "N")]
     connections_max: Option<usize>,
     /// Seconds a logged-in control connection may stay idle. [default: 600]

@@ -19,7 +19,7 @@ fn local_dtp(block: u32) -> Result<Dtp, ClientError> {
     let storage: Arc<dyn Storage> = Arc::new(PosixStorage::open(Path::new("/"), false)?);
     Ok(Dtp::new(
         storage,
-        BufferPool::new(block as usize, 16),
+        BufferPool::new(ferry_dtp::IO_CHUNK.min(block as usize), 16),
         false,
     ))
 }

@@ -51,9 +51,7 @@ pub struct RemoteEntry {
 /// Parses one MLSx line (`fact=v;fact=v; name`); `None` for `.`/`..` entries or garbage.
 pub fn parse_mlsx_line(line: &str) -> Option<RemoteEntry> {
     let line = line.trim_end_matches(['\r', '\n']).trim_start_matches(' ');
-    let (facts, name) = line
-        .split_once("; ")
-        .or_else(|| line.split_once(' '))?;
+    let (facts, name) = line.split_once("; ").or_else(|| line.split_once(' '))?;
     let mut e = RemoteEntry {
         name: name.to_string(),
         kind: EntryKind::Other,

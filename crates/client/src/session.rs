@@ -87,7 +87,7 @@ impl RemoteSession {
         };
         let storage: Arc<dyn Storage> =
             Arc::new(PosixStorage::open(std::path::Path::new("/"), false)?);
-        let dtp = Dtp::new(storage, BufferPool::new(1 << 20, 16), false);
+        let dtp = Dtp::new(storage, BufferPool::new(ferry_dtp::IO_CHUNK, 16), false);
         Ok(RemoteSession {
             ctl,
             server: url.with_path("/"),

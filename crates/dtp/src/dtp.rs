@@ -142,8 +142,9 @@ impl Dtp {
         let streams = conns.len() as u32;
         let counters: Arc<Vec<AtomicU64>> =
             Arc::new((0..conns.len()).map(|_| AtomicU64::new(0)).collect());
+        let bounded = desc.section.length.is_some() || source.known_len()?.is_some();
         let job = SendJob {
-            block,
+            bounded,
             source,
             claimer: Arc::new(BlockClaimer::new(&ranges, block)),
             file_offset: desc.section.file_offset,

@@ -29,4 +29,4 @@ pub use dtp::Dtp;
 pub use error::DtpError;
 pub use events::{DtpEvent, TransferOutcome};
 pub use listing::perm_letters;
-pub use pool::BufferPool;
+pub use pool::{BufferPool, IO_CHUNK};

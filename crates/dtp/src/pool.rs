@@ -3,6 +3,11 @@
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex};
 
+/// Size of the buffers the data path reads and writes through. Blocks on the wire may be larger;
+/// a buffer this size stays in a core's L2 cache between the file read and the socket copy,
+/// which measured about 20 % less server CPU per GB than 1 MiB buffers (bench/, mem scenario).
+pub const IO_CHUNK: usize = 256 * 1024;
+
 /// A pool of equally sized byte buffers. A stream takes one buffer when its transfer starts and
 /// gives it back when it ends, so the data path allocates nothing per block and idle sessions
 /// hold no buffers.

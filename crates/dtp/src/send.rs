@@ -78,20 +78,15 @@ pub(crate) type Counters = Arc<Vec<AtomicU64>>;
 
 /// What one sending stream needs.
 pub(crate) struct SendJob {
-    /// MODE E block size (a block may need to fit one buffer for the read fallback).
-    pub(crate) block: u64,
+    /// Whether the bytes to send are known to exist (regular file, listing, or a length the
+    /// client gave), so a block's header can announce its full size before the reads.
+    pub(crate) bounded: bool,
     pub(crate) source: Source,
     pub(crate) claimer: Arc<BlockClaimer>,
     pub(crate) file_offset: u64,
     pub(crate) pool: Arc<BufferPool>,
     pub(crate) counters: Counters,
     pub(crate) idle: Duration,
-}
-
-impl SendJob {
-    fn block_fits(&self, buf: usize) -> bool {
-        self.block <= buf as u64
-    }
 }
 
 /// Sends MODE E blocks on every connection in parallel, then EOF (on the first) and EOD (on
@@ -121,6 +116,8 @@ pub(crate) async fn send_mode_e(
             BlockHeader::eod()
         };
         timed(idle, c.write_all(&h.encode())).await?;
+        // Push the EOD out now rather than after the peer's (possibly delayed) ACK.
+        let _ = c.set_nodelay(true);
     }
     Ok(conns)
 }
@@ -130,12 +127,11 @@ async fn send_stream_blocks(
     index: usize,
     job: &SendJob,
 ) -> Result<DataConn, DtpError> {
+    // Nagle on while streaming: each block's tail joins the next block's segment.
+    let _ = conn.set_nodelay(false);
     let mut buf = job.pool.take();
     let mut pieces = Vec::with_capacity(2);
-    let mut zero_copy = job
-        .source
-        .zero_copy_fd()
-        .filter(|_| job.block_fits(buf.len()));
+    let mut zero_copy = job.source.zero_copy_fd();
     while job.claimer.claim(&mut pieces) {
         for &(wire, len) in &pieces {
             let file_at = wire + job.file_offset;
@@ -157,15 +153,19 @@ async fn send_stream_blocks(
                         // by reading, and read from now on.
                         Err(e) if zerocopy::unsupported(&e) => {
                             zero_copy = None;
-                            let cap = want.min(buf.len() as u64) as usize;
-                            let got = read_full(&job.source, &mut buf[..cap], file_at)?;
-                            if (got as u64) < want {
-                                return Err(DtpError::Connection(format!(
-                                    "source ended at offset {file_at}"
-                                )));
+                            let mut got = 0u64;
+                            while got < want {
+                                let cap = (want - got).min(buf.len() as u64) as usize;
+                                let n = read_full(&job.source, &mut buf[..cap], file_at + got)?;
+                                if n < cap {
+                                    return Err(DtpError::Connection(format!(
+                                        "source ended at offset {file_at}"
+                                    )));
+                                }
+                                timed(job.idle, conn.write_all(&buf[..n])).await?;
+                                got += n as u64;
                             }
-                            timed(job.idle, conn.write_all(&buf[..got])).await?;
-                            got as u64
+                            got
                         }
                         Err(e) => return Err(DtpError::Connection(e.to_string())),
                     };
@@ -175,6 +175,32 @@ async fn send_stream_blocks(
                         )));
                     }
                     n
+                }
+                _ if job.bounded => {
+                    // One header for the whole block, payload in buffer-sized chunks: the
+                    // receiver sees large blocks while the chunk stays in the CPU cache
+                    // between the read and the socket copy.
+                    let mut got = 0u64;
+                    while got < len {
+                        let chunk = (len - got).min(buf.len() as u64) as usize;
+                        let n = read_full(&job.source, &mut buf[..chunk], file_at + got)?;
+                        if n < chunk {
+                            let at = file_at + got + n as u64;
+                            return Err(DtpError::Connection(format!(
+                                "source ended early at offset {at}"
+                            )));
+                        }
+                        if got == 0 {
+                            let header = BlockHeader::data(wire, len).encode();
+                            timed(job.idle, write_all_vectored(&mut conn, &header, &buf[..n]))
+                                .await?;
+                        } else {
+                            timed(job.idle, conn.write_all(&buf[..n])).await?;
+                        }
+                        got += n as u64;
+                        job.counters[index].fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                    continue;
                 }
                 _ => {
                     let mut got = 0u64;

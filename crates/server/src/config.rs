@@ -50,7 +50,7 @@ impl Default for ServerConfig {
             anonymous_write: false,
             password_file: None,
             port_range: None,
-            connections_max: 10_000,
+            connections_max: 65_536,
             control_idle_timeout: 600,
             control_preauth_timeout: 60,
             data_idle_timeout: 600,

@@ -104,7 +104,7 @@ impl Server {
                     addr: config.listen,
                     source,
                 })?;
-        let pool = BufferPool::new(config.block_size as usize, 64);
+        let pool = BufferPool::new(ferry_dtp::IO_CHUNK.min(config.block_size as usize), 64);
         let ctx = Arc::new(ServerContext {
             config,
             storage_rw,
