@@ -91,27 +91,19 @@ impl Session {
                 false,
                 false,
             ),
-            Command::Stor(p) => {
-                if read_only {
-                    return Err(refuse_write());
-                }
-                (
-                    "STOR",
-                    Direction::Receive,
-                    TransferSource::File,
-                    p,
-                    Section {
-                        file_offset: 0,
-                        length: None,
-                    },
-                    true,
-                    false,
-                )
-            }
+            Command::Stor(p) => (
+                "STOR",
+                Direction::Receive,
+                TransferSource::File,
+                p,
+                Section {
+                    file_offset: 0,
+                    length: None,
+                },
+                true,
+                false,
+            ),
             Command::Esto(Esto::Adjusted { offset, path }) => {
-                if read_only {
-                    return Err(refuse_write());
-                }
                 let base = self.store_base("A", &offset.to_string())?;
                 (
                     "ESTO",
@@ -127,9 +119,6 @@ impl Session {
                 )
             }
             Command::Esto(Esto::Module { name, params, path }) => {
-                if read_only {
-                    return Err(refuse_write());
-                }
                 let base = self.store_base(&name, &params)?;
                 (
                     "ESTO",
@@ -145,9 +134,6 @@ impl Session {
                 )
             }
             Command::Appe(p) => {
-                if read_only {
-                    return Err(refuse_write());
-                }
                 let vp = self.resolve(&p).map_err(storage_err)?;
                 let size = match storage.stat(&vp) {
                     Ok(m) => m.size,
@@ -168,9 +154,6 @@ impl Session {
                 )
             }
             Command::Stou(p) => {
-                if read_only {
-                    return Err(refuse_write());
-                }
                 let base = p.unwrap_or_else(|| "ferry".into());
                 let name = format!("{base}.{:016x}", rand::random::<u64>());
                 announce = Some(format!("FILE: {name}"));
@@ -197,6 +180,9 @@ impl Session {
                 ))
             }
         };
+        if direction == Direction::Receive && read_only {
+            return Err(refuse_write());
+        }
         let channel = self.channel.clone().ok_or_else(|| {
             Reply::new(
                 425,
