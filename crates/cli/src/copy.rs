@@ -50,8 +50,8 @@ pub(crate) struct CopyArgs {
     /// Checksum algorithm: MD5, ADLER32, CRC32C, SHA1, SHA256, SHA512. [default: MD5]
     #[arg(long = "checksum-alg", value_name = "ALG")]
     checksum_alg: Option<String>,
-    /// Skip files already at the destination: exists, size (the default when given alone) or checksum.
-    #[arg(long, value_name = "LEVEL", num_args = 0..=1, default_missing_value = "size")]
+    /// Skip files already at the destination: --sync (same size), --sync=exists, --sync=size or --sync=checksum.
+    #[arg(long, value_name = "LEVEL", num_args = 0..=1, require_equals = true, default_missing_value = "size")]
     sync: Option<String>,
     /// Print one JSON object per event on stdout.
     #[arg(long)]

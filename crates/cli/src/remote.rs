@@ -90,6 +90,13 @@ fn print_entry(e: &RemoteEntry) {
     println!("{kind} {size:>14} {modify:<14} {name}");
 }
 
+/// `{"ok": true, ...}` for commands that change something, with `--json`.
+fn done_json(enabled: bool, op: &str, url: &RemoteUrl) {
+    if enabled {
+        json(&serde_json::json!({ "ok": true, "op": op, "url": url.to_string() }));
+    }
+}
+
 fn json<T: serde::Serialize>(v: &T) {
     if let Ok(s) = serde_json::to_string(v) {
         println!("{s}");
@@ -121,6 +128,7 @@ async fn run_async(cmd: RemoteCmd) -> Result<(), ClientError> {
             } else {
                 s.mkdir(&u.path).await?;
             }
+            done_json(url.json, "mkdir", &u);
         }
         RemoteCmd::Rm { url, recursive } => {
             let u = remote(&url.url)?;
@@ -128,8 +136,13 @@ async fn run_async(cmd: RemoteCmd) -> Result<(), ClientError> {
                 .await?
                 .remove(&u.path, recursive)
                 .await?;
+            done_json(url.json, "rm", &u);
         }
-        RemoteCmd::Mv { from, to, .. } => {
+        RemoteCmd::Mv {
+            from,
+            to,
+            json: as_json,
+        } => {
             let f = remote(&from)?;
             let to_path = match Location::parse(&to)? {
                 Location::Remote(t) if t.same_server(&f) => t.path,
@@ -144,6 +157,11 @@ async fn run_async(cmd: RemoteCmd) -> Result<(), ClientError> {
                 .await?
                 .rename(&f.path, &to_path)
                 .await?;
+            if as_json {
+                json(
+                    &serde_json::json!({ "ok": true, "op": "mv", "from": f.to_string(), "to": to_path }),
+                );
+            }
         }
         RemoteCmd::Stat(a) => {
             let u = remote(&a.url)?;

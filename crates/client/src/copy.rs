@@ -295,6 +295,16 @@ async fn copy_one(
         });
     }
     let mut req = opts.request.clone();
+    if req.offset > 0 && req.length.is_none() {
+        // `ERET P <offset> -1` makes globus-gridftp-server drop the control connection; an
+        // explicit length means the same (to the end) to every server.
+        req.length = job.size.map(|size| size.saturating_sub(req.offset));
+    }
+    // What the file's payload is, for the figures when the sender's count is lower (markers).
+    let payload = job.size.map(|size| {
+        size.saturating_sub(req.offset)
+            .min(req.length.unwrap_or(u64::MAX))
+    });
     let started = Instant::now();
     let mut attempt = 1;
     let mut stored = RangeSet::new();
@@ -321,7 +331,7 @@ async fn copy_one(
                     Some(alg) => Some(verify(job, sessions, alg, &req).await?),
                     None => None,
                 };
-                let bytes = bytes.max(job.size.unwrap_or(0).saturating_sub(req.restart.total()));
+                let bytes = bytes.max(payload.unwrap_or(0).saturating_sub(req.restart.total()));
                 return Ok(CopyEvent::Done {
                     file: i,
                     bytes,

@@ -17,11 +17,14 @@ pub enum Progress {
     Stored(RangeSet),
 }
 
-/// After the transfer command got its 150/125: runs `desc` on `dtp` (if any) while reading
-/// replies until the final one, and returns the DTP outcome (or the bytes the markers told).
+/// Once the transfer `command` is sent: runs `desc` on `dtp` (if any) while reading replies
+/// (its 150/125, markers) until the final one, and returns the DTP outcome (or the bytes the
+/// markers told). The DTP starts before the 150 because Globus sends that reply only once the
+/// data connection is up.
 pub(crate) async fn drive(
     ctl: &mut ControlClient,
     dtp: Option<(&mut Dtp, &TransferDescription)>,
+    command: &str,
     on_progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<TransferOutcome, ClientError> {
     let (tx, mut rx) = mpsc::channel::<DtpEvent>(64);
@@ -43,7 +46,7 @@ pub(crate) async fn drive(
                             marker(&r, on_progress, &mut marker_bytes);
                         } else if r.code != 226 && local.is_none() {
                             // The server gave up: stop our side too.
-                            return Err(ClientError::Refused { command: "transfer".into(), reply: r });
+                            return Err(ClientError::Refused { command: command.into(), reply: r });
                         } else {
                             final_reply = Some(r);
                         }
@@ -67,7 +70,7 @@ pub(crate) async fn drive(
     let reply = final_reply.ok_or(ClientError::Closed)?;
     if reply.code != 226 && reply.code != 250 {
         return Err(ClientError::Refused {
-            command: "transfer".into(),
+            command: command.into(),
             reply,
         });
     }

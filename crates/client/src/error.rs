@@ -92,7 +92,7 @@ impl ClientError {
                 530 | 532 | 533 | 534 | 535 => ErrorClass::Auth,
                 550 if reply.text().to_ascii_lowercase().contains("permission") => ErrorClass::Auth,
                 550 => ErrorClass::NotFound,
-                421 | 425 | 426 | 451 => ErrorClass::Network,
+                421 | 425 | 426 => ErrorClass::Network,
                 _ => ErrorClass::Other,
             },
             _ => ErrorClass::Other,

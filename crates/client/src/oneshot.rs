@@ -40,14 +40,8 @@ pub async fn put(
     let mut dtp = local_dtp(req.block_size)?;
     let desc = req.local_description(Direction::Send, local, ChannelSetup::Active(vec![addr]))?;
     let cmd = req.store_command(remote);
-    let first = ctl.command(&cmd).await?;
-    if !first.is_preliminary() {
-        return Err(ClientError::Refused {
-            command: cmd,
-            reply: first,
-        });
-    }
-    drive(ctl, Some((&mut dtp, &desc)), &mut |_| {}).await
+    ctl.send(&cmd).await?;
+    drive(ctl, Some((&mut dtp, &desc)), &cmd, &mut |_| {}).await
 }
 
 /// Downloads `remote` to `local` in MODE E (the client listens).
@@ -76,12 +70,6 @@ pub async fn get(
         .await?;
     let desc = req.local_description(Direction::Receive, local, ChannelSetup::Passive)?;
     let cmd = req.retrieve_command(remote);
-    let first = ctl.command(&cmd).await?;
-    if !first.is_preliminary() {
-        return Err(ClientError::Refused {
-            command: cmd,
-            reply: first,
-        });
-    }
-    drive(ctl, Some((&mut dtp, &desc)), &mut |_| {}).await
+    ctl.send(&cmd).await?;
+    drive(ctl, Some((&mut dtp, &desc)), &cmd, &mut |_| {}).await
 }

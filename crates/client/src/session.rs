@@ -36,6 +36,9 @@ pub struct RemoteSession {
     pub(crate) server: RemoteUrl,
     pub(crate) dtp: Dtp,
     pub(crate) data: DataSetup,
+    /// The control connection is out of step with the server (a transfer was left running):
+    /// [`crate::Sessions`] drops it and logs in again.
+    pub(crate) broken: bool,
     type_image: bool,
     mode_e: bool,
     parallelism: Option<u32>,
@@ -93,6 +96,7 @@ impl RemoteSession {
             server: url.with_path("/"),
             dtp,
             data: DataSetup::None,
+            broken: false,
             type_image: false,
             mode_e: false,
             parallelism: None,

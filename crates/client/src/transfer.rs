@@ -8,7 +8,10 @@ use ferry_dtp::{ChannelSetup, Direction, TransferOutcome};
 use crate::drive::{drive, Progress};
 use crate::request::FileRequest;
 use crate::session::{DataSetup, RemoteSession};
-use crate::ClientError;
+use crate::{ClientError, ErrorClass};
+
+/// How long the other server of a third-party transfer may take to report after one failed.
+const PEER_FAILURE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl RemoteSession {
     /// Downloads `remote` into `local` (MODE E; the client listens, the server connects).
@@ -65,8 +68,8 @@ impl RemoteSession {
         result
     }
 
-    /// Sends REST (if any) and the transfer command, checks the preliminary reply, then drives
-    /// the transfer to its final reply.
+    /// Sends REST (if any) and the transfer command, then drives the transfer to its final
+    /// reply; the 150 is read while the data connections open, since Globus waits for them.
     async fn start_and_drive(
         &mut self,
         rest: Option<String>,
@@ -77,16 +80,18 @@ impl RemoteSession {
         if let Some(rest) = rest {
             self.expect_ok(&rest).await?;
         }
-        let first = self.command(&command).await?;
-        if !first.is_preliminary() {
-            return Err(ClientError::Refused {
-                command,
-                reply: first,
-            });
-        }
+        self.ctl.send(&command).await?;
         match &desc {
-            Some(d) => drive(&mut self.ctl, Some((&mut self.dtp, d)), on_progress).await,
-            None => drive(&mut self.ctl, None, on_progress).await,
+            Some(d) => {
+                drive(
+                    &mut self.ctl,
+                    Some((&mut self.dtp, d)),
+                    &command,
+                    on_progress,
+                )
+                .await
+            }
+            None => drive(&mut self.ctl, None, &command, on_progress).await,
         }
     }
 }
@@ -106,7 +111,12 @@ pub async fn third_party(
     src.sender_parallelism(req.parallelism.max(1)).await?;
     src.buffers(req.tcp_buffer, true).await?;
     dst.buffers(req.tcp_buffer, false).await?;
-    let result = third_party_inner(src, src_path, dst, dst_path, req, on_progress).await;
+    let result = third_party_inner(src, src_path, dst, dst_path, req, on_progress)
+        .await
+        .map(|o| ferry_dtp::TransferOutcome {
+            streams: req.parallelism.max(1),
+            ..o
+        });
     if result.is_err() {
         src.reset_data();
         dst.reset_data();
@@ -139,29 +149,59 @@ async fn third_party_inner(
         dst.expect_ok(&rest).await?;
         src.expect_ok(&rest).await?;
     }
+    // A Globus destination answers STOR only once the source has connected to it, so the RETR
+    // goes out before either 150 is read, as globus-url-copy does.
     let store = req.store_command(dst_path);
-    let r = dst.command(&store).await?;
-    if !r.is_preliminary() {
-        return Err(ClientError::Refused {
-            command: store,
-            reply: r,
-        });
-    }
     let retrieve = req.retrieve_command(src_path);
-    let r = src.command(&retrieve).await?;
-    if !r.is_preliminary() {
-        // The destination is waiting for data that will not come: abort it.
-        let _ = dst.command("ABOR").await;
-        return Err(ClientError::Refused {
-            command: retrieve,
-            reply: r,
-        });
+    dst.ctl.send(&store).await?;
+    if let Err(e) = src.ctl.send(&retrieve).await {
+        dst.broken = true;
+        return Err(e);
     }
     let mut ignore = |_p: Progress| {};
-    let (s, d) = tokio::join!(
-        drive(&mut src.ctl, None, &mut ignore),
-        drive(&mut dst.ctl, None, on_progress)
-    );
-    s?;
-    d
+    let (mut s, mut d) = (None, None);
+    {
+        let src_run = drive(&mut src.ctl, None, &retrieve, &mut ignore);
+        let dst_run = drive(&mut dst.ctl, None, &store, on_progress);
+        tokio::pin!(src_run, dst_run);
+        // After one side fails, the other gets a moment to report too: when a server dies, its
+        // peer's data-channel error (Globus: `500 ... Connection reset by peer`) races the
+        // lost control connection, and only the latter says a retry can help.
+        let mut give_up: Option<tokio::time::Instant> = None;
+        while s.is_none() || d.is_none() {
+            tokio::select! {
+                r = &mut src_run, if s.is_none() => s = Some(r),
+                r = &mut dst_run, if d.is_none() => d = Some(r),
+                _ = tokio::time::sleep_until(give_up.unwrap_or_else(tokio::time::Instant::now)),
+                    if give_up.is_some() => break,
+            }
+            let failed = matches!(s, Some(Err(_))) || matches!(d, Some(Err(_)));
+            if failed && give_up.is_none() {
+                give_up = Some(tokio::time::Instant::now() + PEER_FAILURE_GRACE);
+            }
+        }
+    }
+    // A side still waiting for data that will not come is mid-transfer: its control connection
+    // is dropped (closing it makes the server abort).
+    if s.is_none() {
+        src.broken = true;
+    }
+    if d.is_none() {
+        dst.broken = true;
+    }
+    match (s, d) {
+        (Some(Ok(_)), Some(Ok(outcome))) => Ok(outcome),
+        (s, d) => [s, d]
+            .into_iter()
+            .flatten()
+            .filter_map(Result::err)
+            .reduce(|first, e| {
+                if first.class() != ErrorClass::Network && e.class() == ErrorClass::Network {
+                    e
+                } else {
+                    first
+                }
+            })
+            .map_or(Err(ClientError::Closed), Err),
+    }
 }

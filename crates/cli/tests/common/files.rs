@@ -217,6 +217,28 @@ pub fn list_tree(root: &Path) -> Result<BTreeMap<PathBuf, EntryKind>, String> {
     Ok(entries)
 }
 
+/// MD5 of `bytes` in lowercase hex, as `CKSM MD5` reports it.
+pub fn md5_hex(bytes: &[u8]) -> String {
+    use md5::{Digest, Md5};
+    hex::encode(Md5::digest(bytes))
+}
+
+/// MD5 of the file at `path` in lowercase hex.
+pub fn md5_of_file(path: &Path) -> String {
+    use md5::{Digest, Md5};
+    let mut file = File::open(path).unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
+    let mut hasher = Md5::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = read_full(&mut file, &mut buf, path).unwrap_or_else(|e| panic!("{e}"));
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    hex::encode(hasher.finalize())
+}
+
 /// Adler-32 of `bytes` (RFC 1950), as `CKSM ADLER32` reports it.
 pub fn adler32(bytes: &[u8]) -> u32 {
     const MOD: u32 = 65_521;

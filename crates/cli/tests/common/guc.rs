@@ -1,13 +1,13 @@
 //! Running the real `globus-url-copy` with `-dbg`, a timeout, and captured output, so a failing
 //! test can show the control-channel dialogue it had with the server.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use super::capture::{drain, indent};
 use super::files::{compare_bytes, compare_files, compare_trees};
 use super::find_executable;
 
@@ -59,21 +59,6 @@ pub fn spawn_guc(args: &[&str]) -> GucProcess {
         readers,
         started: Instant::now(),
     }
-}
-
-fn drain(mut from: impl Read + Send + 'static, into: Arc<Mutex<Vec<u8>>>) -> JoinHandle<()> {
-    thread::spawn(move || {
-        let mut buf = [0u8; 16 * 1024];
-        loop {
-            match from.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => into
-                    .lock()
-                    .expect("output buffer")
-                    .extend_from_slice(&buf[..n]),
-            }
-        }
-    })
 }
 
 /// A globus-url-copy run in progress.
@@ -256,13 +241,6 @@ impl GucOutput {
             .map(str::to_owned)
             .collect()
     }
-}
-
-fn indent(text: &str, prefix: &str) -> String {
-    text.lines()
-        .map(|l| format!("{prefix}{l}"))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 const FAULT_PREFIX: &str = "debug: fault on connection to ";

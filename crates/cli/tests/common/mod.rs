@@ -1,17 +1,24 @@
 //! Harness for interoperability tests that drive the real `globus-url-copy` against a GridFTP
-//! server under test (ferry, or globus-gridftp-server as the reference).
+//! server under test (ferry, or globus-gridftp-server as the reference), and the `ferry` client
+//! against the real globus-gridftp-server.
 //!
-//! `FERRY_INTEROP_SERVER=globus|ferry` (default `ferry`) picks the server; see [`ServerKind`].
+//! `FERRY_INTEROP_SERVER=globus|ferry` (default `ferry`) picks the server of the
+//! globus-url-copy suite; see [`ServerKind`].
 
 // Each test binary uses its own subset of the harness.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports, unused_macros)]
 
+pub mod capture;
+pub mod ferry;
 pub mod files;
 pub mod guc;
 pub mod sandbox;
 pub mod server;
 
-pub use files::{adler32, make_dir, random_bytes, write_file, write_marked_pattern_file};
+pub use ferry::{run_ferry, run_ferry_with_input, spawn_ferry, FerryOutput, FerryProcess};
+pub use files::{
+    adler32, make_dir, md5_hex, md5_of_file, random_bytes, write_file, write_marked_pattern_file,
+};
 pub use guc::{run_guc, spawn_guc};
 pub use sandbox::{file_dir_url, file_url, Sandbox};
 pub use server::{ServerKind, ServerUnderTest};

@@ -64,7 +64,12 @@ pub struct ServerUnderTest {
     port: u16,
     process: Option<Child>,
     log: PathBuf,
+    /// How `ferry serve` lets users in (unused for Globus, which always runs anonymously).
+    ferry_login: Vec<String>,
 }
+
+/// `ferry serve` login flags unless a test asks for passwords.
+const FERRY_ANONYMOUS: [&str; 2] = ["--anonymous", "--anonymous-write"];
 
 impl ServerUnderTest {
     /// Starts the server chosen by `FERRY_INTEROP_SERVER` on a free port, serving `root`.
@@ -74,6 +79,20 @@ impl ServerUnderTest {
 
     /// Starts a server of `kind` on a free port, serving `root`.
     pub fn start_kind(kind: ServerKind, root: &Path) -> Self {
+        Self::start_with_login(kind, root, FERRY_ANONYMOUS.map(String::from).to_vec())
+    }
+
+    /// Starts `ferry serve` on a free port, serving `root` to the users in `password_file`
+    /// (written by `ferry passwd`) and to no one else.
+    pub fn start_ferry_with_password_file(root: &Path, password_file: &Path) -> Self {
+        let login = vec![
+            "--password-file".to_owned(),
+            password_file.display().to_string(),
+        ];
+        Self::start_with_login(ServerKind::Ferry, root, login)
+    }
+
+    fn start_with_login(kind: ServerKind, root: &Path, ferry_login: Vec<String>) -> Self {
         let root = root
             .canonicalize()
             .unwrap_or_else(|e| panic!("served root {}: {e}", root.display()));
@@ -81,7 +100,7 @@ impl ServerUnderTest {
         let mut errors = Vec::new();
         for _ in 0..START_ATTEMPTS {
             let launched = match kind {
-                ServerKind::Ferry => launch_ferry(&root, "127.0.0.1:0", &log),
+                ServerKind::Ferry => launch_ferry(&root, "127.0.0.1:0", &log, &ferry_login),
                 ServerKind::Globus => launch_globus(&root, free_port(), &log),
             };
             match launched {
@@ -92,6 +111,7 @@ impl ServerUnderTest {
                         port,
                         process: Some(process),
                         log,
+                        ferry_login,
                     };
                 }
                 Err(e) => errors.push(e),
@@ -161,7 +181,9 @@ impl ServerUnderTest {
         let listen = format!("127.0.0.1:{}", self.port);
         loop {
             let launched = match self.kind {
-                ServerKind::Ferry => launch_ferry(&self.root, &listen, &self.log),
+                ServerKind::Ferry => {
+                    launch_ferry(&self.root, &listen, &self.log, &self.ferry_login)
+                }
                 ServerKind::Globus => launch_globus(&self.root, self.port, &self.log),
             };
             match launched {
@@ -214,13 +236,18 @@ fn open_log(log: &Path) -> Result<fs::File, String> {
 }
 
 /// Runs `ferry serve` and waits for its `listening on 127.0.0.1:PORT` line.
-fn launch_ferry(root: &Path, listen: &str, log: &Path) -> Result<(Child, u16), String> {
+fn launch_ferry(
+    root: &Path,
+    listen: &str,
+    log: &Path,
+    login: &[String],
+) -> Result<(Child, u16), String> {
     let mut log_file = open_log(log)?;
     let stderr = log_file.try_clone().map_err(|e| e.to_string())?;
     let mut process = Command::new(env!("CARGO_BIN_EXE_ferry"))
         .args(["serve", "--listen", listen, "--root"])
         .arg(root)
-        .args(["--anonymous", "--anonymous-write"])
+        .args(login)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(stderr)
