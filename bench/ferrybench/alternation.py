@@ -19,6 +19,9 @@ class Config:
 def alternate(ctx, result, servers: list[Server], configs: list[Config], runs: int, measure_one):
     """Calls measure_one(server, config, run) for each run, config and server, alternating servers.
 
+    A "server" is anything with a `kind` (and, when it is a server, a `proc`): the client
+    scenarios pass client+server pairs and an iperf3 anchor the same way.
+
     The order is run-major (every configuration once, then again) so slow drift on a shared
     machine spreads over all rows, and within a configuration the servers take turns, the first
     mover swapping each run. Returns {(config label, server kind): [samples]}.
@@ -41,6 +44,7 @@ def alternate(ctx, result, servers: list[Server], configs: list[Config], runs: i
                     result.notes.append(f"{server.kind} run {run + 1} failed, {str(e).splitlines()[0]}")
                     if failures[server.kind] >= MAX_FAILURES:
                         result.notes.append(f"{server.kind} failed {MAX_FAILURES} runs; skipped for the rest of this scenario.")
-                        if server.proc.poll() is not None:
-                            result.notes.append(f"{server.kind} server had exited with code {server.proc.returncode}.")
+                        proc = getattr(server, "proc", None)  # an anchor such as iperf3 has no server
+                        if proc is not None and proc.poll() is not None:
+                            result.notes.append(f"{server.kind} server had exited with code {proc.returncode}.")
     return samples

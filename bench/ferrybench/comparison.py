@@ -12,15 +12,20 @@ def summaries(samples, metric) -> dict[tuple[str, str], Summary]:
 
 
 def throughput_table(title: str, configs: list[Config], kinds: list[str], rate: dict, unit: str,
-                     limit: dict[int, Summary] | None = None, digits: int = 2) -> Table:
-    """Median (min–max) per server, ferry/globus, and each server as a % of the limit (iperf3)."""
-    header = ["mode", "streams"] + [f"{k} {unit}" for k in kinds]
+                     limit: dict[int, Summary] | None = None, digits: int = 2,
+                     names: dict[str, str] | None = None) -> Table:
+    """Median (min–max) per server, ferry/globus, and each server as a % of the limit (iperf3).
+
+    `names` relabels the columns (the client scenarios show `ferry pair`, `globus pair`).
+    """
+    name = (names or {}).get
+    header = ["mode", "streams"] + [f"{name(k, k)} {unit}" for k in kinds]
     both = "ferry" in kinds and "globus" in kinds
     if both:
-        header.append("ferry/globus")
+        header.append(f"{name('ferry', 'ferry')}/{name('globus', 'globus')}")
     if limit is not None:
         header.append(f"iperf3 {unit}")
-        header += [f"{k} % of iperf3" for k in kinds]
+        header += [f"{name(k, k)} % of iperf3" for k in kinds]
     rows = []
     for c in configs:
         row = ["stream" if c.streams == 0 else "MODE E", str(max(c.streams, 1))]
@@ -48,10 +53,10 @@ def cpu_table(title: str, configs: list[Config], kinds: list[str], server_cpu: d
 
 
 def throughput_panel(title: str, ylabel: str, configs: list[Config], kinds: list[str], rate: dict,
-                     limit: dict[int, Summary] | None = None) -> Panel:
+                     limit: dict[int, Summary] | None = None, names: dict[str, str] | None = None) -> Panel:
     """Grouped bars per configuration: one bar per server, plus iperf3 where it was measured."""
     groups = ["stream" if c.streams == 0 else f"{c.streams}" for c in configs]
-    bars = {k: [rate[(c.label, k)] for c in configs] for k in kinds}
+    bars = {(names or {}).get(k, k): [rate[(c.label, k)] for c in configs] for k in kinds}
     if limit:
         bars["iperf3"] = [limit.get(max(c.streams, 1), summarize([])) for c in configs]
     return Panel(title, ylabel, groups, bars)

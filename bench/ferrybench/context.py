@@ -39,9 +39,15 @@ class Context:
         line = re.sub(r"\$SCRATCH/[^/ ]+", "$SCRATCH", server.command_line().replace(self.run_dir, "$SCRATCH"))
         self.server_commands.setdefault(server.kind, line)
 
-    def record_command(self, result: ScenarioResult, cmd: list[str], port: int | None = None) -> None:
-        """Adds a client command to the scenario's list once, with the port as a placeholder."""
+    def record_command(self, result: ScenarioResult, cmd: list[str], port: int | None = None,
+                       other_ports: dict[int, str] | None = None) -> None:
+        """Adds a client command to the scenario's list once, with the port as a placeholder.
+
+        other_ports names further ports (a third-party transfer's destination server: `PORT2`).
+        """
         line = re.sub(r"\$SCRATCH/\d{3}-[^/ ]+", "$SCRATCH", shlex.join(cmd).replace(self.run_dir, "$SCRATCH"))
+        for number, name in (other_ports or {}).items():
+            line = re.sub(rf"(?<!\d){number}(?!\d)", name, line)
         if port is not None:
             line = re.sub(rf"(?<!\d){port}(?!\d)", "PORT", line)
         if line not in result.commands:

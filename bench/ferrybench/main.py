@@ -17,18 +17,28 @@ from .scenarios import SCENARIOS
 from .servers import BenchError
 
 
+SERVER_SCENARIOS = {"mem", "disk", "idle"}  # globus-url-copy against each server
+PAIR_SCENARIOS = {"client-mem", "client-disk", "small-files"}  # each client against its own server
+
+
 def _check_tools(o: Options) -> None:
     needed = set()
-    if {"mem", "disk", "idle"} & set(o.scenarios):
+    chosen = set(o.scenarios)
+    if SERVER_SCENARIOS & chosen:
         needed.add("globus-url-copy")  # the one client for every server
         if "globus" in o.servers:
             needed.add("globus-gridftp-server")
-    if "iperf" in o.scenarios:
+    if PAIR_SCENARIOS & chosen and "globus" in o.servers:
+        needed |= {"globus-url-copy", "globus-gridftp-server"}
+    if {"iperf", "client-mem"} & chosen:
         needed.add("iperf3")
+    if {"client-disk", "small-files"} & chosen:
+        needed |= {"cmp", "diff"}
     missing = sorted(t for t in needed if shutil.which(t) is None)
     if missing:
         raise BenchError(f"missing {', '.join(missing)}: run scripts/install-deps as root")
-    if "ferry" in o.servers and {"mem", "disk", "idle"} & set(o.scenarios) and not os.access(o.ferry, os.X_OK):
+    uses_ferry = (SERVER_SCENARIOS | PAIR_SCENARIOS | {"restart"}) & chosen
+    if "ferry" in o.servers and uses_ferry and not os.access(o.ferry, os.X_OK):
         raise BenchError(f"{o.ferry} not found: build it first with `cargo build --release` "
                          "(or measure Globus alone with --servers globus)")
 

@@ -28,6 +28,12 @@ class Options:
     ferry: str
     results: str
     clean: bool
+    small_files: int = 2000
+    small_dirs: int = 20
+    restart_tries: int = 20
+    restart_size: int = 512 << 20
+    restart_seed: int | None = None
+    restart_tcp_bs: str = "auto"
 
 
 def _int_list(text: str) -> list[int]:
@@ -43,6 +49,16 @@ def _name_list(choices):
         return names
 
     return parse
+
+
+def _tcp_bs(text: str) -> str:
+    text = text.strip().lower()
+    if text in ("auto", "none"):
+        return text
+    try:
+        return str(parse_size(text))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
 
 
 def parse_options(argv, scenario_names) -> Options:
@@ -69,6 +85,14 @@ def parse_options(argv, scenario_names) -> Options:
     p.add_argument("--ferry", default=os.path.join(REPO_ROOT, "target", "release", "ferry"), help="ferry binary (default target/release/ferry)")
     p.add_argument("--results", default=os.path.join(REPO_ROOT, "bench", "results"), help="where reports go (default bench/results)")
     p.add_argument("--clean", action="store_true", help="also delete the disk source file on exit (it is kept for reuse by default)")
+    p.add_argument("--small-files", type=int, help="small-files: how many 4 KiB files (default 2000; quick 200)")
+    p.add_argument("--small-dirs", type=int, default=20, help="small-files: directories of the nested tree (default 20)")
+    p.add_argument("--restart-tries", type=int, help="restart: kills per direction (default 20; quick 3)")
+    p.add_argument("--restart-size", type=parse_size, help="restart: file size (default 512M; quick 128M)")
+    p.add_argument("--restart-seed", type=int, help="restart: seed of the kill delays (default: drawn, printed in the report)")
+    p.add_argument("--restart-tcp-bs", type=_tcp_bs, default="auto",
+                   help="restart: ferry copy --tcp-bs for the tries: a size, `none`, or `auto` (default: the "
+                        "first of none, 64K, 16K, 4K, 2K, 1K that makes a transfer last 2 s)")
     a = p.parse_args(argv)
     q = a.quick
     order = [n for n in scenario_names if n in a.scenarios]
@@ -87,4 +111,10 @@ def parse_options(argv, scenario_names) -> Options:
         ferry=os.path.abspath(a.ferry),
         results=os.path.abspath(a.results),
         clean=a.clean,
+        small_files=a.small_files if a.small_files is not None else (200 if q else 2000),
+        small_dirs=a.small_dirs,
+        restart_tries=a.restart_tries if a.restart_tries is not None else (3 if q else 20),
+        restart_size=a.restart_size if a.restart_size is not None else parse_size("128M" if q else "512M"),
+        restart_seed=a.restart_seed,
+        restart_tcp_bs=a.restart_tcp_bs,
     )

@@ -12,6 +12,12 @@ READING = (
 )
 
 
+PAIR_RESULTS = {"client-mem", "client-disk", "small-files"}
+PAIRS = (" The client scenarios (client-mem, client-disk, small-files) are the exception: there each "
+         "client drives its own server, `ferry copy` against ferry and `globus-url-copy` against Globus, "
+         "and the pairs alternate the same way.")
+
+
 def table_markdown(table: Table) -> str:
     """One table with its title in bold above it."""
     lines = [f"**{table.title}**", "", "| " + " | ".join(table.header) + " |",
@@ -46,7 +52,12 @@ def render(ctx, machine: dict, fairness: dict, argv: list[str], png_name: str | 
     lines += [f"| {k} | {v} |" for k, v in machine.items()]
     lines += [f"| load average at start / end | {fairness['load_start']} / {fairness['load_end']} |",
               f"| runs per configuration | {o.runs} |",
-              f"| sizes | memory-to-memory {format_size(o.size)}, disk file {format_size(o.disk_size)} |", ""]
+              f"| sizes | memory-to-memory {format_size(o.size)}, disk file {format_size(o.disk_size)} |"]
+    if "small-files" in ctx.results:
+        lines.append(f"| small files | {o.small_files} × 4 KiB, flat and in {o.small_dirs} directories |")
+    if "restart" in ctx.results:
+        lines.append(f"| restart | {o.restart_tries} tries per direction, {format_size(o.restart_size)} file |")
+    lines.append("")
     if fairness["busy"]:
         lines += ["**Other processes were busy when the run started**, so every figure below is contended "
                   "and only the ratios within this run may be compared:", ""]
@@ -56,7 +67,8 @@ def render(ctx, machine: dict, fairness: dict, argv: list[str], png_name: str | 
     lines += ["## How to read this", "", READING, "",
               "Servers alternate run by run (ferry, globus, then globus, ferry, …), every server is "
               "driven by the same globus-url-copy client with the same flags, and each scenario starts "
-              "fresh servers. Servers were started as:", "", "```"]
+              "fresh servers." + (PAIRS if PAIR_RESULTS & set(ctx.results) else "") +
+              " Servers were started as:", "", "```"]
     lines += [f"{kind}: {cmd}" for kind, cmd in ctx.server_commands.items()] + ["```", ""]
     if ctx.notes:
         lines += [f"- {n}" for n in ctx.notes] + [""]

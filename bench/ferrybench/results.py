@@ -23,6 +23,8 @@ class Panel:
     groups: list[str]
     bars: dict[str, list[Summary]]
     log_scale: bool = False
+    xlabel: str | None = None  # default: "sessions" for per-session panels, else "streams"
+    counts: bool = False  # whole numbers (restart tries): integer labels, room above for the legend
 
 
 @dataclass

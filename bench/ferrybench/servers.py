@@ -143,12 +143,12 @@ def start_globus(workdir: str) -> Server:
 _LISTENING = re.compile(rb"listening on (?:\[[^\]]*\]|[^\s:]+):(\d+)")
 
 
-def start_ferry(binary: str, workdir: str) -> Server:
-    """`ferry serve` in anonymous mode with --root /, on a port it picks and prints."""
+def start_ferry(binary: str, workdir: str, port: int = 0, out_name: str = "ferry.out") -> Server:
+    """`ferry serve` in anonymous mode with --root /, on a port it picks and prints (or on `port`)."""
     if not os.access(binary, os.X_OK):
         raise BenchError(f"{binary} not found: build it first with `cargo build --release` (or pass --servers globus)")
-    cmd = [binary, "serve", "--listen", "127.0.0.1:0", "--root", "/", "--anonymous", "--anonymous-write"]
-    out_path = os.path.join(workdir, "ferry.out")
+    cmd = [binary, "serve", "--listen", f"127.0.0.1:{port}", "--root", "/", "--anonymous", "--anonymous-write"]
+    out_path = os.path.join(workdir, out_name)
     with open(out_path, "wb") as out:
         proc = processes.spawn(cmd, stdout=out, stderr=subprocess.STDOUT)
     try:

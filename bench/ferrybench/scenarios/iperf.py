@@ -75,6 +75,14 @@ def _one(ctx, result, streams: int, seconds: int) -> tuple[float, float, float]:
     return gbps, cpu.get("host_total", float("nan")), cpu.get("remote_total", float("nan"))
 
 
+def measure(ctx, result, streams: int, seconds: int) -> tuple[float, float, float]:
+    """One iperf3 run at `streams` streams: receiver GB/s, sender and receiver CPU %.
+
+    What the iperf scenario measures, for scenarios that measure the limit themselves (client-mem).
+    """
+    return _one(ctx, result, streams, seconds)
+
+
 def limit(ctx) -> dict[int, Summary] | None:
     """The iperf3 medians by stream count, if iperf ran earlier in this invocation."""
     res = ctx.results.get("iperf")

@@ -331,7 +331,8 @@ async fn copy_one(
                     Some(alg) => Some(verify(job, sessions, alg, &req).await?),
                     None => None,
                 };
-                let bytes = bytes.max(payload.unwrap_or(0).saturating_sub(req.restart.total()));
+                // The whole file (or range) is there now, whatever the last attempt moved.
+                let bytes = payload.unwrap_or(bytes).max(bytes);
                 return Ok(CopyEvent::Done {
                     file: i,
                     bytes,

@@ -40,6 +40,7 @@ pub struct RemoteSession {
     /// [`crate::Sessions`] drops it and logs in again.
     pub(crate) broken: bool,
     type_image: bool,
+    trev_sent: bool,
     mode_e: bool,
     parallelism: Option<u32>,
     retr_buf: Option<u32>,
@@ -98,6 +99,7 @@ impl RemoteSession {
             data: DataSetup::None,
             broken: false,
             type_image: false,
+            trev_sent: false,
             mode_e: false,
             parallelism: None,
             retr_buf: None,
@@ -142,6 +144,17 @@ impl RemoteSession {
         if !self.mode_e {
             self.expect_ok("MODE E").await?;
             self.mode_e = true;
+        }
+        Ok(())
+    }
+
+    /// Asks a receiving server for restart markers every second (`TREV RESTART 1`), once, so
+    /// an interrupted upload resumes from at most a second before the failure instead of the
+    /// server's default 5 s. Servers without TREV keep their default; that is no error.
+    pub(crate) async fn frequent_restart_markers(&mut self) -> Result<(), ClientError> {
+        if !self.trev_sent {
+            self.trev_sent = true;
+            self.ctl.command("TREV RESTART 1").await?;
         }
         Ok(())
     }

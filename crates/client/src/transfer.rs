@@ -51,6 +51,7 @@ impl RemoteSession {
     ) -> Result<TransferOutcome, ClientError> {
         self.binary_extended().await?;
         self.buffers(req.tcp_buffer, false).await?;
+        self.frequent_restart_markers().await?;
         let addr = self.server_listen().await?;
         let desc =
             req.local_description(Direction::Send, local, ChannelSetup::Active(vec![addr]))?;
@@ -111,6 +112,7 @@ pub async fn third_party(
     src.sender_parallelism(req.parallelism.max(1)).await?;
     src.buffers(req.tcp_buffer, true).await?;
     dst.buffers(req.tcp_buffer, false).await?;
+    dst.frequent_restart_markers().await?;
     let result = third_party_inner(src, src_path, dst, dst_path, req, on_progress)
         .await
         .map(|o| ferry_dtp::TransferOutcome {
