@@ -27,18 +27,13 @@ impl RemoteSession {
         self.buffers(req.tcp_buffer, true).await?;
         self.listen_for_server(req.tuning()).await?;
         let desc = req.local_description(Direction::Receive, local, ChannelSetup::Passive)?;
-        let result = self
-            .start_and_drive(
-                req.rest_command(),
-                req.retrieve_command(remote),
-                Some(desc),
-                on_progress,
-            )
-            .await;
-        if result.is_err() {
-            self.reset_data();
-        }
-        result
+        self.start_and_drive(
+            req.rest_command(),
+            req.retrieve_command(remote),
+            &desc,
+            on_progress,
+        )
+        .await
     }
 
     /// Uploads `local` to `remote` (MODE E; the server listens, the client connects).
@@ -55,45 +50,43 @@ impl RemoteSession {
         let addr = self.server_listen().await?;
         let desc =
             req.local_description(Direction::Send, local, ChannelSetup::Active(vec![addr]))?;
-        let result = self
-            .start_and_drive(
-                req.rest_command(),
-                req.store_command(remote),
-                Some(desc),
-                on_progress,
-            )
-            .await;
-        if result.is_err() {
-            self.reset_data();
-        }
-        result
+        self.start_and_drive(
+            req.rest_command(),
+            req.store_command(remote),
+            &desc,
+            on_progress,
+        )
+        .await
     }
 
     /// Sends REST (if any) and the transfer command, then drives the transfer to its final
     /// reply; the 150 is read while the data connections open, since Globus waits for them.
+    /// On failure the session's data channel is forgotten, so the next file sets up a new one.
     async fn start_and_drive(
         &mut self,
         rest: Option<String>,
         command: String,
-        desc: Option<ferry_dtp::TransferDescription>,
+        desc: &ferry_dtp::TransferDescription,
         on_progress: &mut (dyn FnMut(Progress) + Send),
     ) -> Result<TransferOutcome, ClientError> {
-        if let Some(rest) = rest {
-            self.expect_ok(&rest).await?;
-        }
-        self.ctl.send(&command).await?;
-        match &desc {
-            Some(d) => {
-                drive(
-                    &mut self.ctl,
-                    Some((&mut self.dtp, d)),
-                    &command,
-                    on_progress,
-                )
-                .await
+        let result = async {
+            if let Some(rest) = rest {
+                self.expect_ok(&rest).await?;
             }
-            None => drive(&mut self.ctl, None, &command, on_progress).await,
+            self.ctl.send(&command).await?;
+            drive(
+                &mut self.ctl,
+                Some((&mut self.dtp, desc)),
+                &command,
+                on_progress,
+            )
+            .await
         }
+        .await;
+        if result.is_err() {
+            self.reset_data();
+        }
+        result
     }
 }
 
