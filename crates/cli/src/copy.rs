@@ -23,7 +23,7 @@ pub(crate) struct CopyArgs {
     /// TCP buffer size for data connections (e.g. 8M). [default: the kernel's autotuning]
     #[arg(long = "tcp-bs", value_name = "SIZE", value_parser = parse_size)]
     tcp_bs: Option<u64>,
-    /// MODE E block size (e.g. 1M). [default: 1M]
+    /// MODE E block size when sending (e.g. 1M). [default: 256K on one stream, up to 4M on several]
     #[arg(long = "block-size", value_name = "SIZE", value_parser = parse_size)]
     block_size: Option<u64>,
     /// Copy from this offset (partial transfer; written at the same offset).
@@ -116,8 +116,8 @@ impl CopyArgs {
             request: FileRequest {
                 parallelism: self.parallel.unwrap_or(0),
                 block_size: bytes_u32(self.block_size, "--block-size")?
-                    .unwrap_or(defaults.request.block_size)
-                    .max(4096),
+                    .map(|b| b.max(4096))
+                    .or(defaults.request.block_size),
                 tcp_buffer: bytes_u32(self.tcp_bs, "--tcp-bs")?,
                 offset: self.offset.unwrap_or(0),
                 length: self.length,

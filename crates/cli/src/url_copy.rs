@@ -183,8 +183,8 @@ fn resolve(raw: &Raw) -> Result<Vec<CopyJob>, String> {
             parallelism: num(&raw.parallel, "-p")?.unwrap_or(0),
             tcp_buffer: to_u32(size(&raw.tcp_bs, "-tcp-bs")?, "-tcp-bs")?,
             block_size: to_u32(size(&raw.block_size, "-bs")?, "-bs")?
-                .unwrap_or(defaults.request.block_size)
-                .max(4096),
+                .map(|b| b.max(4096))
+                .or(defaults.request.block_size),
             offset: size(&raw.offset, "-off")?.unwrap_or(0),
             length: size(&raw.length, "-len")?,
             ..defaults.request.clone()
@@ -361,7 +361,7 @@ mod tests {
         let o = &jobs[0].options;
         assert_eq!(o.request.parallelism, 4);
         assert_eq!(o.request.tcp_buffer, Some(8 << 20));
-        assert_eq!(o.request.block_size, 1 << 20);
+        assert_eq!(o.request.block_size, Some(1 << 20));
         assert_eq!(
             (o.concurrency, o.retries, o.create_dirs, o.sync),
             (8, 7, true, SyncLevel::Checksum)

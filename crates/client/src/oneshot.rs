@@ -15,11 +15,14 @@ use crate::{ClientError, ControlClient};
 /// Stream count and block size for [`get`] and [`put`].
 pub type TransferOptions = FileRequest;
 
-fn local_dtp(block: u32) -> Result<Dtp, ClientError> {
+fn local_dtp(block: Option<u32>) -> Result<Dtp, ClientError> {
     let storage: Arc<dyn Storage> = Arc::new(PosixStorage::open(Path::new("/"), false)?);
     Ok(Dtp::new(
         storage,
-        BufferPool::new(ferry_dtp::IO_CHUNK.min(block as usize), 16),
+        BufferPool::new(
+            ferry_dtp::IO_CHUNK.min(block.map_or(usize::MAX, |b| b as usize)),
+            16,
+        ),
         false,
     ))
 }

@@ -105,7 +105,7 @@ impl RemoteSession {
             truncate: false,
             create_new: false,
             parallelism: 1,
-            block_size: 1 << 20,
+            block_size: None,
             tuning: Default::default(),
             channel: ChannelSetup::Passive,
             stack: StackSpec::default(),

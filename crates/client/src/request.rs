@@ -18,8 +18,9 @@ use crate::ClientError;
 pub struct FileRequest {
     /// Parallel data connections (MODE E).
     pub parallelism: u32,
-    /// MODE E block size in bytes.
-    pub block_size: u32,
+    /// MODE E block size in bytes when this side sends (`None`: by stream count, see
+    /// `ferry_dtp::auto_block_size`).
+    pub block_size: Option<u32>,
     /// TCP buffer size for data connections (`None`: the kernel's autotuning).
     pub tcp_buffer: Option<u32>,
     /// First byte to transfer (partial transfer; the destination is written at the same offset).
@@ -36,7 +37,7 @@ impl Default for FileRequest {
     fn default() -> Self {
         FileRequest {
             parallelism: 4,
-            block_size: 1 << 20,
+            block_size: None,
             tcp_buffer: None,
             offset: 0,
             length: None,

@@ -112,8 +112,9 @@ pub struct TransferDescription {
     pub create_new: bool,
     /// Data connections per endpoint when sending in MODE E.
     pub parallelism: u32,
-    /// MODE E block size when sending, in bytes.
-    pub block_size: u32,
+    /// MODE E block size when sending, in bytes; `None` lets the DTP choose by the number of
+    /// streams ([`crate::auto_block_size`]).
+    pub block_size: Option<u32>,
     /// Socket buffers.
     pub tuning: SocketTuning,
     /// Connection setup.

@@ -14,7 +14,7 @@ use crate::memory::MemoryFile;
 use tokio::sync::mpsc;
 
 use crate::channel::DataChannel;
-use crate::pool::BufferPool;
+use crate::pool::{auto_block_size, BufferPool};
 use crate::receive::{receive_mode_e, receive_stream, RecvJob};
 use crate::send::{send_mode_e, send_stream, BlockClaimer, SendJob};
 use crate::source::Source;
@@ -134,12 +134,13 @@ impl Dtp {
         };
         let mut ranges = RangeSet::from_range(0, total);
         ranges.subtract(&desc.restart);
-        let block = match desc.mode {
-            TransferMode::Extended => u64::from(desc.block_size.max(4096)),
-            TransferMode::Stream => self.pool.buffer_size() as u64,
-        };
         let conns = self.send_connections(desc, idle).await?;
         let streams = conns.len() as u32;
+        let block = match (desc.mode, desc.block_size) {
+            (TransferMode::Extended, Some(size)) => u64::from(size.max(4096)),
+            (TransferMode::Extended, None) => auto_block_size(conns.len(), total),
+            (TransferMode::Stream, _) => self.pool.buffer_size() as u64,
+        };
         let counters: Arc<Vec<AtomicU64>> =
             Arc::new((0..conns.len()).map(|_| AtomicU64::new(0)).collect());
         let bounded = desc.section.length.is_some() || source.known_len()?.is_some();

@@ -29,4 +29,4 @@ pub use dtp::Dtp;
 pub use error::DtpError;
 pub use events::{DtpEvent, TransferOutcome};
 pub use listing::perm_letters;
-pub use pool::{BufferPool, IO_CHUNK};
+pub use pool::{auto_block_size, BufferPool, IO_CHUNK};

@@ -116,8 +116,6 @@ pub(crate) async fn send_mode_e(
             BlockHeader::eod()
         };
         timed(idle, c.write_all(&h.encode())).await?;
-        // Push the EOD out now rather than after the peer's (possibly delayed) ACK.
-        let _ = c.set_nodelay(true);
     }
     Ok(conns)
 }
@@ -127,8 +125,6 @@ async fn send_stream_blocks(
     index: usize,
     job: &SendJob,
 ) -> Result<DataConn, DtpError> {
-    // Nagle on while streaming: each block's tail joins the next block's segment.
-    let _ = conn.set_nodelay(false);
     let mut buf = job.pool.take();
     let mut pieces = Vec::with_capacity(2);
     let mut zero_copy = job.source.zero_copy_fd();

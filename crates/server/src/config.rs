@@ -33,8 +33,9 @@ pub struct ServerConfig {
     pub data_idle_timeout: u64,
     /// Append one JSON line per transfer to this file.
     pub log_transfer: Option<PathBuf>,
-    /// MODE E block size this server sends, in bytes.
-    pub block_size: u32,
+    /// MODE E block size this server sends, in bytes (`None`: 256 KiB on one stream, 1 MiB on
+    /// several).
+    pub block_size: Option<u32>,
     /// Data-channel drivers clients may choose with SITE SETNETSTACK.
     pub net_stack_whitelist: Vec<String>,
     /// Text of the 220 banner (default names ferry and its version).
@@ -55,7 +56,7 @@ impl Default for ServerConfig {
             control_preauth_timeout: 60,
             data_idle_timeout: 600,
             log_transfer: None,
-            block_size: 1 << 20,
+            block_size: None,
             net_stack_whitelist: vec!["tcp".into()],
             banner: None,
         }
@@ -112,7 +113,7 @@ impl ServerConfig {
                 "--anonymous-write needs --anonymous".into(),
             ));
         }
-        if self.block_size < 4096 {
+        if self.block_size.is_some_and(|b| b < 4096) {
             return Err(ConfigError::Invalid(
                 "--block-size must be at least 4096".into(),
             ));

@@ -104,7 +104,10 @@ impl Server {
                     addr: config.listen,
                     source,
                 })?;
-        let pool = BufferPool::new(ferry_dtp::IO_CHUNK.min(config.block_size as usize), 64);
+        let pool = BufferPool::new(
+            ferry_dtp::IO_CHUNK.min(config.block_size.map_or(usize::MAX, |b| b as usize)),
+            64,
+        );
         let ctx = Arc::new(ServerContext {
             config,
             storage_rw,

@@ -50,7 +50,7 @@ banner = "Welcome to the ferry test server"
     assert_eq!(cfg.control_preauth_timeout, 10);
     assert_eq!(cfg.data_idle_timeout, 20);
     assert_eq!(cfg.log_transfer.as_deref(), Some(log.as_path()));
-    assert_eq!(cfg.block_size, 65536);
+    assert_eq!(cfg.block_size, Some(65536));
     assert_eq!(cfg.net_stack_whitelist, ["tcp"]);
 
     let server = Server::bind(cfg).await.expect("server starts");

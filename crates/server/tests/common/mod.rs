@@ -72,7 +72,7 @@ pub fn base_config(base: &Path) -> ServerConfig {
         anonymous: true,
         anonymous_write: false,
         password_file: Some(passwd),
-        block_size: 64 * 1024,
+        block_size: Some(64 * 1024),
         ..ServerConfig::default()
     }
 }
@@ -414,7 +414,7 @@ pub fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
 pub fn streams(n: u32) -> TransferOptions {
     TransferOptions {
         parallelism: n,
-        block_size: 64 * 1024,
+        block_size: Some(64 * 1024),
         ..TransferOptions::default()
     }
 }
