@@ -334,6 +334,110 @@ fn recursive_get_copies_nested_directories_empty_files_an_empty_directory_and_na
     }
 }
 
+/// Copies 120 small files from a server of `kind` and checks they came byte for byte and
+/// that RETRs were pipelined: several sent before the first reply to them.
+fn pipelined_get_from(kind: ServerKind) {
+    let sandbox = Sandbox::new();
+    let server = ServerUnderTest::start_kind(kind, &sandbox.served_dir("root"));
+    let tree = server.path_of("many");
+    for i in 0..120 {
+        write_file(
+            &tree.join(format!("d{}/f{i:03}.bin", i % 3)),
+            &random_bytes(i * 53, 700 + i as u64),
+        );
+    }
+    let dest = sandbox.local_dir("local").join("copy");
+    let out = copy(
+        &["-r"],
+        &server.dir_url_for("many"),
+        &format!("{}/", dest.display()),
+    );
+    out.assert_same_tree(&tree, &dest);
+    // In the dialogue of one session, a run of `> RETR` lines with no reply between them.
+    let dialogue = out.dialogue();
+    let mut longest = 0;
+    let mut run = 0;
+    for line in dialogue.lines() {
+        if line.contains(" > RETR ") {
+            run += 1;
+            longest = longest.max(run);
+        } else if line.contains(" < ") {
+            run = 0;
+        }
+    }
+    if longest < 4 {
+        out.fail(&format!(
+            "expected RETRs sent ahead of their replies (longest run {longest})"
+        ));
+    }
+}
+
+#[test]
+fn a_recursive_get_of_small_files_from_globus_is_pipelined_and_byte_identical() {
+    require_globus_server!();
+    pipelined_get_from(ServerKind::Globus);
+}
+
+#[test]
+fn a_recursive_get_of_small_files_from_ferry_is_pipelined_and_byte_identical() {
+    pipelined_get_from(ServerKind::Ferry);
+}
+
+#[test]
+fn a_file_refused_in_the_middle_of_a_pipelined_get_fails_alone_and_the_others_arrive_intact() {
+    require_globus_server!();
+    let s = setup();
+    // Small files from one server are fetched with RETRs pipelined on one session; the one
+    // Globus cannot read (it serves anonymous users as `nobody`) comes back 500 while the
+    // commands after it are already queued at the server.
+    let tree = s.globus.path_of("many");
+    let count = 40;
+    for i in 0..count {
+        write_file(
+            &tree.join(format!("f{i:02}.bin")),
+            &random_bytes(1000 + 97 * i, 60 + i as u64),
+        );
+    }
+    let refused = tree.join("f17.bin");
+    fs::set_permissions(
+        &refused,
+        std::os::unix::fs::PermissionsExt::from_mode(0o000),
+    )
+    .unwrap();
+    let dest = s.local.join("copy");
+    let out = copy(
+        &["-r", "--retries", "0"],
+        &s.globus.dir_url_for("many"),
+        &format!("{}/", dest.display()),
+    );
+    if out.code() == Some(0) {
+        out.fail("expected a non-zero exit for the refused file");
+    }
+    let failed = out.events_named("failed");
+    if failed.len() != 1 || !failed[0]["error"].to_string().contains("f17.bin") {
+        out.fail(&format!(
+            "expected one `failed` event naming f17.bin, got {failed:?}"
+        ));
+    }
+    if out.events_named("done").len() != count - 1 {
+        out.fail(&format!("expected {} `done` events", count - 1));
+    }
+    if out.events_named("started").len() != count {
+        out.fail(&format!(
+            "expected each of the {count} files announced once"
+        ));
+    }
+    for i in (0..count).filter(|&i| i != 17) {
+        let name = format!("f{i:02}.bin");
+        if let Err(e) = common::files::compare_bytes(
+            &random_bytes(1000 + 97 * i, 60 + i as u64),
+            &dest.join(&name),
+        ) {
+            out.fail(&e);
+        }
+    }
+}
+
 #[test]
 fn recursive_put_creates_nested_directories_empty_files_an_empty_directory_and_names_with_spaces() {
     require_globus_server!();
@@ -472,6 +576,60 @@ fn a_third_party_file_refused_by_globus_does_not_stop_the_next_one() {
     if let Err(e) = common::files::compare_bytes(&accepted, &p.b.path_of("dst/accepted.bin")) {
         out.fail(&e);
     }
+}
+
+/// A recursive third-party copy of 30 small files (pipelined) where the destination refuses
+/// one in the middle: that file fails alone, every other arrives byte for byte, even though the
+/// destination had STORs for the next files queued when it refused.
+fn pipelined_third_party_with_a_refusal(a: ServerKind, b: ServerKind) {
+    let p = pair(a, b);
+    let tree = p.a.path_of("many");
+    let count = 30;
+    for i in 0..count {
+        write_file(
+            &tree.join(format!("f{i:02}.bin")),
+            &random_bytes(500 + 311 * i, 900 + i as u64),
+        );
+    }
+    // A directory where f11.bin should go: the destination refuses that STOR.
+    make_dir(&p.b.path_of("copy/f11.bin"));
+    let out = copy(
+        &["-r", "--retries", "0"],
+        &p.a.dir_url_for("many"),
+        &p.b.dir_url_for("copy"),
+    );
+    if out.code() == Some(0) {
+        out.fail("expected a non-zero exit for the refused file");
+    }
+    let failed = out.events_named("failed");
+    if failed.len() != 1 || !failed[0]["error"].to_string().contains("f11.bin") {
+        out.fail(&format!(
+            "expected one `failed` event naming f11.bin, got {failed:?}"
+        ));
+    }
+    if out.events_named("done").len() != count - 1 {
+        out.fail(&format!("expected {} `done` events", count - 1));
+    }
+    for i in (0..count).filter(|&i| i != 11) {
+        let name = format!("f{i:02}.bin");
+        if let Err(e) = common::files::compare_bytes(
+            &random_bytes(500 + 311 * i, 900 + i as u64),
+            &p.b.path_of(&format!("copy/{name}")),
+        ) {
+            out.fail(&e);
+        }
+    }
+}
+
+#[test]
+fn a_pipelined_third_party_copy_between_globus_servers_survives_a_refused_file() {
+    require_globus_server!();
+    pipelined_third_party_with_a_refusal(ServerKind::Globus, ServerKind::Globus);
+}
+
+#[test]
+fn a_pipelined_third_party_copy_between_ferry_servers_survives_a_refused_file() {
+    pipelined_third_party_with_a_refusal(ServerKind::Ferry, ServerKind::Ferry);
 }
 
 // 5. Restart after the server is killed mid-transfer.

@@ -62,6 +62,18 @@ impl ControlClient {
         }
     }
 
+    /// Sends several command lines in one write (pipelining; never passwords).
+    pub async fn send_all(&mut self, lines: &[String]) -> Result<(), ClientError> {
+        let mut bytes = Vec::new();
+        for line in lines {
+            tracing::debug!("{} > {line}", self.peer);
+            bytes.extend_from_slice(line.as_bytes());
+            bytes.extend_from_slice(b"\r\n");
+        }
+        self.stream.write_all(&bytes).await?;
+        Ok(())
+    }
+
     /// Sends one command line.
     pub async fn send(&mut self, line: &str) -> Result<(), ClientError> {
         let shown = if line.starts_with("PASS ") {

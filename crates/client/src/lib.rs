@@ -26,5 +26,5 @@ pub use plan::{display, plan, Job, Plan};
 pub use request::FileRequest;
 pub use session::RemoteSession;
 pub use sessions::Sessions;
-pub use transfer::third_party;
+pub use transfer::{third_party, third_party_pipelined};
 pub use url::{Location, RemoteUrl};

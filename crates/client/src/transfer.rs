@@ -36,6 +36,83 @@ impl RemoteSession {
         .await
     }
 
+    /// Downloads many whole files over one cached data channel with up to `window` RETRs
+    /// outstanding: the server starts each file the moment the previous one ends instead of a
+    /// round trip later, as globus-url-copy's `-pp` does. Files go one after another on the
+    /// channel, each ending with its EOF block, so the client's DTP reads them in order.
+    ///
+    /// Calls `on_start(k)` as file `k` begins and `on_done(k, outcome)` as it completes. On the
+    /// first failure the session is marked broken (the server still holds the queued commands,
+    /// and the data channel may be mid-file) and `Err((k, error))` names the file that failed:
+    /// files from `k` on are not done and should go the ordinary way, with its retries.
+    pub async fn get_pipelined(
+        &mut self,
+        files: &[(&str, &Path)],
+        req: &FileRequest,
+        window: usize,
+        on_start: &mut (dyn FnMut(usize) + Send),
+        on_done: &mut (dyn FnMut(usize, TransferOutcome) + Send),
+    ) -> Result<(), (usize, ClientError)> {
+        let result = self
+            .get_pipelined_inner(files, req, window.max(1), on_start, on_done)
+            .await;
+        if result.is_err() {
+            self.broken = true;
+            self.reset_data();
+        }
+        result
+    }
+
+    async fn get_pipelined_inner(
+        &mut self,
+        files: &[(&str, &Path)],
+        req: &FileRequest,
+        window: usize,
+        on_start: &mut (dyn FnMut(usize) + Send),
+        on_done: &mut (dyn FnMut(usize, TransferOutcome) + Send),
+    ) -> Result<(), (usize, ClientError)> {
+        let setup = async {
+            self.binary_extended().await?;
+            self.sender_parallelism(1).await?;
+            self.buffers(req.tcp_buffer, true).await?;
+            self.listen_for_server(req.tuning()).await
+        };
+        setup.await.map_err(|e| (0, e))?;
+        let commands: Vec<String> = files
+            .iter()
+            .map(|(remote, _)| req.retrieve_command(remote))
+            .collect();
+        let mut sent = window.min(commands.len());
+        self.ctl
+            .send_all(&commands[..sent])
+            .await
+            .map_err(|e| (0, e))?;
+        let mut ignore = |_p: Progress| {};
+        for (k, (_, local)) in files.iter().enumerate() {
+            on_start(k);
+            let desc = req
+                .local_description(Direction::Receive, local, ChannelSetup::Passive)
+                .map_err(|e| (k, e))?;
+            let outcome = drive(
+                &mut self.ctl,
+                Some((&mut self.dtp, &desc)),
+                &commands[k],
+                &mut ignore,
+            )
+            .await
+            .map_err(|e| (k, e))?;
+            if sent < commands.len() {
+                self.ctl
+                    .send(&commands[sent])
+                    .await
+                    .map_err(|e| (k + 1, e))?;
+                sent += 1;
+            }
+            on_done(k, outcome);
+        }
+        Ok(())
+    }
+
     /// Uploads `local` to `remote` (MODE E; the server listens, the client connects).
     pub async fn put(
         &mut self,
@@ -127,19 +204,7 @@ async fn third_party_inner(
     req: &FileRequest,
     on_progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<TransferOutcome, ClientError> {
-    let reuse =
-        matches!((&src.data, &dst.data), (DataSetup::ToPeer(a), DataSetup::FromPeer(b)) if a == b);
-    if !reuse {
-        let addr = dst.server_listen().await?;
-        let hp = ferry_proto::HostPort(addr);
-        let cmd = match hp.to_port_form() {
-            Some(p) => format!("PORT {p}"),
-            None => format!("EPRT {}", hp.to_eprt_form()),
-        };
-        src.expect_ok(&cmd).await?;
-        src.data = DataSetup::ToPeer(vec![addr]);
-        dst.data = DataSetup::FromPeer(vec![addr]);
-    }
+    connect_pair(src, dst).await?;
     if let Some(rest) = req.rest_command() {
         dst.expect_ok(&rest).await?;
         src.expect_ok(&rest).await?;
@@ -153,11 +218,41 @@ async fn third_party_inner(
         dst.broken = true;
         return Err(e);
     }
+    drive_pair(src, &retrieve, dst, &store, on_progress).await
+}
+
+/// Tells the source to connect to the destination's listener, unless the two already share a
+/// cached data channel.
+async fn connect_pair(src: &mut RemoteSession, dst: &mut RemoteSession) -> Result<(), ClientError> {
+    let reuse =
+        matches!((&src.data, &dst.data), (DataSetup::ToPeer(a), DataSetup::FromPeer(b)) if a == b);
+    if !reuse {
+        let addr = dst.server_listen().await?;
+        let hp = ferry_proto::HostPort(addr);
+        let cmd = match hp.to_port_form() {
+            Some(p) => format!("PORT {p}"),
+            None => format!("EPRT {}", hp.to_eprt_form()),
+        };
+        src.expect_ok(&cmd).await?;
+        src.data = DataSetup::ToPeer(vec![addr]);
+        dst.data = DataSetup::FromPeer(vec![addr]);
+    }
+    Ok(())
+}
+
+/// Reads both servers' replies to one sent RETR/STOR pair until both are final.
+async fn drive_pair(
+    src: &mut RemoteSession,
+    retrieve: &str,
+    dst: &mut RemoteSession,
+    store: &str,
+    on_progress: &mut (dyn FnMut(Progress) + Send),
+) -> Result<TransferOutcome, ClientError> {
     let mut ignore = |_p: Progress| {};
     let (mut s, mut d) = (None, None);
     {
-        let src_run = drive(&mut src.ctl, None, &retrieve, &mut ignore);
-        let dst_run = drive(&mut dst.ctl, None, &store, on_progress);
+        let src_run = drive(&mut src.ctl, None, retrieve, &mut ignore);
+        let dst_run = drive(&mut dst.ctl, None, store, on_progress);
         tokio::pin!(src_run, dst_run);
         // After one side fails, the other gets a moment to report too: when a server dies, its
         // peer's data-channel error (Globus: `500 ... Connection reset by peer`) races the
@@ -199,4 +294,81 @@ async fn third_party_inner(
             })
             .map_or(Err(ClientError::Closed), Err),
     }
+}
+
+/// Third-party copies of many whole files between one pair of sessions with up to `window`
+/// STOR/RETR pairs outstanding, so each server starts the next file as soon as the previous
+/// one ends (globus-url-copy's `-pp`). Callbacks and failure handling as for
+/// [`RemoteSession::get_pipelined`]: on the first failure both sessions are marked broken and
+/// `Err((k, error))` names the file; every file from `k` on must be copied again the ordinary
+/// way, because a destination that refused file `k` may have stored the bytes meant for it
+/// under the next queued name before the client could stop it.
+pub async fn third_party_pipelined(
+    src: &mut RemoteSession,
+    dst: &mut RemoteSession,
+    files: &[(&str, &str)],
+    req: &FileRequest,
+    window: usize,
+    on_start: &mut (dyn FnMut(usize) + Send),
+    on_done: &mut (dyn FnMut(usize, TransferOutcome) + Send),
+) -> Result<(), (usize, ClientError)> {
+    let result =
+        third_party_pipelined_inner(src, dst, files, req, window.max(1), on_start, on_done).await;
+    if result.is_err() {
+        for s in [&mut *src, &mut *dst] {
+            s.broken = true;
+            s.reset_data();
+        }
+    }
+    result
+}
+
+async fn third_party_pipelined_inner(
+    src: &mut RemoteSession,
+    dst: &mut RemoteSession,
+    files: &[(&str, &str)],
+    req: &FileRequest,
+    window: usize,
+    on_start: &mut (dyn FnMut(usize) + Send),
+    on_done: &mut (dyn FnMut(usize, TransferOutcome) + Send),
+) -> Result<(), (usize, ClientError)> {
+    let setup = async {
+        src.binary_extended().await?;
+        dst.binary_extended().await?;
+        src.sender_parallelism(1).await?;
+        src.buffers(req.tcp_buffer, true).await?;
+        dst.buffers(req.tcp_buffer, false).await?;
+        dst.frequent_restart_markers().await?;
+        connect_pair(src, dst).await
+    };
+    setup.await.map_err(|e| (0, e))?;
+    let stores: Vec<String> = files.iter().map(|(_, d)| req.store_command(d)).collect();
+    let retrieves: Vec<String> = files.iter().map(|(s, _)| req.retrieve_command(s)).collect();
+    let mut sent = window.min(files.len());
+    // STORs first: a Globus destination answers only once the source has connected.
+    dst.ctl
+        .send_all(&stores[..sent])
+        .await
+        .map_err(|e| (0, e))?;
+    src.ctl
+        .send_all(&retrieves[..sent])
+        .await
+        .map_err(|e| (0, e))?;
+    let mut ignore = |_p: Progress| {};
+    for k in 0..files.len() {
+        on_start(k);
+        let outcome = drive_pair(src, &retrieves[k], dst, &stores[k], &mut ignore)
+            .await
+            .map_err(|e| (k, e))?;
+        if sent < files.len() {
+            let next = async {
+                dst.ctl.send(&stores[sent]).await?;
+                src.ctl.send(&retrieves[sent]).await
+            };
+            next.await.map_err(|e| (k + 1, e))?;
+            sent += 1;
+        }
+        on_done(k, outcome);
+    }
+    Ok(())
 }

@@ -119,14 +119,14 @@ impl Dtp {
         events: &mpsc::Sender<DtpEvent>,
     ) -> Result<(u64, u32), DtpError> {
         let source = match &desc.source {
-            TransferSource::File => Source::File(self.storage.open_read(&desc.path)?),
+            TransferSource::File => Source::file(self.storage.open_read(&desc.path)?)?,
             TransferSource::Listing { kind, facts } => {
                 let bytes =
                     listing::render(&*self.storage, &desc.path, *kind, facts, self.read_only)?;
                 Source::Memory(bytes.into())
             }
         };
-        let total = match (desc.section.length, source.known_len()?) {
+        let total = match (desc.section.length, source.known_len()) {
             (Some(len), Some(size)) => len.min(size.saturating_sub(desc.section.file_offset)),
             (Some(len), None) => len,
             (None, Some(size)) => size.saturating_sub(desc.section.file_offset),
@@ -143,7 +143,7 @@ impl Dtp {
         };
         let counters: Arc<Vec<AtomicU64>> =
             Arc::new((0..conns.len()).map(|_| AtomicU64::new(0)).collect());
-        let bounded = desc.section.length.is_some() || source.known_len()?.is_some();
+        let bounded = desc.section.length.is_some() || source.known_len().is_some();
         let job = SendJob {
             bounded,
             source,

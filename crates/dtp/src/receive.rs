@@ -61,6 +61,19 @@ pub(crate) async fn receive_mode_e(
 ) -> Result<(Vec<DataConn>, u32), DtpError> {
     let mut set = JoinSet::new();
     let mut used = 0u32;
+    let mut cached = cached.into_iter();
+    // The first cached connection is read on this task, the others on their own: a small file
+    // on one cached connection then costs no task spawn and no cross-thread wake-up.
+    let first = cached.next();
+    let mut first_running = first.is_some();
+    used += u32::from(first_running);
+    let first_reader = async {
+        match first {
+            Some(conn) => read_blocks(conn, &job, true).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(first_reader);
     for conn in cached {
         used += 1;
         let job = Arc::clone(&job);
@@ -70,6 +83,15 @@ pub(crate) async fn receive_mode_e(
     let mut keep = Vec::new();
     while !tally.is_complete() {
         tokio::select! {
+            done = &mut first_reader, if first_running => {
+                first_running = false;
+                let (conn, conn_tally) = done?;
+                tally.merge(&conn_tally).map_err(|e| DtpError::Protocol(e.to_string()))?;
+                if tally.is_overrun() {
+                    return Err(DtpError::Protocol("more EODs than the EOF block announced".into()));
+                }
+                keep.extend(conn);
+            }
             accepted = accept(listener.as_deref(), job.idle), if listener.is_some() => {
                 let conn = accepted?;
                 used += 1;

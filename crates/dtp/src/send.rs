@@ -44,15 +44,17 @@ impl BlockClaimer {
         }
     }
 
-    /// The next block as `(wire_offset, len)` pieces (a block may straddle two ranges).
-    fn claim(&self, out: &mut Vec<(u64, u64)>) -> bool {
+    /// The next block as `(wire_offset, len)` pieces (a block may straddle two ranges); `None`
+    /// when nothing is left, `Some(true)` when this block holds the last bytes (the caller's
+    /// next claim will fail, so it may send its trailer with this block).
+    fn claim(&self, out: &mut Vec<(u64, u64)>) -> Option<bool> {
         out.clear();
         if self.ended.load(Ordering::Relaxed) {
-            return false;
+            return None;
         }
         let start = self.cursor.fetch_add(self.block, Ordering::Relaxed);
         if start >= self.total {
-            return false;
+            return None;
         }
         let end = start.saturating_add(self.block).min(self.total);
         let (mut pos, mut acc) = (start, 0u64);
@@ -69,7 +71,7 @@ impl BlockClaimer {
             }
             acc += len;
         }
-        !out.is_empty()
+        (!out.is_empty()).then_some(end >= self.total)
     }
 }
 
@@ -96,44 +98,58 @@ pub(crate) async fn send_mode_e(
     job: SendJob,
 ) -> Result<Vec<DataConn>, DtpError> {
     let n = conns.len();
+    if n == 1 {
+        // One connection: sent on this task, no spawn and no cross-thread wake-up per file.
+        let conn = conns.into_iter().next().ok_or(DtpError::NoDataChannel)?;
+        let trailer = BlockHeader::eof(1).encode();
+        return Ok(vec![send_stream_blocks(conn, 0, &job, &trailer).await?]);
+    }
     let job = Arc::new(job);
     let mut set = JoinSet::new();
     for (i, conn) in conns.into_iter().enumerate() {
         let job = Arc::clone(&job);
-        set.spawn(async move { send_stream_blocks(conn, i, &job).await.map(|c| (i, c)) });
+        // EOF, with the connection count, on the first connection; EOD on the others.
+        let trailer = if i == 0 {
+            BlockHeader::eof(n as u64)
+        } else {
+            BlockHeader::eod()
+        }
+        .encode();
+        set.spawn(async move {
+            send_stream_blocks(conn, i, &job, &trailer)
+                .await
+                .map(|c| (i, c))
+        });
     }
     let mut done: Vec<Option<DataConn>> = (0..n).map(|_| None).collect();
     while let Some(r) = set.join_next().await {
         let (i, c) = r.map_err(|e| DtpError::Connection(format!("stream task failed: {e}")))??;
         done[i] = Some(c);
     }
-    let mut conns: Vec<DataConn> = done.into_iter().flatten().collect();
-    let idle = job.idle;
-    for (i, c) in conns.iter_mut().enumerate() {
-        let h = if i == 0 {
-            BlockHeader::eof(n as u64)
-        } else {
-            BlockHeader::eod()
-        };
-        timed(idle, c.write_all(&h.encode())).await?;
-    }
-    Ok(conns)
+    Ok(done.into_iter().flatten().collect())
 }
 
+/// Sends claimed blocks on one connection, then its `trailer` (EOF or EOD): in the same write
+/// as the last chunk when this stream sends the transfer's last bytes from a buffer (one
+/// syscall and one segment less per small file), else on its own.
 async fn send_stream_blocks(
     mut conn: DataConn,
     index: usize,
     job: &SendJob,
+    trailer: &[u8],
 ) -> Result<DataConn, DtpError> {
     let mut buf = job.pool.take();
     let mut pieces = Vec::with_capacity(2);
     let mut zero_copy = job.source.zero_copy_fd();
-    while job.claimer.claim(&mut pieces) {
-        for &(wire, len) in &pieces {
+    let mut trailer_sent = false;
+    while let Some(last_block) = job.claimer.claim(&mut pieces) {
+        let count = pieces.len();
+        for (p, &(wire, len)) in pieces.iter().enumerate() {
+            let last_piece = last_block && p + 1 == count;
             let file_at = wire + job.file_offset;
             let sent = match (zero_copy, conn.zero_copy_socket()) {
                 (Some(fd), Some(sock)) => {
-                    let want = match job.source.known_len()? {
+                    let want = match job.source.known_len() {
                         Some(total) => len.min(total.saturating_sub(file_at)),
                         None => len,
                     };
@@ -186,13 +202,19 @@ async fn send_stream_blocks(
                                 "source ended early at offset {at}"
                             )));
                         }
-                        if got == 0 {
-                            let header = BlockHeader::data(wire, len).encode();
-                            timed(job.idle, write_all_vectored(&mut conn, &header, &buf[..n]))
-                                .await?;
+                        let header = BlockHeader::data(wire, len).encode();
+                        let head: &[u8] = if got == 0 { &header } else { &[] };
+                        let tail: &[u8] = if last_piece && got + n as u64 == len {
+                            trailer_sent = true;
+                            trailer
                         } else {
-                            timed(job.idle, conn.write_all(&buf[..n])).await?;
-                        }
+                            &[]
+                        };
+                        timed(
+                            job.idle,
+                            write_all_slices(&mut conn, [head, &buf[..n], tail]),
+                        )
+                        .await?;
                         got += n as u64;
                         job.counters[index].fetch_add(n as u64, Ordering::Relaxed);
                     }
@@ -207,7 +229,7 @@ async fn send_stream_blocks(
                             break;
                         }
                         let header = BlockHeader::data(wire + got, n as u64).encode();
-                        timed(job.idle, write_all_vectored(&mut conn, &header, &buf[..n])).await?;
+                        timed(job.idle, write_all_slices(&mut conn, [&header, &buf[..n]])).await?;
                         got += n as u64;
                         job.counters[index].fetch_add(n as u64, Ordering::Relaxed);
                         if n < chunk {
@@ -222,6 +244,9 @@ async fn send_stream_blocks(
             };
             job.counters[index].fetch_add(sent, Ordering::Relaxed);
         }
+    }
+    if !trailer_sent {
+        timed(job.idle, conn.write_all(trailer)).await?;
     }
     Ok(conn)
 }
@@ -239,25 +264,26 @@ fn read_full(source: &Source, buf: &mut [u8], offset: u64) -> Result<usize, DtpE
     Ok(got)
 }
 
-/// Writes a header and its payload with as few syscalls as the socket allows.
-async fn write_all_vectored(
+/// Writes the slices in order (a header, a payload, a trailer; empty ones are skipped) with as
+/// few syscalls as the socket allows.
+async fn write_all_slices<const N: usize>(
     conn: &mut DataConn,
-    header: &[u8],
-    payload: &[u8],
+    parts: [&[u8]; N],
 ) -> std::io::Result<()> {
-    let total = header.len() + payload.len();
-    let mut written = 0;
-    while written < total {
-        let n = if written < header.len() {
-            let bufs = [IoSlice::new(&header[written..]), IoSlice::new(payload)];
-            conn.write_vectored(&bufs).await?
-        } else {
-            conn.write(&payload[written - header.len()..]).await?
-        };
+    // On the stack: the data path allocates nothing per write.
+    let mut slices = [IoSlice::new(&[]); N];
+    let mut used = 0;
+    for part in parts.into_iter().filter(|p| !p.is_empty()) {
+        slices[used] = IoSlice::new(part);
+        used += 1;
+    }
+    let mut bufs = &mut slices[..used];
+    while !bufs.is_empty() {
+        let n = conn.write_vectored(bufs).await?;
         if n == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
-        written += n;
+        IoSlice::advance_slices(&mut bufs, n);
     }
     Ok(())
 }
@@ -277,7 +303,7 @@ pub(crate) async fn send_stream(
     };
     let mut prev_cr = false;
     let mut converted = Vec::new();
-    'outer: while job.claimer.claim(&mut pieces) {
+    'outer: while job.claimer.claim(&mut pieces).is_some() {
         for &(wire, len) in &pieces {
             let file_at = wire + job.file_offset;
             if let (Some(fd), Some(sock)) = (zero_copy, conn.zero_copy_socket()) {
@@ -349,14 +375,23 @@ mod tests {
         let mut got = RangeSet::new();
         let mut pieces = Vec::new();
         let mut total = 0;
-        while c.claim(&mut pieces) {
+        let mut lasts = 0;
+        while let Some(last) = c.claim(&mut pieces) {
             for &(a, l) in &pieces {
                 assert!(l > 0 && l <= 4);
                 got.insert(a, a + l);
                 total += l;
             }
+            if last {
+                lasts += 1;
+                assert!(pieces.iter().any(|&(a, l)| a + l == 43));
+            }
         }
         assert_eq!(got, set);
         assert_eq!(total, 28);
+        assert_eq!(
+            lasts, 1,
+            "exactly one claim is marked as holding the last bytes"
+        );
     }
 }

@@ -7,17 +7,28 @@ use ferry_storage::{FileHandle, StorageError};
 /// Bytes to send, readable at any offset from any stream.
 #[derive(Debug, Clone)]
 pub(crate) enum Source {
-    /// A file or device.
-    File(Arc<dyn FileHandle>),
+    /// A file or device, with a regular file's size as it was when the transfer began (what
+    /// is sent; taken once, not per block).
+    File(Arc<dyn FileHandle>, Option<u64>),
     /// Bytes made in memory (listings).
     Memory(Arc<[u8]>),
 }
 
 impl Source {
+    /// Wraps an opened file, noting a regular file's size.
+    pub(crate) fn file(handle: Arc<dyn FileHandle>) -> Result<Source, StorageError> {
+        let len = if handle.is_regular() {
+            Some(handle.size()?)
+        } else {
+            None
+        };
+        Ok(Source::File(handle, len))
+    }
+
     /// Reads at `offset` into `buf`; 0 at the end.
     pub(crate) fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize, StorageError> {
         match self {
-            Source::File(f) => f.read_at(buf, offset),
+            Source::File(f, _) => f.read_at(buf, offset),
             Source::Memory(m) => {
                 let Ok(start) = usize::try_from(offset) else {
                     return Ok(0);
@@ -33,11 +44,10 @@ impl Source {
     }
 
     /// Total length when known (regular files and memory), `None` for devices and pipes.
-    pub(crate) fn known_len(&self) -> Result<Option<u64>, StorageError> {
+    pub(crate) fn known_len(&self) -> Option<u64> {
         match self {
-            Source::File(f) if f.is_regular() => Ok(Some(f.size()?)),
-            Source::File(_) => Ok(None),
-            Source::Memory(m) => Ok(Some(m.len() as u64)),
+            Source::File(_, len) => *len,
+            Source::Memory(m) => Some(m.len() as u64),
         }
     }
 
@@ -46,7 +56,7 @@ impl Source {
     /// buffer (bench/, mem scenario): splicing hands the socket page-sized pieces.
     pub(crate) fn zero_copy_fd(&self) -> Option<std::os::fd::RawFd> {
         match self {
-            Source::File(f) if f.is_regular() => f.raw_fd(),
+            Source::File(f, Some(_)) => f.raw_fd(),
             _ => None,
         }
     }
