@@ -10,6 +10,9 @@ from .units import parse_size
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+DEFAULT_SMALL_DIR = "/dev/shm/ferry-bench-small" if os.path.isdir("/dev/shm") else None
+
+
 @dataclass
 class Options:
     """Everything a run was asked to do, after --quick defaults are applied."""
@@ -30,6 +33,7 @@ class Options:
     clean: bool
     small_files: int = 2000
     small_dirs: int = 20
+    small_dir: str = "/dev/shm/ferry-bench-small"
     restart_tries: int = 20
     restart_size: int = 512 << 20
     restart_seed: int | None = None
@@ -87,6 +91,10 @@ def parse_options(argv, scenario_names) -> Options:
     p.add_argument("--clean", action="store_true", help="also delete the disk source file on exit (it is kept for reuse by default)")
     p.add_argument("--small-files", type=int, help="small-files: how many 4 KiB files (default 2000; quick 200)")
     p.add_argument("--small-dirs", type=int, default=20, help="small-files: directories of the nested tree (default 20)")
+    p.add_argument("--small-dir", default=DEFAULT_SMALL_DIR,
+                   help="small-files: where the source trees and copies go (default /dev/shm/ferry-bench-small, "
+                        "a tmpfs, so the per-file protocol cost is measured rather than the file system's; "
+                        "without /dev/shm, DIR/small)")
     p.add_argument("--restart-tries", type=int, help="restart: kills per direction (default 20; quick 3)")
     p.add_argument("--restart-size", type=parse_size, help="restart: file size (default 512M; quick 128M)")
     p.add_argument("--restart-seed", type=int, help="restart: seed of the kill delays (default: drawn, printed in the report)")
@@ -113,6 +121,7 @@ def parse_options(argv, scenario_names) -> Options:
         clean=a.clean,
         small_files=a.small_files if a.small_files is not None else (200 if q else 2000),
         small_dirs=a.small_dirs,
+        small_dir=os.path.abspath(a.small_dir or os.path.join(a.dir, "small")),
         restart_tries=a.restart_tries if a.restart_tries is not None else (3 if q else 20),
         restart_size=a.restart_size if a.restart_size is not None else parse_size("128M" if q else "512M"),
         restart_seed=a.restart_seed,

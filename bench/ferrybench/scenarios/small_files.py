@@ -3,6 +3,8 @@
 import contextlib
 import os
 import shutil
+import subprocess
+import tempfile
 from dataclasses import dataclass, field
 
 from .. import disk_files
@@ -17,7 +19,7 @@ from .registry import scenario
 FILE_SIZE = 4096
 
 METHOD = (
-    "N files of 4 KiB of random data (`--small-files`, made once under `--dir` and reused), in one "
+    "N files of 4 KiB of random data (`--small-files`, made once under `--small-dir` and reused), in one "
     "flat directory and, separately, spread over `--small-dirs` directories; each tree copied "
     "recursively into a new empty directory. **ferry pair**: `ferry copy -r SRC/ DST/` with its "
     "default flags (no `-p`, `--concurrency`: 4 files in flight) against `ferry serve`. **globus "
@@ -25,9 +27,10 @@ METHOD = (
     "`-r -pp -cc 4` and, as a separate subject, `-r -fast -cc 4`. Two transfers: a get (server → "
     "local directory) and a third-party copy (server → a second server of the same kind, the client "
     "only steering). Files per second is N over the client's wall time (connection and login "
-    "included). Subjects alternate run by run. The source files are in the page cache (this "
-    "measures per-file protocol cost, not the disk); dirty pages of the previous run are synced "
-    "before each run, untimed. Every run's destination is checked for N files and N × 4096 bytes, "
+    "included). Subjects alternate run by run. Sources and copies live under `--small-dir`, by "
+    "default a tmpfs (/dev/shm): this measures per-file protocol cost, not the file system (on this "
+    "machine's ext4 every pair fell to 1,300-2,000 files/s after a few create-and-delete rounds, "
+    "whatever the protocol); dirty pages of the previous run are synced before each run, untimed. Every run's destination is checked for N files and N × 4096 bytes, "
     "and the first run of each configuration and subject is compared with the source by `diff -r`. "
     "CPU is per file: the client's rusage and the server trees (both servers for third party)."
 )
@@ -81,14 +84,26 @@ def _start_servers(stack, ctx, result, kind: str) -> tuple[Server, Server] | Non
         return None
 
 
+def _fs_type(path: str) -> str:
+    """The file system type holding path (`df --output=fstype`), or "unknown"."""
+    try:
+        out = subprocess.run(["df", "--output=fstype", path], capture_output=True, text=True, check=True).stdout
+        return out.split()[-1]
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        return "unknown"
+
+
 @scenario("small-files", "Many small files")
 def run(ctx) -> ScenarioResult:
     o = ctx.options
     n = o.small_files
     per_dir = f"{n // o.small_dirs}" if n % o.small_dirs == 0 else f"~{n / o.small_dirs:.0f}"
     result = ScenarioResult("small-files", f"Many small files: {n} × 4 KiB, recursive", METHOD)
-    flat = disk_files.ensure_small_files(o.dir, n, 0, FILE_SIZE, ctx.log)
-    tree = disk_files.ensure_small_files(o.dir, n, o.small_dirs, FILE_SIZE, ctx.log)
+    os.makedirs(o.small_dir, mode=0o755, exist_ok=True)
+    os.chmod(o.small_dir, 0o755)  # Globus serves anonymous sessions as `nobody`
+    flat = disk_files.ensure_small_files(o.small_dir, n, 0, FILE_SIZE, ctx.log)
+    tree = disk_files.ensure_small_files(o.small_dir, n, o.small_dirs, FILE_SIZE, ctx.log)
+    result.notes.append(f"Sources and copies under {o.small_dir} ({_fs_type(o.small_dir)}).")
     sources = {"flat": flat, "tree": tree}
     shapes = {"flat": f"flat, {n} files", "tree": f"{o.small_dirs} dirs × {per_dir} files"}
     cfgs = [Config(f"{shape} {xfer}", 0) for xfer in ("get", "third-party") for shape in ("flat", "tree")]
@@ -97,7 +112,7 @@ def run(ctx) -> ScenarioResult:
     def measure_one(variant: Variant, config: Config, _run):
         shape, xfer = config.label.split()
         third_party = xfer == "third-party"
-        out_dir = ctx.scratch("small-out")
+        out_dir = tempfile.mkdtemp(prefix="small-out-", dir=o.small_dir)
         os.chmod(out_dir, 0o777)  # Globus writes as `nobody` when it runs as root
         os.sync()
         cmd = _command(ctx, variant, sources[shape], out_dir, third_party)
