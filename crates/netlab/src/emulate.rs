@@ -83,17 +83,10 @@ pub fn run(lab: &Lab, tuns: Vec<File>, counters: Arc<Counters>) -> std::io::Erro
         );
     }
     let path_of = |from: &str, to: &str| -> Vec<Arc<Mutex<Shaper>>> {
-        let key = |a: &str, b: &str| (a.to_string(), b.to_string());
-        if let Some(s) = shapers.get(&key(from, to)) {
-            return vec![Arc::clone(s)];
-        }
-        match &lab.router {
-            Some(r) => [key(from, r), key(r, to)]
-                .iter()
-                .filter_map(|k| shapers.get(k).map(Arc::clone))
-                .collect(),
-            None => Vec::new(),
-        }
+        lab.route(from, to)
+            .iter()
+            .filter_map(|k| shapers.get(k).map(Arc::clone))
+            .collect()
     };
     let outboxes: Vec<Arc<Outbox>> = (0..n).map(|_| Arc::new(Outbox::default())).collect();
     let seq = Arc::new(AtomicU64::new(0));

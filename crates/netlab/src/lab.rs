@@ -64,7 +64,28 @@ pub fn create(lab: &Lab) -> Result<Vec<File>, NetlabError> {
     made
 }
 
+/// A namespace may only make a congestion control its default when the machine allows it to
+/// unprivileged sockets; widen that list (the one machine-wide change a lab makes, and one that
+/// only adds a choice).
+fn allow_congestion_control(name: &str) -> Result<(), NetlabError> {
+    const ALLOWED: &str = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
+    let allowed = std::fs::read_to_string(ALLOWED)
+        .map_err(|e| NetlabError::Setup(format!("cannot read {ALLOWED}: {e}")))?;
+    if allowed.split_whitespace().any(|c| c == name) {
+        return Ok(());
+    }
+    std::fs::write(ALLOWED, format!("{} {name}", allowed.trim())).map_err(|e| {
+        NetlabError::Setup(format!(
+            "congestion control '{name}' is not available here ({e}); see \
+             net.ipv4.tcp_available_congestion_control"
+        ))
+    })
+}
+
 fn create_inner(lab: &Lab) -> Result<Vec<File>, NetlabError> {
+    if let Some(cc) = &lab.congestion {
+        allow_congestion_control(cc)?;
+    }
     let mut tuns = Vec::new();
     for (i, h) in lab.hosts.iter().enumerate() {
         if Path::new("/run/netns").join(&h.netns).exists() {

@@ -36,6 +36,9 @@ pub struct HostSpec {
     /// crossing both hosts' links to it.
     #[serde(default)]
     pub router: bool,
+    /// A worker node on a private network behind this head node: only its head and the
+    /// head's other workers can reach it, as with cluster nodes that have no public route.
+    pub behind: Option<String>,
 }
 
 /// A link as written: both directions get the same settings.
@@ -105,6 +108,8 @@ pub struct Host {
     pub netns: String,
     /// MTU of its interface (the largest of its links).
     pub mtu: u32,
+    /// The head node it sits behind, if it is a non-routable worker.
+    pub behind: Option<String>,
 }
 
 /// The lab network: 10.77.0.0/16, host `i` at 10.77.(i / 250).(i % 250 + 1).
@@ -146,6 +151,18 @@ impl Topology {
             if !seen.insert(h.name.clone()) {
                 return Err(bad(format!("host '{}' is named twice", h.name)));
             }
+            if let Some(head) = &h.behind {
+                let ok = self
+                    .hosts
+                    .iter()
+                    .any(|o| &o.name == head && !o.router && o.behind.is_none());
+                if !ok {
+                    return Err(bad(format!(
+                        "host '{}' is behind '{head}', which is not a head node of this lab",
+                        h.name
+                    )));
+                }
+            }
             if h.router {
                 if router.is_some() {
                     return Err(bad("at most one router".into()));
@@ -186,6 +203,7 @@ impl Topology {
                 addr: Ipv4Addr::new(10, 77, (i / 250) as u8, (i % 250 + 1) as u8),
                 netns: format!("{PREFIX_NAME}{}-{}", self.name, h.name),
                 mtu: mtu_of.get(&h.name).copied().unwrap_or(1500),
+                behind: h.behind.clone(),
             })
             .collect();
         if hosts.len() < 2 {
@@ -207,7 +225,7 @@ impl Topology {
         };
         for a in &lab.hosts {
             for b in &lab.hosts {
-                if a != b && lab.path(&a.name, &b.name).is_empty() {
+                if a != b && lab.reachable(a, b) && lab.path(&a.name, &b.name).is_empty() {
                     return Err(bad(format!("no path from '{}' to '{}'", a.name, b.name)));
                 }
             }
@@ -263,17 +281,47 @@ impl Lab {
     /// The links a packet from `from` to `to` crosses: the direct one, else both links through
     /// the router; empty when there is no path.
     pub fn path(&self, from: &str, to: &str) -> Vec<LinkParams> {
-        if let Some(p) = self.links.get(&(from.to_string(), to.to_string())) {
-            return vec![*p];
+        self.route(from, to)
+            .iter()
+            .filter_map(|k| self.links.get(k).copied())
+            .collect()
+    }
+
+    /// The link directions (as `(from, to)` names) a packet crosses: the direct link, else two
+    /// links through the router, else two through a host linked to both (a head node between
+    /// its workers); empty when there is no path or the destination is not reachable.
+    pub fn route(&self, from: &str, to: &str) -> Vec<(String, String)> {
+        let (Some(a), Some(b)) = (self.host(from), self.host(to)) else {
+            return Vec::new();
+        };
+        if !self.reachable(a, b) {
+            return Vec::new();
         }
-        if let Some(r) = &self.router {
-            let up = self.links.get(&(from.to_string(), r.clone()));
-            let down = self.links.get(&(r.clone(), to.to_string()));
-            if let (Some(u), Some(d)) = (up, down) {
-                return vec![*u, *d];
+        let key = |x: &str, y: &str| (x.to_string(), y.to_string());
+        if self.links.contains_key(&key(from, to)) {
+            return vec![key(from, to)];
+        }
+        let via = self
+            .router
+            .iter()
+            .map(String::as_str)
+            .chain(self.hosts.iter().map(|h| h.name.as_str()));
+        for x in via {
+            if self.links.contains_key(&key(from, x)) && self.links.contains_key(&key(x, to)) {
+                return vec![key(from, x), key(x, to)];
             }
         }
         Vec::new()
+    }
+
+    /// Whether `a` may send to `b`: a worker behind a head node talks only to its head and
+    /// the head's other workers.
+    pub fn reachable(&self, a: &Host, b: &Host) -> bool {
+        let cluster = |h: &Host| h.behind.clone().unwrap_or_else(|| h.name.clone());
+        match (&a.behind, &b.behind) {
+            (None, None) => true,
+            _ => cluster(a) == cluster(b),
+        }
     }
 
     /// A host by name.
@@ -412,6 +460,50 @@ delay = "2ms"
         let e = Topology::parse(&island).unwrap().check().unwrap_err();
         assert!(e.to_string().contains("no path"), "{e}");
         assert!(Topology::parse("name = 3").is_err());
+    }
+
+    #[test]
+    fn workers_behind_a_head_node_reach_only_their_cluster() {
+        let t = r#"
+name = "cluster"
+[[host]]
+name = "r"
+router = true
+[[host]]
+name = "client"
+[[host]]
+name = "head"
+[[host]]
+name = "w1"
+behind = "head"
+[[host]]
+name = "w2"
+behind = "head"
+[[link]]
+a = "client"
+b = "r"
+[[link]]
+a = "head"
+b = "r"
+[[link]]
+a = "w1"
+b = "head"
+[[link]]
+a = "w2"
+b = "head"
+"#;
+        let lab = Topology::parse(t).unwrap().check().unwrap();
+        let h = |n: &str| lab.host(n).unwrap();
+        assert!(lab.reachable(h("client"), h("head")));
+        assert!(lab.reachable(h("head"), h("w1")));
+        assert!(lab.reachable(h("w1"), h("w2")));
+        assert!(!lab.reachable(h("client"), h("w1")));
+        assert!(!lab.reachable(h("w2"), h("client")));
+        let bad = t.replace(
+            "behind = \"head\"\n[[host]]\nname = \"w2\"",
+            "behind = \"nowhere\"\n[[host]]\nname = \"w2\"",
+        );
+        assert!(Topology::parse(&bad).unwrap().check().is_err());
     }
 
     #[test]
