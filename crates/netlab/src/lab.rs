@@ -119,16 +119,46 @@ fn create_inner(lab: &Lab) -> Result<Vec<File>, NetlabError> {
         let addr = format!("{}/{PREFIX}", h.addr);
         ip(&["-n", &h.netns, "addr", "add", &addr, "dev", IFACE])?;
         ip(&["-n", &h.netns, "link", "set", IFACE, "up"])?;
+        write_hosts_file(lab, h)?;
         tuns.push(fd);
     }
     Ok(tuns)
 }
 
-/// Deletes the lab's namespaces (the TUN devices went with the emulator's descriptors).
+/// `ip netns exec` mounts `/etc/netns/NS/hosts` over `/etc/hosts`: every host of the lab is
+/// known by name (`b`, `b.LAB`), each address resolves back to a name (globus-gridftp-server
+/// needs that before it will listen), and the machine's hostname, which the namespaces share,
+/// resolves to this host's lab address (globus-url-copy looks its own name up).
+fn write_hosts_file(lab: &Lab, me: &crate::topology::Host) -> Result<(), NetlabError> {
+    let dir = Path::new("/etc/netns").join(&me.netns);
+    let mut text = String::from("127.0.0.1 localhost\n");
+    for h in &lab.hosts {
+        text.push_str(&format!("{} {}.{} {}", h.addr, h.name, lab.name, h.name));
+        if h == me {
+            if let Ok(name) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
+                text.push(' ');
+                text.push_str(name.trim());
+            }
+        }
+        text.push('\n');
+    }
+    std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(dir.join("hosts"), text))
+        .map_err(|e| NetlabError::Setup(format!("cannot write {}/hosts: {e}", dir.display())))
+}
+
+/// Deletes the lab's namespaces (the TUN devices went with the emulator's descriptors) and
+/// their `/etc/netns` files.
 pub fn remove_namespaces(lab: &Lab) {
     for h in &lab.hosts {
-        let _ = ip(&["netns", "del", &h.netns]);
+        remove_namespace(&h.netns);
     }
+}
+
+/// Deletes one namespace and its `/etc/netns` directory.
+pub fn remove_namespace(netns: &str) {
+    let _ = ip(&["netns", "del", netns]);
+    let _ = std::fs::remove_dir_all(Path::new("/etc/netns").join(netns));
 }
 
 /// The file where a running lab's emulator keeps its counters (JSON, rewritten every 250 ms).
@@ -163,15 +193,18 @@ pub fn running_labs() -> Vec<String> {
     names
 }
 
-/// Every namespace whose name starts with the lab prefix.
+/// Every namespace (or `/etc/netns` directory) whose name starts with the lab prefix.
 pub fn stale_namespaces() -> Vec<String> {
-    let Ok(dir) = std::fs::read_dir("/run/netns") else {
-        return Vec::new();
-    };
-    dir.flatten()
+    let mut names: Vec<String> = ["/run/netns", "/etc/netns"]
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flat_map(|d| d.flatten())
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.starts_with(PREFIX_NAME))
-        .collect()
+        .collect();
+    names.sort();
+    names.dedup();
+    names
 }
 
 /// Stops the emulator with `pid` (SIGTERM, then SIGKILL after 2 s) if it is one of ours.

@@ -298,7 +298,7 @@ fn down_all() {
         lab::stop_emulator(pid);
     }
     for ns in lab::stale_namespaces() {
-        let _ = lab::ip(&["netns", "del", &ns]);
+        lab::remove_namespace(&ns);
     }
     if let Ok(dir) = std::fs::read_dir(lab::STATE_DIR) {
         for e in dir.flatten() {

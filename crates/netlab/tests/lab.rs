@@ -186,14 +186,13 @@ fn a_run_killed_half_way_leaves_nothing_after_down_all() {
     child.wait().unwrap();
     let down = run(&["down", "--all"]);
     assert!(down.status.success(), "{}", text(&down));
-    let left: Vec<String> = std::fs::read_dir("/run/netns")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("fnl-t-killed"))
-                .collect()
-        })
-        .unwrap_or_default();
+    let left: Vec<String> = ["/run/netns", "/etc/netns"]
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flat_map(|d| d.flatten())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("fnl-t-killed"))
+        .collect();
     assert!(left.is_empty(), "namespaces left: {left:?}");
     for pattern in ["ferry-netlab emulate", "sleep 31.5"] {
         let ps = Command::new("pgrep")
