@@ -30,6 +30,24 @@ pub struct Dtp {
     pool: Arc<BufferPool>,
     channel: DataChannel,
     read_only: bool,
+    /// Reads the payload bytes the current (or last) transfer has moved, failed ones included.
+    moved: Moved,
+}
+
+/// A reader of a transfer's byte counters, kept after the transfer ends.
+#[derive(Clone)]
+struct Moved(Arc<dyn Fn() -> u64 + Send + Sync>);
+
+impl Moved {
+    fn nothing() -> Moved {
+        Moved(Arc::new(|| 0))
+    }
+}
+
+impl std::fmt::Debug for Moved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Moved({})", (self.0)())
+    }
 }
 
 impl Dtp {
@@ -40,7 +58,14 @@ impl Dtp {
             pool,
             channel: DataChannel::default(),
             read_only,
+            moved: Moved::nothing(),
         }
+    }
+
+    /// Payload bytes the last transfer moved, also when it failed or was aborted (for the
+    /// transfer log and restart figures).
+    pub fn bytes_moved(&self) -> u64 {
+        (self.moved.0)()
     }
 
     /// The data-channel state (passive listener, cached connections).
@@ -91,6 +116,7 @@ impl Dtp {
             ));
         }
         let reused = self.will_reuse(desc);
+        self.moved = Moved::nothing();
         let result = match desc.direction {
             Direction::Send => self.run_send(desc, idle, events).await,
             Direction::Receive => self.run_receive(desc, idle, events, sink).await,
@@ -157,6 +183,7 @@ impl Dtp {
             let c = Arc::clone(&counters);
             move || c.iter().map(|a| a.load(Ordering::Relaxed)).sum::<u64>()
         };
+        self.moved = Moved(Arc::new(total_bytes.clone()));
         match desc.mode {
             TransferMode::Extended => {
                 let fut = send_mode_e(conns, job);
@@ -245,6 +272,7 @@ impl Dtp {
             let b = Arc::clone(&job.bytes);
             move || b.load(Ordering::Relaxed)
         };
+        self.moved = Moved(Arc::new(total_bytes.clone()));
         let take_written = {
             let j = Arc::clone(&job);
             move || j.take_written()

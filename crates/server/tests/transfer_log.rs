@@ -79,3 +79,47 @@ async fn each_transfer_appends_one_json_line_with_user_command_path_bytes_stream
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aborted_transfer_is_logged_as_failed_with_the_bytes_it_moved() {
+    if !std::path::Path::new("/dev/zero").exists() {
+        eprintln!("skipping: /dev/zero is missing");
+        return;
+    }
+    let log_dir = tempfile::tempdir().unwrap();
+    let log = log_dir.path().join("transfers.jsonl");
+    let log_cfg = log.clone();
+    let srv = TestServer::start_with(move |c| {
+        c.root = "/".into();
+        c.log_transfer = Some(log_cfg);
+    })
+    .await;
+    let mut c = srv.login_anonymous().await;
+    expect(&mut c, "TYPE I", 200).await;
+    let addr = pasv(&mut c).await;
+    let mut conn = data_connect(addr).await;
+    start_transfer(&mut c, "RETR /dev/zero").await;
+    let mut buf = vec![0u8; 256 * 1024];
+    within(
+        "zeros",
+        tokio::io::AsyncReadExt::read_exact(&mut conn, &mut buf),
+    )
+    .await
+    .unwrap();
+    c.send("ABOR").await.unwrap();
+    assert_eq!(next_reply(&mut c).await.code, 426);
+    assert_eq!(next_reply(&mut c).await.code, 226);
+    drop(conn);
+    expect(&mut c, "NOOP", 200).await;
+    let lines = log_lines(&log);
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    let l = &lines[0];
+    assert_eq!(l["command"], "RETR", "{l}");
+    assert_ne!(l["result"], "ok", "{l}");
+    // At least what the client read before aborting; before this fix a failed transfer was
+    // logged with 0 bytes.
+    assert!(
+        l["bytes"].as_u64().is_some_and(|b| b >= buf.len() as u64),
+        "{l}"
+    );
+}

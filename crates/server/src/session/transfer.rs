@@ -353,9 +353,10 @@ impl Session {
             write_event(&mut self.wr, &ev).await?;
         }
         let elapsed = started.elapsed();
+        let moved = self.login.as_ref().map_or(0, |l| l.dtp.bytes_moved());
         let (code, text, bytes, streams) = match &result {
             Ok(o) => (226, "Transfer Complete.".to_string(), o.bytes, o.streams),
-            Err(e) => (e.reply_code(), e.to_string(), 0, 0),
+            Err(e) => (e.reply_code(), e.to_string(), moved, 0),
         };
         self.log_transfer(
             verb,
