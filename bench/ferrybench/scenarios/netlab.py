@@ -118,7 +118,7 @@ def run(ctx) -> ScenarioResult:
         result.notes.append("Not measured: netlab needs root (network namespaces).")
         return result
     if not os.path.exists(NETLAB):
-        result.notes.append(f"Not measured: {NETLAB} is missing (cargo build --release).")
+        result.notes.append(f"Not measured: {NETLAB} is missing (cargo build --release --workspace).")
         return result
     _netlab("down", "--all", check=False)
     rows = []

@@ -64,7 +64,7 @@ def run(ctx) -> ScenarioResult:
     o = ctx.options
     result = ScenarioResult("wan", "Wide area (netlab wan-60ms): memory to memory, 512 MiB", METHOD)
     if os.geteuid() != 0 or not os.path.exists(NETLAB):
-        result.notes.append("Not measured: needs root and target/release/ferry-netlab.")
+        result.notes.append("Not measured: needs root and target/release/ferry-netlab (cargo build --release --workspace).")
         return result
     _netlab("down", "--all", check=False)
     subjects = ["guc→ferry", "guc→globus", "ferry pair", "iperf3"]
