@@ -173,7 +173,7 @@ impl Dtp {
         let job = SendJob {
             bounded,
             source,
-            claimer: Arc::new(BlockClaimer::new(&ranges, block)),
+            claimer: Arc::new(BlockClaimer::with_streams(&ranges, block, conns.len())),
             file_offset: desc.section.file_offset,
             pool: Arc::clone(&self.pool),
             counters: Arc::clone(&counters),
