@@ -1,0 +1,307 @@
+//! The trusted CAs (a directory in the hashed layout of `/etc/grid-security/certificates`:
+//! `<hash>.0` certificates, `<hash>.r0` CRLs, `<hash>.signing_policy`) and chain verification.
+//!
+//! Path validation is OpenSSL's, with proxy certificates allowed. On top of it, as Globus'
+//! verification callback does: CRLs are checked for the CAs that publish one (a CA without a
+//! CRL is not an error), each CA's signing policy must allow what it signed, and limited
+//! proxies are refused where the caller does not accept them.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use openssl::stack::Stack;
+use openssl::x509::store::{X509Store, X509StoreBuilder};
+use openssl::x509::verify::X509VerifyFlags;
+use openssl::x509::{CrlStatus, X509Crl, X509PurposeId, X509Ref, X509StoreContext, X509};
+
+use crate::dn;
+use crate::error::{GsiError, Result};
+use crate::proxy::{self, CertKind};
+use crate::signing_policy::{self, SigningPolicy};
+
+/// Longest chain accepted: root, intermediates, end entity and proxies.
+pub const MAX_CHAIN_DEPTH: u32 = 12;
+
+/// The trusted CAs, their CRLs and signing policies.
+pub struct TrustStore {
+    dir: PathBuf,
+    cas: Vec<X509>,
+    crls: Vec<X509Crl>,
+    /// Signing policies by the CA subject hash their file is named for.
+    policies: HashMap<u32, Vec<SigningPolicy>>,
+}
+
+impl std::fmt::Debug for TrustStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TrustStore")
+            .field("dir", &self.dir)
+            .field("cas", &self.cas.len())
+            .field("crls", &self.crls.len())
+            .field("policies", &self.policies.len())
+            .finish()
+    }
+}
+
+/// What a verification accepts beyond a valid chain.
+#[derive(Debug, Clone, Copy)]
+pub struct VerifyOptions {
+    /// Accept chains with limited proxies (GridFTP servers do; gatekeepers do not).
+    pub allow_limited: bool,
+    /// Require a signing policy for every CA that signed in the chain (Globus does).
+    pub require_signing_policy: bool,
+}
+
+impl Default for VerifyOptions {
+    fn default() -> VerifyOptions {
+        VerifyOptions {
+            allow_limited: true,
+            require_signing_policy: true,
+        }
+    }
+}
+
+/// A chain that passed every check. Only [`TrustStore::verify`] makes one, so holding it is
+/// proof that the identity was verified.
+#[derive(Debug, Clone)]
+pub struct Verified {
+    identity: String,
+    subject: String,
+    chain: Vec<X509>,
+    limited: bool,
+    not_after: i64,
+}
+
+impl Verified {
+    /// The identity authorized: the end-entity subject, proxy CNs left off.
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+    /// The leaf's own subject.
+    pub fn subject(&self) -> &str {
+        &self.subject
+    }
+    /// The verified chain, leaf first, trust anchor last.
+    pub fn chain(&self) -> &[X509] {
+        &self.chain
+    }
+    /// Whether a limited proxy is in the chain.
+    pub fn limited(&self) -> bool {
+        self.limited
+    }
+    /// When the first certificate of the chain expires (seconds since the epoch).
+    pub fn not_after(&self) -> i64 {
+        self.not_after
+    }
+}
+
+impl TrustStore {
+    /// Loads every CA, CRL and signing policy in `dir`.
+    pub fn load(dir: &Path) -> Result<TrustStore> {
+        let entries = std::fs::read_dir(dir).map_err(|e| GsiError::file(dir, e))?;
+        let mut store = TrustStore {
+            dir: dir.to_owned(),
+            cas: Vec::new(),
+            crls: Vec::new(),
+            policies: HashMap::new(),
+        };
+        let mut names: Vec<_> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+        names.sort();
+        for path in names {
+            let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            let Some((hash, suffix)) = name.split_once('.') else {
+                continue;
+            };
+            let Some(hash) = (hash.len() == 8)
+                .then(|| u32::from_str_radix(hash, 16).ok())
+                .flatten()
+            else {
+                continue;
+            };
+            let read = || std::fs::read(&path).map_err(|e| GsiError::file(&path, e));
+            if suffix.bytes().all(|b| b.is_ascii_digit()) && !suffix.is_empty() {
+                let certs =
+                    X509::stack_from_pem(&read()?).map_err(|e| GsiError::decode(name, e))?;
+                store.cas.extend(certs);
+            } else if suffix.starts_with('r')
+                && suffix[1..].bytes().all(|b| b.is_ascii_digit())
+                && suffix.len() > 1
+            {
+                let crl = X509Crl::from_pem(&read()?).map_err(|e| GsiError::decode(name, e))?;
+                store.crls.push(crl);
+            } else if suffix == "signing_policy" {
+                let text = String::from_utf8_lossy(&read()?).into_owned();
+                let policies = signing_policy::parse(&text)
+                    .map_err(|e| GsiError::SigningPolicy(format!("{}: {e}", path.display())))?;
+                store.policies.insert(hash, policies);
+            }
+        }
+        if store.cas.is_empty() {
+            return Err(GsiError::Untrusted {
+                subject: String::new(),
+                reason: format!("no CA certificates (<hash>.0) in {}", dir.display()),
+            });
+        }
+        Ok(store)
+    }
+
+    /// The trusted-CA directory GSI uses: `X509_CERT_DIR`, else `~/.globus/certificates` when
+    /// it exists, else `/etc/grid-security/certificates`.
+    pub fn default_dir(env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
+        if let Some(d) = env("X509_CERT_DIR").filter(|d| !d.is_empty()) {
+            return PathBuf::from(d);
+        }
+        if let Some(home) = env("HOME") {
+            let d = Path::new(&home).join(".globus/certificates");
+            if d.is_dir() {
+                return d;
+            }
+        }
+        PathBuf::from("/etc/grid-security/certificates")
+    }
+
+    /// The directory this store was loaded from.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// An OpenSSL store of the CAs, set up for GSI chains (proxies allowed, any purpose: a
+    /// proxy that says "client" still serves the passive side of a data channel).
+    pub fn x509_store(&self) -> Result<X509Store> {
+        let mut b = X509StoreBuilder::new()?;
+        for ca in &self.cas {
+            b.add_cert(ca.clone())?;
+        }
+        b.set_flags(X509VerifyFlags::ALLOW_PROXY_CERTS)?;
+        b.set_purpose(X509PurposeId::ANY)?;
+        Ok(b.build())
+    }
+
+    /// Verifies `leaf` with the untrusted `chain` the peer sent, then CRLs, signing policies
+    /// and limited proxies.
+    pub fn verify(
+        &self,
+        leaf: &X509Ref,
+        chain: &[X509],
+        options: VerifyOptions,
+    ) -> Result<Verified> {
+        let subject = dn::one_line(leaf.subject_name());
+        let untrusted = |reason: String| GsiError::Untrusted {
+            subject: subject.clone(),
+            reason,
+        };
+        let store = self.x509_store()?;
+        let mut stack = Stack::new()?;
+        for c in chain {
+            stack.push(c.clone())?;
+        }
+        let mut ctx = X509StoreContext::new()?;
+        let outcome = ctx.init(&store, leaf, &stack, |c| {
+            if c.verify_cert()? {
+                let path: Vec<X509> = c
+                    .chain()
+                    .map(|s| s.iter().map(|x| x.to_owned()).collect())
+                    .unwrap_or_default();
+                Ok(Ok(path))
+            } else {
+                let at = c
+                    .current_cert()
+                    .map(|x| dn::one_line(x.subject_name()))
+                    .unwrap_or_default();
+                Ok(Err(format!("{} (at {at})", c.error().error_string())))
+            }
+        })?;
+        let path = outcome.map_err(untrusted)?;
+        if path.len() as u32 > MAX_CHAIN_DEPTH {
+            return Err(untrusted(format!(
+                "chain of {} certificates is longer than {MAX_CHAIN_DEPTH}",
+                path.len()
+            )));
+        }
+        let mut identity = None;
+        let mut limited = false;
+        let mut not_after = i64::MAX;
+        for (i, cert) in path.iter().enumerate() {
+            let issuer = path.get(i + 1);
+            not_after = not_after.min(proxy::time_to_unix(cert.not_after())?);
+            let kind = proxy::classify(cert, issuer.map(|c| &**c))?;
+            if kind.is_limited() {
+                limited = true;
+            }
+            if identity.is_none() && !kind.is_proxy() {
+                identity = Some(dn::one_line(cert.subject_name()));
+            }
+            let Some(issuer) = issuer else { continue };
+            self.check_revocation(cert, issuer).map_err(&untrusted)?;
+            let issuer_is_ca = i + 2 == path.len()
+                || proxy::classify(issuer, path.get(i + 2).map(|c| &**c))? == CertKind::Ca;
+            if issuer_is_ca && options.require_signing_policy {
+                self.check_policy(cert, issuer)?;
+            }
+        }
+        if limited && !options.allow_limited {
+            return Err(untrusted("limited proxies are not accepted here".into()));
+        }
+        let identity =
+            identity.ok_or_else(|| untrusted("no end-entity certificate in the chain".into()))?;
+        Ok(Verified {
+            identity,
+            subject,
+            chain: path,
+            limited,
+            not_after,
+        })
+    }
+
+    fn check_revocation(&self, cert: &X509Ref, issuer: &X509Ref) -> Result<(), String> {
+        let issuer_key = issuer.public_key().map_err(|e| e.to_string())?;
+        for crl in &self.crls {
+            if crl.issuer_name().to_der().ok() != issuer.subject_name().to_der().ok() {
+                continue;
+            }
+            if !crl.verify(&issuer_key).unwrap_or(false) {
+                return Err(format!(
+                    "the CRL of {} does not verify with its key; replace it",
+                    dn::one_line(issuer.subject_name())
+                ));
+            }
+            if let Some(next) = crl.next_update() {
+                if proxy::time_to_unix(next).map_err(|e| e.to_string())? < proxy::unix_now() {
+                    return Err(format!(
+                        "the CRL of {} expired; update the CRLs (fetch-crl)",
+                        dn::one_line(issuer.subject_name())
+                    ));
+                }
+            }
+            let owned = cert.to_owned();
+            if let CrlStatus::Revoked(_) = crl.get_by_cert(&owned) {
+                return Err(format!("{} is revoked", dn::one_line(cert.subject_name())));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_policy(&self, cert: &X509Ref, ca: &X509Ref) -> Result<()> {
+        let hash = ca.subject_name_hash();
+        let ca_dn = dn::one_line(ca.subject_name());
+        let subject = dn::one_line(cert.subject_name());
+        let policies = self.policies.get(&hash).ok_or_else(|| {
+            GsiError::SigningPolicy(format!(
+                "no signing policy for {ca_dn}: {}/{hash:08x}.signing_policy is missing",
+                self.dir.display()
+            ))
+        })?;
+        let allowed = policies
+            .iter()
+            .filter(|p| dn::same(&p.ca, &ca_dn))
+            .any(|p| p.allows(&subject));
+        if allowed {
+            Ok(())
+        } else {
+            Err(GsiError::SigningPolicy(format!(
+                "{ca_dn} may not sign {subject} under its signing policy"
+            )))
+        }
+    }
+}
