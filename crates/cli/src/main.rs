@@ -1,10 +1,12 @@
 //! `ferry`: the GridFTP server and tools. This binary only parses arguments and presents
 //! results; the work lives in the library crates.
 
+mod ca;
 mod copy;
 mod demo;
 mod exit;
 mod present;
+mod proxy;
 mod remote;
 mod serve;
 mod url_copy;
@@ -32,6 +34,12 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
         args: Vec<String>,
     },
+    /// Make proxy certificates and show or delete them (grid-proxy-init/-info/-destroy).
+    #[command(subcommand)]
+    Proxy(proxy::ProxyCmd),
+    /// Make a throw-away CA with host and user certificates, a trusted-CA directory and a
+    /// grid-mapfile, for tests and first GSI steps.
+    Ca(ca::CaArgs),
     /// Add or change a user in a password file (argon2id hashes).
     Passwd(serve::PasswdArgs),
     /// Start a server on a temporary directory, copy a generated file through it with parallel
@@ -54,6 +62,8 @@ fn main() -> std::process::ExitCode {
         Cmd::Serve(a) => done(serve::run(a)),
         Cmd::Passwd(a) => done(serve::passwd(a)),
         Cmd::Demo(a) => done(demo::run(a)),
+        Cmd::Ca(a) => done(ca::run(a)),
+        Cmd::Proxy(p) => proxy::run(p),
         Cmd::Copy(a) => copy::run(a),
         Cmd::UrlCopy { args } => url_copy::run(args),
         Cmd::Remote(r) => remote::run(r),
