@@ -153,10 +153,8 @@ fn init(a: InitArgs) -> anyhow::Result<()> {
     proxy.save_proxy(&out)?;
     if !a.quiet {
         let left = proxy.seconds_left()?.max(0);
-        println!(
-            "Creating proxy {} Done",
-            if a.limited { "(limited)" } else { "" }.trim()
-        );
+        let what = if a.limited { "limited proxy" } else { "proxy" };
+        println!("Creating {what} ... Done");
         println!(
             "Your proxy is valid for {} (written to {})",
             hms(left),
