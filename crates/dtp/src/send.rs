@@ -137,13 +137,20 @@ pub(crate) async fn send_mode_e(
     let n = conns.len();
     if n == 1 {
         // One connection: sent on this task, no spawn and no cross-thread wake-up per file.
-        let conn = conns.into_iter().next().ok_or(DtpError::NoDataChannel)?;
+        let mut conn = conns.into_iter().next().ok_or(DtpError::NoDataChannel)?;
+        conn.limit_unsent(None)
+            .map_err(|e| DtpError::Connection(format!("setting TCP_NOTSENT_LOWAT: {e}")))?;
         let trailer = BlockHeader::eof(1).encode();
         return Ok(vec![send_stream_blocks(conn, 0, &job, &trailer).await?]);
     }
     let job = Arc::new(job);
     let mut set = JoinSet::new();
-    for (i, conn) in conns.into_iter().enumerate() {
+    let unsent = u32::try_from(job.claimer.block).unwrap_or(u32::MAX);
+    for (i, mut conn) in conns.into_iter().enumerate() {
+        // Each stream queues about one block in the kernel, so blocks spread over all streams
+        // whatever the send buffer size (see DataConn::limit_unsent).
+        conn.limit_unsent(Some(unsent))
+            .map_err(|e| DtpError::Connection(format!("setting TCP_NOTSENT_LOWAT: {e}")))?;
         let job = Arc::clone(&job);
         // EOF, with the connection count, on the first connection; EOD on the others.
         let trailer = if i == 0 {
