@@ -29,6 +29,21 @@ pub(crate) struct ServeArgs {
     /// Password file of `user:argon2-hash` lines (write entries with `ferry passwd`).
     #[arg(long, value_name = "FILE")]
     password_file: Option<PathBuf>,
+    /// GSI logins: AUTH GSSAPI with the host credential, authorized by the grid-mapfile.
+    #[arg(long)]
+    gsi: bool,
+    /// Host certificate. [default: X509_USER_CERT, else /etc/grid-security/hostcert.pem]
+    #[arg(long, value_name = "FILE")]
+    host_cert: Option<PathBuf>,
+    /// Host key. [default: X509_USER_KEY, else /etc/grid-security/hostkey.pem]
+    #[arg(long, value_name = "FILE")]
+    host_key: Option<PathBuf>,
+    /// Trusted CA directory. [default: X509_CERT_DIR, else /etc/grid-security/certificates]
+    #[arg(long, value_name = "DIR")]
+    cert_dir: Option<PathBuf>,
+    /// Grid-mapfile. [default: GRIDMAP, else /etc/grid-security/grid-mapfile]
+    #[arg(long, value_name = "FILE")]
+    gridmap: Option<PathBuf>,
     /// Ports for passive data listeners, e.g. 50000-51000. [default: any]
     #[arg(long, value_name = "LO-HI")]
     port_range: Option<ferry_net::PortRange>,
@@ -74,6 +89,17 @@ impl ServeArgs {
         c.anonymous_write |= self.anonymous_write;
         if self.password_file.is_some() {
             c.password_file = self.password_file;
+        }
+        c.gsi |= self.gsi;
+        for (flag, key) in [
+            (self.host_cert, &mut c.host_cert),
+            (self.host_key, &mut c.host_key),
+            (self.cert_dir, &mut c.cert_dir),
+            (self.gridmap, &mut c.gridmap),
+        ] {
+            if flag.is_some() {
+                *key = flag;
+            }
         }
         if self.port_range.is_some() {
             c.port_range = self.port_range;

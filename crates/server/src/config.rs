@@ -40,6 +40,16 @@ pub struct ServerConfig {
     pub net_stack_whitelist: Vec<String>,
     /// Text of the 220 banner (default names ferry and its version).
     pub banner: Option<String>,
+    /// GSI logins: AUTH GSSAPI with the host credential, grid-mapfile authorization.
+    pub gsi: bool,
+    /// Host certificate (`None`: X509_USER_CERT, else /etc/grid-security/hostcert.pem).
+    pub host_cert: Option<PathBuf>,
+    /// Host key (`None`: X509_USER_KEY, else /etc/grid-security/hostkey.pem).
+    pub host_key: Option<PathBuf>,
+    /// Trusted CAs (`None`: X509_CERT_DIR, else /etc/grid-security/certificates).
+    pub cert_dir: Option<PathBuf>,
+    /// Grid-mapfile (`None`: GRIDMAP, else /etc/grid-security/grid-mapfile).
+    pub gridmap: Option<PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -59,6 +69,11 @@ impl Default for ServerConfig {
             block_size: None,
             net_stack_whitelist: vec!["tcp".into()],
             banner: None,
+            gsi: false,
+            host_cert: None,
+            host_key: None,
+            cert_dir: None,
+            gridmap: None,
         }
     }
 }
@@ -103,9 +118,9 @@ impl ServerConfig {
 
     /// Checks the values together.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if !self.anonymous && self.password_file.is_none() {
+        if !self.anonymous && self.password_file.is_none() && !self.gsi {
             return Err(ConfigError::Invalid(
-                "no way to log in: pass --anonymous or --password-file FILE (GSI arrives with --gsi)".into(),
+                "no way to log in: pass --gsi, --anonymous or --password-file FILE".into(),
             ));
         }
         if self.anonymous_write && !self.anonymous {

@@ -27,6 +27,8 @@ pub(crate) struct ServerContext {
     pub(crate) translog: Option<TransferLog>,
     pub(crate) connections: AtomicUsize,
     pub(crate) next_transfer: AtomicU64,
+    /// The host credential, trusted CAs and authorization, when GSI is on.
+    pub(crate) gsi: Option<crate::gsi::GsiServer>,
 }
 
 /// A bound, ready server.
@@ -62,6 +64,9 @@ pub enum StartError {
         /// Why.
         source: std::io::Error,
     },
+    /// The GSI credential, CAs or grid-mapfile cannot be used.
+    #[error("GSI: {0}")]
+    Gsi(#[from] ferry_gsi::GsiError),
     /// The control address cannot be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -97,6 +102,11 @@ impl Server {
             ),
             None => None,
         };
+        let gsi = if config.gsi {
+            Some(crate::gsi::GsiServer::load(&config)?)
+        } else {
+            None
+        };
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -118,6 +128,7 @@ impl Server {
             translog,
             connections: AtomicUsize::new(0),
             next_transfer: AtomicU64::new(1),
+            gsi,
         });
         Ok(Server { listener, ctx })
     }

@@ -6,6 +6,7 @@
 pub mod auth;
 pub mod config;
 mod daemon;
+mod gsi;
 mod session;
 mod translog;
 

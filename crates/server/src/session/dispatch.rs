@@ -22,6 +22,10 @@ impl Session {
         line: &[u8],
         reader: &mut ControlReader,
     ) -> (Io, bool) {
+        if line == crate::gsi::UNPROTECTED {
+            let text = "Command protection level denied: send commands wrapped (ENC/MIC).";
+            return (self.reply(533, text).await, false);
+        }
         let cmd = match Command::parse(line) {
             Ok(c) => c,
             Err(e) => return (self.send(&command_error_reply(&e)).await, false),
@@ -31,6 +35,11 @@ impl Session {
     }
 
     async fn execute(&mut self, cmd: Command, reader: &mut ControlReader) -> Io {
+        // A GSI-only server talks to nobody unauthenticated (as Globus: even FEAT gets 530).
+        let before_gsi = self.gsi_only() && self.gsi_identity.is_none();
+        if before_gsi && !matches!(cmd, Command::Auth(_) | Command::Adat(_) | Command::Quit) {
+            return self.reply(530, "Must perform GSSAPI authentication.").await;
+        }
         match cmd {
             Command::User(name) => return self.cmd_user(name).await,
             Command::Pass(pw) => return Box::pin(self.cmd_pass(pw)).await,
@@ -42,11 +51,8 @@ impl Session {
             Command::Help(topic) => return self.send(&super::text::help(topic.as_deref())).await,
             Command::Noop => return self.reply(200, "NOOP command successful.").await,
             Command::Syst => return self.reply(215, "UNIX Type: L8").await,
-            Command::Auth(_) | Command::Adat(_) => {
-                return self
-                    .reply(504, "GSI security is not enabled on this server.")
-                    .await
-            }
+            Command::Auth(mech) => return self.cmd_auth(&mech).await,
+            Command::Adat(token) => return self.cmd_adat(&token, reader).await,
             Command::Opts(Opts::Utf8(_)) => {
                 return self.reply(200, "UTF8 mode is always on.").await
             }
@@ -127,6 +133,17 @@ impl Session {
                 self.dcau = Dcau::None;
                 self.reply(200, "DCAU N.").await
             }
+            Command::Dcau(d) if self.gsi_identity.is_some() => {
+                if self.dcau != d {
+                    self.forget_cached_channel();
+                }
+                let text = match &d {
+                    Dcau::Subject(s) => format!("DCAU S {s}."),
+                    _ => "DCAU A.".to_string(),
+                };
+                self.dcau = d;
+                self.reply(200, text).await
+            }
             Command::Dcau(_) => {
                 self.reply(504, "Bad DCAU mode: only DCAU N without GSI.")
                     .await
@@ -174,9 +191,98 @@ impl Session {
         }
     }
 
+    /// Whether this server logs in with GSI only (no anonymous or password logins).
+    fn gsi_only(&self) -> bool {
+        let c = &self.ctx.config;
+        self.ctx.gsi.is_some() && !c.anonymous && c.password_file.is_none()
+    }
+
+    async fn cmd_auth(&mut self, mechanism: &str) -> Io {
+        let Some(gsi) = self.ctx.gsi.as_ref() else {
+            return self
+                .reply(504, "GSI security is not enabled on this server.")
+                .await;
+        };
+        if !mechanism.eq_ignore_ascii_case("GSSAPI") {
+            return self.reply(504, "Unknown authentication type.").await;
+        }
+        if self.gsi_identity.is_some() || self.login.is_some() {
+            return self.reply(503, "Already authenticated.").await;
+        }
+        match gsi.acceptor() {
+            Ok(ctx) => {
+                self.gss = Some(Box::new(ctx));
+                self.reply(334, "Using authentication type; ADAT must follow.")
+                    .await
+            }
+            Err(e) => self.reply(431, format!("Cannot start GSSAPI: {e}")).await,
+        }
+    }
+
+    async fn cmd_adat(&mut self, token: &str, reader: &mut ControlReader) -> Io {
+        use base64::Engine;
+        let Some(mut gss) = self.gss.take() else {
+            return self.reply(503, "Send AUTH GSSAPI first.").await;
+        };
+        let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(token.trim()) else {
+            return self.reply(501, "ADAT token is not base64.").await;
+        };
+        let b64 = |t: &[u8]| base64::engine::general_purpose::STANDARD.encode(t);
+        match gss.step(&bytes) {
+            Ok(ferry_gsi::Step::Continue(out)) => {
+                self.gss = Some(gss);
+                self.reply(335, format!("ADAT={}", b64(&out))).await
+            }
+            Ok(ferry_gsi::Step::Done(last)) => {
+                let identity = gss.peer().map(|p| p.identity().to_owned());
+                let Some(identity) = identity else {
+                    return self
+                        .reply(535, "GSSAPI authentication failed: no peer.")
+                        .await;
+                };
+                tracing::info!(peer = %self.peer, dn = %identity, tls = %gss.describe(), "GSSAPI authentication");
+                self.delegated = gss.take_delegated();
+                self.gsi_identity = Some(identity);
+                // After a GSI login data channels are authenticated unless the client says
+                // DCAU N, as with Globus.
+                self.dcau = Dcau::Self_;
+                // The 235 goes out in clear; everything after it is wrapped.
+                match last {
+                    Some(t) => self.reply(235, format!("ADAT={}", b64(&t))).await?,
+                    None => self.reply(235, "GSSAPI Authentication successful.").await?,
+                }
+                self.protect(reader, *gss);
+                Ok(())
+            }
+            Ok(ferry_gsi::Step::NeedMore) => {
+                self.reply(535, "GSSAPI authentication failed: incomplete token.")
+                    .await
+            }
+            Err(e) => {
+                tracing::info!(peer = %self.peer, "GSSAPI authentication refused: {e}");
+                self.reply(530, format!("GSSAPI authentication failed: {e}"))
+                    .await
+            }
+        }
+    }
+
     async fn cmd_user(&mut self, name: String) -> Io {
         if self.login.is_some() {
             return self.reply(503, "You are already logged in.").await;
+        }
+        if let (Some(identity), Some(gsi)) = (self.gsi_identity.clone(), self.ctx.gsi.as_ref()) {
+            let requested = (name != ":globus-mapping:").then_some(name.as_str());
+            return match gsi.authorizer.authorize(&identity, requested) {
+                Ok(local) => {
+                    let text = format!("Password required for {local}.");
+                    self.gsi_user = Some(local);
+                    self.reply(331, text).await
+                }
+                Err(e) => {
+                    tracing::info!(peer = %self.peer, dn = %identity, "not authorized: {e}");
+                    self.reply(530, format!("Login incorrect. : {e}")).await
+                }
+            };
         }
         let anonymous = self.ctx.config.anonymous && ANONYMOUS_NAMES.contains(&name.as_str());
         let text = if anonymous {
@@ -191,6 +297,12 @@ impl Session {
     async fn cmd_pass(&mut self, password: String) -> Io {
         if self.login.is_some() {
             return self.reply(503, "You are already logged in.").await;
+        }
+        if self.gsi_identity.is_some() {
+            let Some(name) = self.gsi_user.take() else {
+                return self.reply(503, "Login with USER first.").await;
+            };
+            return self.logged_in(name, false).await;
         }
         let Some(name) = self.user.take() else {
             return self.reply(503, "Login with USER first.").await;
@@ -212,6 +324,11 @@ impl Session {
             tokio::time::sleep(std::time::Duration::from_millis(500)).await;
             return self.reply(530, "Login incorrect.").await;
         }
+        self.logged_in(name, read_only).await
+    }
+
+    /// Starts a logged-in session for `name`.
+    async fn logged_in(&mut self, name: String, read_only: bool) -> Io {
         let storage = if read_only {
             Arc::clone(&self.ctx.storage_ro)
         } else {

@@ -42,12 +42,52 @@ pub(crate) struct Login {
 }
 
 /// The control connection's reading side: bytes → lines, plus lines queued during transfers.
-#[derive(Debug)]
 pub(crate) struct ControlReader {
     rd: OwnedReadHalf,
     framer: LineFramer,
     pending: VecDeque<LineEvent>,
     eof: bool,
+    /// Set once GSI is established: lines off the wire are unwrapped into `plain`.
+    security: Option<crate::gsi::Shared>,
+    plain: LineFramer,
+}
+
+impl std::fmt::Debug for ControlReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlReader")
+            .field("pending", &self.pending.len())
+            .field("eof", &self.eof)
+            .field("protected", &self.security.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The control connection's writing side: replies go out as they are, or wrapped line by
+/// line once GSI protects the session.
+pub(crate) struct ControlWriter {
+    wr: OwnedWriteHalf,
+    security: Option<crate::gsi::Shared>,
+}
+
+impl std::fmt::Debug for ControlWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlWriter")
+            .field("protected", &self.security.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ControlWriter {
+    /// Writes reply bytes, wrapped when the session is protected.
+    pub(crate) async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match &self.security {
+            None => self.wr.write_all(bytes).await,
+            Some(s) => {
+                let wrapped = crate::gsi::wrap_reply(s, bytes)?;
+                self.wr.write_all(&wrapped).await
+            }
+        }
+    }
 }
 
 impl ControlReader {
@@ -79,9 +119,18 @@ impl ControlReader {
 
     /// The next complete line event already buffered, if any.
     pub(crate) fn next_buffered(&mut self) -> Option<LineEvent> {
-        self.pending
-            .pop_front()
-            .or_else(|| self.framer.next_event())
+        self.pending.pop_front().or_else(|| self.next_from_wire())
+    }
+
+    /// The next line read off the wire (not from the queue), unwrapped when protected.
+    pub(crate) fn next_from_wire(&mut self) -> Option<LineEvent> {
+        match &self.security {
+            None => self.framer.next_event(),
+            Some(s) => {
+                let framer = &mut self.framer;
+                crate::gsi::next_plain(s, &mut || framer.next_event(), &mut self.plain)
+            }
+        }
     }
 }
 
@@ -91,7 +140,7 @@ pub(crate) struct Session {
     pub(crate) ctx: Arc<ServerContext>,
     pub(crate) peer: SocketAddr,
     pub(crate) local: SocketAddr,
-    pub(crate) wr: OwnedWriteHalf,
+    pub(crate) wr: ControlWriter,
     pub(crate) user: Option<String>,
     pub(crate) login: Option<Login>,
     pub(crate) cwd: VirtualPath,
@@ -114,6 +163,14 @@ pub(crate) struct Session {
     pub(crate) quit: bool,
     /// `EPSV ALL` was sent: other data-connection setup commands are refused (RFC 2428).
     pub(crate) epsv_all: bool,
+    /// AUTH GSSAPI accepted and ADAT tokens under way.
+    pub(crate) gss: Option<Box<ferry_gsi::SecurityContext>>,
+    /// The verified GSI identity once the security exchange is done.
+    pub(crate) gsi_identity: Option<String>,
+    /// The credential the client delegated, for third-party data channels.
+    pub(crate) delegated: Option<ferry_gsi::Credential>,
+    /// The local account the grid-mapfile gave at USER, waiting for PASS.
+    pub(crate) gsi_user: Option<String>,
 }
 
 /// Runs one control connection to its end.
@@ -128,12 +185,14 @@ pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, ctx: Arc<ServerCont
         framer: LineFramer::new(MAX_COMMAND_LINE),
         pending: VecDeque::new(),
         eof: false,
+        security: None,
+        plain: LineFramer::new(MAX_COMMAND_LINE),
     };
     let mut s = Session {
         ctx,
         peer,
         local,
-        wr,
+        wr: ControlWriter { wr, security: None },
         user: None,
         login: None,
         cwd: VirtualPath::root(),
@@ -155,6 +214,10 @@ pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, ctx: Arc<ServerCont
         mlst_facts: Vec::new(),
         quit: false,
         epsv_all: false,
+        gss: None,
+        gsi_identity: None,
+        delegated: None,
+        gsi_user: None,
     };
     let banner = match &s.ctx.config.banner {
         Some(b) => b.clone(),
@@ -216,7 +279,7 @@ pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, ctx: Arc<ServerCont
             break;
         }
     }
-    let _ = s.wr.shutdown().await;
+    let _ = s.wr.wr.shutdown().await;
 }
 
 impl Session {
@@ -232,6 +295,13 @@ impl Session {
         text: impl Into<String>,
     ) -> std::io::Result<()> {
         self.send(&Reply::new(code, text)).await
+    }
+
+    /// Protects the session from the next line on: commands are unwrapped, replies wrapped.
+    pub(crate) fn protect(&mut self, reader: &mut ControlReader, ctx: ferry_gsi::SecurityContext) {
+        let shared = std::sync::Arc::new(std::sync::Mutex::new(ctx));
+        reader.security = Some(std::sync::Arc::clone(&shared));
+        self.wr.security = Some(shared);
     }
 
     /// Resolves a client path against the working directory.

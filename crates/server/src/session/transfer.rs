@@ -45,6 +45,14 @@ impl Session {
         let Some(login) = self.login.as_ref() else {
             return Err(Reply::new(530, "Please login with USER and PASS."));
         };
+        if self.dcau != ferry_proto::command::Dcau::None {
+            // Refused before any byte moves: a client expecting TLS on the data channel
+            // must not be sent clear data.
+            return Err(Reply::new(
+                534,
+                "Data channel authentication (DCAU A/S) is not supported by this server yet; send DCAU N (globus-url-copy -nodcau).",
+            ));
+        }
         let read_only = login.read_only;
         let storage = std::sync::Arc::clone(&login.storage);
         let restart = match &self.restart {
@@ -322,13 +330,13 @@ impl Session {
                             aborted = true;
                             break Err(DtpError::Connection("control connection closed".into()));
                         }
-                        while let Some(ev) = reader.framer.next_event() {
+                        while let Some(ev) = reader.next_from_wire() {
                             if let LineEvent::Line(l) = &ev {
                                 match Command::parse(&super::strip_telnet(l)) {
                                     Ok(Command::Abor) => aborted = true,
                                     Ok(Command::Stat(None)) => {
                                         let r = Reply::new(213, "Status: transfer in progress.");
-                                        tokio::io::AsyncWriteExt::write_all(wr, &r.to_bytes()).await?;
+                                        wr.write_all(&r.to_bytes()).await?;
                                         continue;
                                     }
                                     _ => {}
@@ -413,7 +421,7 @@ impl Session {
     }
 }
 
-async fn write_event(wr: &mut tokio::net::tcp::OwnedWriteHalf, ev: &DtpEvent) -> Io {
+async fn write_event(wr: &mut super::ControlWriter, ev: &DtpEvent) -> Io {
     let reply = match ev {
         DtpEvent::Restart(ranges) => match RestartMarker(ranges.clone()).to_reply() {
             Some(r) => r,
@@ -432,7 +440,7 @@ async fn write_event(wr: &mut tokio::net::tcp::OwnedWriteHalf, ev: &DtpEvent) ->
         }
         .to_reply(),
     };
-    tokio::io::AsyncWriteExt::write_all(wr, &reply.to_bytes()).await
+    wr.write_all(&reply.to_bytes()).await
 }
 
 fn nonzero_ms(s: u32) -> Option<u64> {
