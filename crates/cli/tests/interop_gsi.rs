@@ -132,24 +132,29 @@ fn site() -> Option<Site> {
 
 /// A proxy for `user` from grid-proxy-init, as a user would make it.
 fn proxy(site: &Site, user: &str) -> PathBuf {
-    let u = site.ca().join("users").join(user);
     let out = site
         .dir
         .path()
         .join(format!("x509up-{}", user.replace(' ', "_")));
+    proxy_from(&site.ca(), user, &out);
+    out
+}
+
+/// grid-proxy-init for `user` of the CA in `ca`, checked against that CA, written to `out`.
+fn proxy_from(ca: &Path, user: &str, out: &Path) {
+    let u = ca.join("users").join(user);
     let status = Command::new(tool("grid-proxy-init").unwrap())
         .args(["-q", "-cert"])
         .arg(u.join("usercert.pem"))
         .arg("-key")
         .arg(u.join("userkey.pem"))
         .arg("-certdir")
-        .arg(site.cert_dir())
+        .arg(ca.join("certificates"))
         .arg("-out")
-        .arg(&out)
+        .arg(out)
         .status()
         .unwrap();
-    assert!(status.success());
-    out
+    assert!(status.success(), "grid-proxy-init for {user}");
 }
 
 fn guc(site: &Site, proxy: &Path, args: &[&str]) -> Output {
@@ -265,20 +270,8 @@ fn a_proxy_from_an_untrusted_ca_is_refused() {
     ]);
     assert!(out.status.success());
     // The proxy is made against its own CA, then presented to a server that trusts only ours.
-    let u = other.join("users/Mapped User");
     let proxy = site.dir.path().join("x509up-other");
-    let status = Command::new(tool("grid-proxy-init").unwrap())
-        .args(["-q", "-cert"])
-        .arg(u.join("usercert.pem"))
-        .arg("-key")
-        .arg(u.join("userkey.pem"))
-        .arg("-certdir")
-        .arg(other.join("certificates"))
-        .arg("-out")
-        .arg(&proxy)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    proxy_from(&other, "Mapped User", &proxy);
     std::fs::write(site.root().join("f"), b"x").unwrap();
     let url = format!("gsiftp://localhost:{}/f", site.port);
     let got = site.dir.path().join("got");

@@ -132,14 +132,7 @@ impl CertificateAuthority {
         b.set_not_before(&from)?;
         b.set_not_after(&until)?;
         b.append_extension(BasicConstraints::new().critical().build()?)?;
-        b.append_extension(
-            KeyUsage::new()
-                .critical()
-                .digital_signature()
-                .key_encipherment()
-                .data_encipherment()
-                .build()?,
-        )?;
+        b.append_extension(crate::proxy::end_entity_key_usage()?)?;
         let mut eku = ExtendedKeyUsage::new();
         eku.client_auth();
         if spec.server {

@@ -251,14 +251,7 @@ pub fn sign_proxy<T: HasPublic>(
     );
     b.set_not_before(&from)?;
     b.set_not_after(&until)?;
-    b.append_extension(
-        KeyUsage::new()
-            .critical()
-            .digital_signature()
-            .key_encipherment()
-            .data_encipherment()
-            .build()?,
-    )?;
+    b.append_extension(end_entity_key_usage()?)?;
     let language = if limited {
         der::OID_LIMITED
     } else {
@@ -273,6 +266,17 @@ pub fn sign_proxy<T: HasPublic>(
     b.append_extension(X509Extension::new_from_der(&oid, true, &value)?)?;
     b.sign(&issuer.key, signing_digest(&issuer.cert))?;
     Ok(b.build())
+}
+
+/// The key usage of user, host and proxy certificates: signing and key exchange, never
+/// certificate signing.
+pub(crate) fn end_entity_key_usage() -> Result<X509Extension> {
+    Ok(KeyUsage::new()
+        .critical()
+        .digital_signature()
+        .key_encipherment()
+        .data_encipherment()
+        .build()?)
 }
 
 /// The digest the issuer's own certificate was signed with (Globus signs proxies the same
