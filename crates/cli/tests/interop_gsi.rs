@@ -3,7 +3,8 @@
 //! gets and puts files, compared byte for byte; and the refusals: a DN not in the grid-mapfile,
 //! a CA the server does not trust, plain commands on a protected session.
 //!
-//! Data channels are DCAU N here (`-nodcau`): DCAU A and PROT come next in the GSI issue.
+//! Data channels at every level: `-nodcau`, the default DCAU A, `-dcsafe` (PROT S), `-dcpriv`
+//! (PROT P).
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -175,60 +176,57 @@ fn pattern(n: usize, seed: u32) -> Vec<u8> {
 }
 
 #[test]
-fn globus_url_copy_gets_and_puts_over_gsi_at_1_and_4_streams() {
+fn globus_url_copy_gets_and_puts_at_every_security_level_and_1_and_4_streams() {
     let Some(site) = site() else { return };
     let proxy = proxy(&site, "Mapped User");
     let src = site.root().join("src.bin");
     let data = pattern(9 << 20, 7);
     std::fs::write(&src, &data).unwrap();
-    for p in ["1", "4"] {
-        let got = site.dir.path().join(format!("got-{p}.bin"));
-        let url = format!("gsiftp://localhost:{}/src.bin", site.port);
-        let out = guc(
-            &site,
-            &proxy,
-            &[
-                "-nodcau",
-                "-p",
-                p,
-                &url,
-                &format!("file://{}", got.display()),
-            ],
-        );
-        assert!(
-            out.status.success(),
-            "get -p {p}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            std::fs::read(&got).unwrap() == data,
-            "get -p {p}: bytes differ"
-        );
+    // -nodcau: clear, unauthenticated; no flag: DCAU A (the default), clear data after the
+    // handshake; -dcsafe: PROT S; -dcpriv: PROT P.
+    for (n, level) in ["-nodcau", "", "-dcsafe", "-dcpriv"]
+        .into_iter()
+        .enumerate()
+    {
+        for p in ["1", "4"] {
+            let got = site.dir.path().join(format!("got-{n}-{p}.bin"));
+            let url = format!("gsiftp://localhost:{}/src.bin", site.port);
+            let dst = format!("file://{}", got.display());
+            let mut args = vec!["-p", p, &url, &dst];
+            if !level.is_empty() {
+                args.insert(0, level);
+            }
+            let out = guc(&site, &proxy, &args);
+            assert!(
+                out.status.success(),
+                "get {level} -p {p}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                std::fs::read(&got).unwrap() == data,
+                "get {level} -p {p}: bytes differ"
+            );
 
-        let up = pattern(5 << 20, p.len() as u32 + 100);
-        let local = site.dir.path().join(format!("up-{p}.bin"));
-        std::fs::write(&local, &up).unwrap();
-        let url = format!("gsiftp://localhost:{}/put-{p}.bin", site.port);
-        let out = guc(
-            &site,
-            &proxy,
-            &[
-                "-nodcau",
-                "-p",
-                p,
-                &format!("file://{}", local.display()),
-                &url,
-            ],
-        );
-        assert!(
-            out.status.success(),
-            "put -p {p}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            std::fs::read(site.root().join(format!("put-{p}.bin"))).unwrap() == up,
-            "put -p {p}: bytes differ"
-        );
+            let up = pattern(5 << 20, (n * 10 + p.len()) as u32 + 100);
+            let local = site.dir.path().join(format!("up-{n}-{p}.bin"));
+            std::fs::write(&local, &up).unwrap();
+            let src = format!("file://{}", local.display());
+            let url = format!("gsiftp://localhost:{}/put-{n}-{p}.bin", site.port);
+            let mut args = vec!["-p", p, &src, &url];
+            if !level.is_empty() {
+                args.insert(0, level);
+            }
+            let out = guc(&site, &proxy, &args);
+            assert!(
+                out.status.success(),
+                "put {level} -p {p}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                std::fs::read(site.root().join(format!("put-{n}-{p}.bin"))).unwrap() == up,
+                "put {level} -p {p}: bytes differ"
+            );
+        }
     }
 }
 

@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use ferry_dtp::{
-    ChannelSetup, Direction, MarkerIntervals, Section, StripeInfo, TransferDescription,
-    TransferSource,
+    ChannelSecurity, ChannelSetup, Direction, MarkerIntervals, Section, StripeInfo,
+    TransferDescription, TransferSource,
 };
 use ferry_net::{SocketTuning, StackSpec};
 use ferry_proto::command::TransferMode;
@@ -31,6 +31,8 @@ pub struct FileRequest {
     pub restart: RangeSet,
     /// Abort when no data moves for this long.
     pub idle_timeout_s: u64,
+    /// DCAU and PROT for GSI sessions (ignored on plain FTP, where only DCAU N exists).
+    pub security: ChannelSecurity,
 }
 
 impl Default for FileRequest {
@@ -43,6 +45,7 @@ impl Default for FileRequest {
             length: None,
             restart: RangeSet::new(),
             idle_timeout_s: 600,
+            security: ChannelSecurity::default(),
         }
     }
 }
@@ -119,6 +122,7 @@ impl FileRequest {
                 perf_ms: Some(250),
             },
             stripe: StripeInfo::default(),
+            security: self.security.clone(),
             idle_timeout_ms: self.idle_timeout_s.saturating_mul(1000),
         })
     }

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use ferry_net::{SocketTuning, StackSpec};
-use ferry_proto::command::TransferMode;
+use ferry_proto::command::{Dcau, Protection, TransferMode};
 use ferry_proto::RangeSet;
 use ferry_storage::VirtualPath;
 use serde::{Deserialize, Serialize};
@@ -86,6 +86,25 @@ impl Default for StripeInfo {
     }
 }
 
+/// Data-channel authentication and protection, as `DCAU` and `PROT` set them. The credential
+/// they use is the DTP's (see `Dtp::set_security`), not part of the description.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChannelSecurity {
+    /// Who must be at the other end of each data connection (`DCAU N` = nobody checks).
+    pub dcau: Dcau,
+    /// Clear, integrity-protected or private data (PROT C/S/P).
+    pub prot: Protection,
+}
+
+impl Default for ChannelSecurity {
+    fn default() -> Self {
+        ChannelSecurity {
+            dcau: Dcau::None,
+            prot: Protection::Clear,
+        }
+    }
+}
+
 /// Everything one transfer needs, as a plain value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TransferDescription {
@@ -121,6 +140,8 @@ pub struct TransferDescription {
     pub channel: ChannelSetup,
     /// Driver stack of the data channel.
     pub stack: StackSpec,
+    /// DCAU and PROT.
+    pub security: ChannelSecurity,
     /// Marker intervals.
     pub markers: MarkerIntervals,
     /// Stripe position.

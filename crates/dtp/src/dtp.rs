@@ -5,8 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use ferry_net::{connect, DataConn};
-use ferry_proto::command::TransferMode;
+use ferry_gsi::{DataSecurity, PeerCheck};
+use ferry_net::{connect, DataConn, DataProtection};
+use ferry_proto::command::{Dcau, Protection, TransferMode};
 use ferry_proto::RangeSet;
 use ferry_storage::{FileHandle, Storage, WriteOptions};
 
@@ -19,8 +20,8 @@ use crate::receive::{receive_mode_e, receive_stream, RecvJob};
 use crate::send::{send_mode_e, send_stream, BlockClaimer, SendJob};
 use crate::source::Source;
 use crate::{
-    listing, ChannelSetup, Direction, DtpError, DtpEvent, TransferDescription, TransferOutcome,
-    TransferSource,
+    listing, ChannelSecurity, ChannelSetup, Direction, DtpError, DtpEvent, TransferDescription,
+    TransferOutcome, TransferSource,
 };
 
 /// One session's data transfer process.
@@ -30,6 +31,10 @@ pub struct Dtp {
     pool: Arc<BufferPool>,
     channel: DataChannel,
     read_only: bool,
+    /// The credential data connections authenticate with (DCAU A/S), once a GSI login gave one.
+    security: Option<Arc<DataSecurity>>,
+    /// DCAU/PROT of the cached connections: a change forgets them (as Globus).
+    cached_security: ChannelSecurity,
     /// Reads the payload bytes the current (or last) transfer has moved, failed ones included.
     moved: Moved,
 }
@@ -58,8 +63,36 @@ impl Dtp {
             pool,
             channel: DataChannel::default(),
             read_only,
+            security: None,
+            cached_security: ChannelSecurity::default(),
             moved: Moved::nothing(),
         }
+    }
+
+    /// Sets the credential for DCAU A/S data connections (the server: the delegated one; a
+    /// client: its own proxy). Connections cached under another credential are dropped.
+    pub fn set_security(&mut self, security: Option<Arc<DataSecurity>>) {
+        self.channel.forget_cache();
+        self.security = security;
+    }
+
+    /// How this transfer's data connections are authenticated and protected.
+    fn protection(&self, desc: &TransferDescription) -> Result<Option<DataProtection>, DtpError> {
+        let check = match &desc.security.dcau {
+            Dcau::None => return Ok(None),
+            Dcau::Self_ => PeerCheck::SameIdentity,
+            Dcau::Subject(s) => PeerCheck::Subject(s.clone()),
+        };
+        let security = self.security.clone().ok_or_else(|| {
+            DtpError::Unsupported(
+                "data channel authentication (DCAU A/S) needs a GSI login; send DCAU N".into(),
+            )
+        })?;
+        Ok(Some(DataProtection {
+            security,
+            check,
+            protected: matches!(desc.security.prot, Protection::Safe | Protection::Private),
+        }))
     }
 
     /// Payload bytes the last transfer moved, also when it failed or was aborted (for the
@@ -75,7 +108,9 @@ impl Dtp {
 
     /// Whether `desc` will run on cached connections (the PI answers 125 instead of 150).
     pub fn will_reuse(&self, desc: &TransferDescription) -> bool {
-        desc.mode == TransferMode::Extended && self.channel.can_reuse(desc.direction, &desc.channel)
+        desc.mode == TransferMode::Extended
+            && self.cached_security == desc.security
+            && self.channel.can_reuse(desc.direction, &desc.channel)
     }
 
     /// Runs one transfer to completion, sending markers to `events` as it goes.
@@ -114,6 +149,10 @@ impl Dtp {
             return Err(DtpError::Unsupported(
                 "TYPE A is not supported in MODE E; send TYPE I".into(),
             ));
+        }
+        if self.cached_security != desc.security {
+            self.channel.forget_cache();
+            self.cached_security = desc.security.clone();
         }
         let reused = self.will_reuse(desc);
         self.moved = Moved::nothing();
@@ -214,13 +253,14 @@ impl Dtp {
                     pending.push(addrs[next % addrs.len()]);
                     next += 1;
                 }
-                conns.extend(connect_all(&pending, desc, idle).await?);
+                let prot = self.protection(desc)?;
+                conns.extend(connect_all(&pending, desc, prot, idle).await?);
                 Ok(conns)
             }
             (ChannelSetup::Active(addrs), TransferMode::Stream) => {
                 self.channel.forget_cache();
                 let first = addrs.first().copied().ok_or(DtpError::NoDataChannel)?;
-                connect_all(&[first], desc, idle).await
+                connect_all(&[first], desc, self.protection(desc)?, idle).await
             }
             (ChannelSetup::Passive, mode) => {
                 let mut conns = if mode == TransferMode::Extended {
@@ -230,12 +270,13 @@ impl Dtp {
                     Vec::new()
                 };
                 if conns.is_empty() {
+                    let prot = self.protection(desc)?;
                     let l = self.channel.listener().ok_or(DtpError::NoDataChannel)?;
                     let c = tokio::time::timeout(idle, l.accept())
                         .await
                         .map_err(|_| DtpError::IdleTimeout(idle.as_secs()))?
                         .map_err(DtpError::Connect)?;
-                    conns.push(c);
+                    conns.push(secure(c, false, prot.as_ref(), idle).await?);
                 }
                 Ok(conns)
             }
@@ -279,6 +320,7 @@ impl Dtp {
         };
         let streams = match desc.mode {
             TransferMode::Extended => {
+                let prot = self.protection(desc)?;
                 let (cached, listener) = match &desc.channel {
                     ChannelSetup::Passive => {
                         let cached = self.channel.take_cached(Direction::Receive, &desc.channel);
@@ -290,10 +332,10 @@ impl Dtp {
                             .iter()
                             .flat_map(|a| std::iter::repeat_n(*a, desc.parallelism.max(1) as usize))
                             .collect();
-                        (connect_all(&pending, desc, idle).await?, None)
+                        (connect_all(&pending, desc, prot.clone(), idle).await?, None)
                     }
                 };
-                let fut = receive_mode_e(cached, listener, Arc::clone(&job));
+                let fut = receive_mode_e(cached, listener, prot, Arc::clone(&job));
                 let (conns, used) =
                     with_markers(fut, desc, events, &total_bytes, &take_written).await?;
                 self.channel
@@ -302,17 +344,19 @@ impl Dtp {
             }
             TransferMode::Stream => {
                 self.channel.forget_cache();
+                let prot = self.protection(desc)?;
                 let conn = match &desc.channel {
                     ChannelSetup::Passive => {
                         let l = self.channel.listener().ok_or(DtpError::NoDataChannel)?;
-                        tokio::time::timeout(idle, l.accept())
+                        let c = tokio::time::timeout(idle, l.accept())
                             .await
                             .map_err(|_| DtpError::IdleTimeout(idle.as_secs()))?
-                            .map_err(DtpError::Connect)?
+                            .map_err(DtpError::Connect)?;
+                        secure(c, false, prot.as_ref(), idle).await?
                     }
                     ChannelSetup::Active(addrs) => {
                         let first = addrs.first().copied().ok_or(DtpError::NoDataChannel)?;
-                        connect_all(&[first], desc, idle).await?.remove(0)
+                        connect_all(&[first], desc, prot, idle).await?.remove(0)
                     }
                 };
                 if let Ok(mut w) = job.written.lock() {
@@ -336,22 +380,48 @@ fn stream_restart_offset(restart: &RangeSet) -> u64 {
     }
 }
 
+/// Runs the GSI handshake and peer check on a new data connection when DCAU asks for one
+/// (`initiator`: we connected).
+pub(crate) async fn secure(
+    conn: DataConn,
+    initiator: bool,
+    prot: Option<&DataProtection>,
+    idle: Duration,
+) -> Result<DataConn, DtpError> {
+    let Some(prot) = prot else {
+        return Ok(conn);
+    };
+    tokio::time::timeout(idle, conn.secure(initiator, prot))
+        .await
+        .map_err(|_| DtpError::IdleTimeout(idle.as_secs()))?
+        .map_err(DtpError::Connect)
+}
+
+/// Connects to every address at once (each handshake on its own task).
 async fn connect_all(
     addrs: &[SocketAddr],
     desc: &TransferDescription,
+    prot: Option<DataProtection>,
     idle: Duration,
 ) -> Result<Vec<DataConn>, DtpError> {
     let mut set = tokio::task::JoinSet::new();
+    let prot = prot.map(Arc::new);
     for (i, a) in addrs.iter().enumerate() {
-        let (a, tuning) = (*a, desc.tuning);
-        set.spawn(async move { (i, connect(a, tuning).await) });
+        let (a, tuning, prot) = (*a, desc.tuning, prot.clone());
+        set.spawn(async move {
+            let conn = async {
+                let c = connect(a, tuning).await.map_err(DtpError::Connect)?;
+                secure(c, true, prot.as_deref(), idle).await
+            };
+            (i, conn.await)
+        });
     }
     let mut out: Vec<Option<DataConn>> = (0..addrs.len()).map(|_| None).collect();
     let all = async {
         while let Some(r) = set.join_next().await {
             let (i, c) =
                 r.map_err(|e| DtpError::Connection(format!("connect task failed: {e}")))?;
-            out[i] = Some(c.map_err(DtpError::Connect)?);
+            out[i] = Some(c?);
         }
         Ok::<(), DtpError>(())
     };

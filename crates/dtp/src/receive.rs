@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ferry_net::{DataConn, DataListener};
+use ferry_net::{DataConn, DataListener, DataProtection};
 use ferry_proto::mode_e::{
     BlockDecoder, BlockHeader, ConnectionTally, Descriptor, TransferTally, HEADER_LEN,
 };
@@ -57,8 +57,10 @@ impl RecvJob {
 pub(crate) async fn receive_mode_e(
     cached: Vec<DataConn>,
     listener: Option<Arc<DataListener>>,
+    prot: Option<DataProtection>,
     job: Arc<RecvJob>,
 ) -> Result<(Vec<DataConn>, u32), DtpError> {
+    let prot = prot.map(Arc::new);
     let mut set = JoinSet::new();
     let mut used = 0u32;
     let mut cached = cached.into_iter();
@@ -96,7 +98,12 @@ pub(crate) async fn receive_mode_e(
                 let conn = accepted?;
                 used += 1;
                 let job = Arc::clone(&job);
-                set.spawn(async move { read_blocks(conn, &job, false).await });
+                let prot = prot.clone();
+                // The handshake runs on the stream's own task: streams authenticate in parallel.
+                set.spawn(async move {
+                    let conn = crate::dtp::secure(conn, false, prot.as_deref(), job.idle).await?;
+                    read_blocks(conn, &job, false).await
+                });
             }
             joined = set.join_next(), if !set.is_empty() => {
                 let Some(joined) = joined else { continue };

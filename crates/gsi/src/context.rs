@@ -55,6 +55,10 @@ pub struct ContextConfig {
     pub sni: Option<String>,
     /// The newest TLS version to speak (`None`: TLS 1.3); the oldest is always TLS 1.2.
     pub max_version: Option<SslVersion>,
+    /// Plain TLS with no GSI tail (Globus' `GSS_C_GLOBUS_SSL_COMPATIBLE`): neither the
+    /// acceptor's `0x00` nor the delegation flag. PROT S and P data channels are set up so;
+    /// the control channel and PROT C data channels have the tail.
+    pub ssl_compatible: bool,
 }
 
 impl std::fmt::Debug for ContextConfig {
@@ -77,6 +81,7 @@ impl ContextConfig {
             delegation: Delegation::None,
             sni: None,
             max_version: None,
+            ssl_compatible: false,
         }
     }
 }
@@ -108,32 +113,69 @@ enum State {
 }
 
 /// Bytes in from the peer's tokens, bytes out to ours: the transport under the TLS session.
+/// The input is one buffer with a consumed prefix, so a data channel can read its socket
+/// straight into it (no copy through a token) and keep the buffer for the whole transfer.
 #[derive(Debug, Default)]
 struct MemIo {
     input: Vec<u8>,
-    pos: usize,
+    /// Consumed bytes at the front of `input`.
+    start: usize,
+    /// Filled bytes of `input` (the rest is spare room).
+    end: usize,
     output: Vec<u8>,
+    /// Bytes at the front of `output` already handed to the transport.
+    sent: usize,
+}
+
+impl MemIo {
+    /// Makes room for `n` more input bytes after `end`.
+    fn room(&mut self, n: usize) {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        if self.input.len() - self.end < n {
+            if self.start > 0 {
+                self.input.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+            if self.input.len() - self.end < n {
+                self.input.resize(self.end + n, 0);
+            }
+        }
+    }
+
+    fn push(&mut self, data: &[u8]) {
+        self.room(data.len());
+        self.input[self.end..self.end + data.len()].copy_from_slice(data);
+        self.end += data.len();
+    }
+
+    fn unsent(&self) -> &[u8] {
+        &self.output[self.sent..]
+    }
 }
 
 impl Read for MemIo {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let left = &self.input[self.pos..];
+        let left = &self.input[self.start..self.end];
         if left.is_empty() {
             return Err(io::ErrorKind::WouldBlock.into());
         }
         let n = left.len().min(buf.len());
         buf[..n].copy_from_slice(&left[..n]);
-        self.pos += n;
-        if self.pos == self.input.len() {
-            self.input.clear();
-            self.pos = 0;
-        }
+        self.start += n;
         Ok(n)
     }
 }
 
 impl Write for MemIo {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.sent == self.output.len() {
+            self.output.clear();
+            self.sent = 0;
+        }
         self.output.extend_from_slice(buf);
         Ok(buf.len())
     }
@@ -214,7 +256,7 @@ impl SecurityContext {
 
     /// Takes the peer's next token (or the next bytes from a socket) and says what to do.
     pub fn step(&mut self, token: &[u8]) -> Result<Step> {
-        self.tls.get_mut().input.extend_from_slice(token);
+        self.tls.get_mut().push(token);
         match self.state {
             State::Handshake => self.handshake(),
             State::AwaitKeepGoing => {
@@ -321,6 +363,10 @@ impl SecurityContext {
         }
         self.verify_peer()?;
         let flight = self.take_output();
+        if self.config.ssl_compatible {
+            self.state = State::Established;
+            return Ok(Step::Done((!flight.is_empty()).then_some(flight)));
+        }
         if self.initiator {
             if !flight.is_empty() {
                 // TLS 1.3: our Finished still has to reach the acceptor, who then says 0x00.
@@ -457,7 +503,11 @@ impl SecurityContext {
     }
 
     fn take_output(&mut self) -> Vec<u8> {
-        std::mem::take(&mut self.tls.get_mut().output)
+        let io = self.tls.get_mut();
+        let out = io.output.split_off(io.sent);
+        io.output.clear();
+        io.sent = 0;
+        out
     }
 
     /// Whether the context is established.
@@ -469,9 +519,9 @@ impl SecurityContext {
     /// clear data after the handshake.
     pub fn take_unconsumed(&mut self) -> Vec<u8> {
         let io = self.tls.get_mut();
-        let rest = io.input.split_off(io.pos);
-        io.input.clear();
-        io.pos = 0;
+        let rest = io.input[io.start..io.end].to_vec();
+        io.start = 0;
+        io.end = 0;
         rest
     }
 
@@ -509,6 +559,85 @@ impl SecurityContext {
         )
     }
 
+    /// Data channels, sending: encrypts `plain` into TLS records queued for the transport
+    /// (see [`SecurityContext::unsent`]). Records are at most 16 KiB of plaintext each.
+    pub fn seal(&mut self, plain: &[u8]) -> Result<()> {
+        if self.state != State::Established {
+            return Err(GsiError::Protocol(
+                "seal before the context is established".into(),
+            ));
+        }
+        self.write_app(plain)
+    }
+
+    /// Data channels: TLS bytes waiting for the transport (records from
+    /// [`SecurityContext::seal`], a close_notify, handshake tokens of a socket-driven
+    /// exchange).
+    pub fn unsent(&self) -> &[u8] {
+        self.tls.get_ref().unsent()
+    }
+
+    /// Data channels: the transport took `n` bytes of [`SecurityContext::unsent`].
+    pub fn mark_sent(&mut self, n: usize) {
+        let io = self.tls.get_mut();
+        io.sent = (io.sent + n).min(io.output.len());
+        if io.sent == io.output.len() {
+            io.output.clear();
+            io.sent = 0;
+        }
+    }
+
+    /// Data channels, receiving: lets `fill` read transport bytes straight into the context's
+    /// input buffer (up to `max` bytes); returns what `fill` returned.
+    pub fn receive_with<E>(
+        &mut self,
+        max: usize,
+        fill: impl FnOnce(&mut [u8]) -> std::result::Result<usize, E>,
+    ) -> std::result::Result<usize, E> {
+        let io = self.tls.get_mut();
+        io.room(max);
+        let end = io.end;
+        let n = fill(&mut io.input[end..end + max])?;
+        io.end += n.min(max);
+        Ok(n)
+    }
+
+    /// Data channels, receiving: decrypts into `out` from the bytes received so far.
+    /// `Some(0)` is the peer's close_notify; `None` means more transport bytes are needed.
+    pub fn open(&mut self, out: &mut [u8]) -> Result<Option<usize>> {
+        if !self.early.is_empty() {
+            let n = self.early.len().min(out.len());
+            out[..n].copy_from_slice(&self.early[..n]);
+            self.early.drain(..n);
+            return Ok(Some(n));
+        }
+        if self.closed || out.is_empty() {
+            return Ok(Some(0));
+        }
+        match self.tls.ssl_read(out) {
+            Ok(0) => {
+                self.closed = true;
+                Ok(Some(0))
+            }
+            Ok(n) => Ok(Some(n)),
+            Err(e) if e.code() == ErrorCode::WANT_READ => Ok(None),
+            Err(e) if e.code() == ErrorCode::ZERO_RETURN => {
+                self.closed = true;
+                Ok(Some(0))
+            }
+            Err(e) => Err(tls_error(&self.tls, e)),
+        }
+    }
+
+    /// Data channels: queues our close_notify (the end of a protected stream-mode transfer).
+    pub fn close(&mut self) -> Result<()> {
+        match self.tls.shutdown() {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == ErrorCode::WANT_READ => Ok(()),
+            Err(e) => Err(tls_error(&self.tls, e)),
+        }
+    }
+
     /// Protects a message: the TLS records that carry it.
     pub fn wrap(&mut self, message: &[u8]) -> Result<Vec<u8>> {
         if self.state != State::Established {
@@ -527,7 +656,7 @@ impl SecurityContext {
                 "unwrap before the context is established".into(),
             ));
         }
-        self.tls.get_mut().input.extend_from_slice(token);
+        self.tls.get_mut().push(token);
         self.fill_early()?;
         Ok(std::mem::take(&mut self.early))
     }

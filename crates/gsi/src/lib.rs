@@ -12,6 +12,7 @@
 pub mod ca;
 pub mod context;
 pub mod credential;
+pub mod data;
 mod der;
 pub mod dn;
 pub mod error;
@@ -24,6 +25,7 @@ pub mod trust;
 pub use ca::{CertificateAuthority, IssueSpec};
 pub use context::{ContextConfig, Delegation, SecurityContext, Step};
 pub use credential::{Credential, CredentialSource};
+pub use data::{DataSecurity, PeerCheck};
 pub use error::{GsiError, Result};
 pub use gridmap::{Authorizer, GridMap};
 pub use proxy::{CertKind, ProxyFormat, ProxyOptions, ProxyPolicy};

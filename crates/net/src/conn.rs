@@ -4,26 +4,26 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpSocket, TcpStream};
 
+use crate::tls::{self, DataProtection, TlsState};
 use crate::{NetError, SocketTuning};
 
-/// One data connection. An enum rather than a trait object so the hot path is monomorphic;
-/// TLS and other transports add variants.
+/// One data connection: a TCP socket, and the GSI layer when PROT S/P protects it. A struct,
+/// not a trait object, so the hot path is monomorphic; other transports will add a field or
+/// an enum under it.
 #[derive(Debug)]
-pub enum DataConn {
-    /// Plain TCP.
-    Tcp {
-        /// The socket.
-        stream: TcpStream,
-        /// The peer is on another host (decided once: the send path asks per block).
-        off_host: bool,
-        /// The TCP_NOTSENT_LOWAT this socket carries, when one was set.
-        unsent_limit: Option<u32>,
-    },
+pub struct DataConn {
+    stream: TcpStream,
+    /// The peer is on another host (decided once: the send path asks per block).
+    off_host: bool,
+    /// The TCP_NOTSENT_LOWAT this socket carries, when one was set.
+    unsent_limit: Option<u32>,
+    /// TLS records over the socket (PROT S/P).
+    tls: Option<Box<TlsState>>,
 }
 
 impl DataConn {
@@ -37,25 +37,41 @@ impl DataConn {
         let off_host = stream
             .peer_addr()
             .is_ok_and(|a| !a.ip().to_canonical().is_loopback());
-        Ok(DataConn::Tcp {
+        Ok(DataConn {
             stream,
             off_host,
             unsent_limit: None,
+            tls: None,
         })
+    }
+
+    /// Authenticates the connection with GSI (DCAU A/S): the handshake, with us as initiator
+    /// when we connected, then the check of who the peer is. Under PROT S/P every byte after
+    /// it travels in TLS records; under PROT C the connection carries clear data again.
+    pub async fn secure(
+        mut self,
+        initiator: bool,
+        protection: &DataProtection,
+    ) -> Result<DataConn, NetError> {
+        self.tls = tls::handshake(&mut self.stream, initiator, protection)
+            .await?
+            .map(Box::new);
+        Ok(self)
+    }
+
+    /// Whether the bytes travel in TLS records (PROT S/P).
+    pub fn is_protected(&self) -> bool {
+        self.tls.is_some()
     }
 
     /// The peer's address.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        match self {
-            DataConn::Tcp { stream: s, .. } => s.peer_addr(),
-        }
+        self.stream.peer_addr()
     }
 
     /// The local address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        match self {
-            DataConn::Tcp { stream: s, .. } => s.local_addr(),
-        }
+        self.stream.local_addr()
     }
 
     /// Caps the bytes the kernel holds unsent for this socket (TCP_NOTSENT_LOWAT), or lifts
@@ -66,49 +82,33 @@ impl DataConn {
     /// quarter of Globus' rate). With the cap a stream takes its next block only once its
     /// queue has nearly drained.
     pub fn limit_unsent(&mut self, limit: Option<u32>) -> io::Result<()> {
-        match self {
-            DataConn::Tcp {
-                stream,
-                unsent_limit,
-                ..
-            } => {
-                if *unsent_limit != limit {
-                    // The kernel's "no limit" is its default, UINT_MAX.
-                    socket2::SockRef::from(&*stream)
-                        .set_tcp_notsent_lowat(limit.unwrap_or(u32::MAX))?;
-                    *unsent_limit = limit;
-                }
-                Ok(())
-            }
+        if self.unsent_limit != limit {
+            // The kernel's "no limit" is its default, UINT_MAX.
+            socket2::SockRef::from(&self.stream)
+                .set_tcp_notsent_lowat(limit.unwrap_or(u32::MAX))?;
+            self.unsent_limit = limit;
         }
+        Ok(())
     }
 
     /// Turns Nagle's algorithm off (`true`: small writes leave at once) or on. Data connections
     /// start with it off.
     pub fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
-        match self {
-            DataConn::Tcp { stream: s, .. } => s.set_nodelay(nodelay),
-        }
+        self.stream.set_nodelay(nodelay)
     }
 
-    /// The socket for zero-copy sends (`sendfile`), only when bytes go to it unchanged and
-    /// the peer is on another host. Over loopback the spliced page-cache pages reach the
-    /// receiver as they are, and the bench measured the receiving process spending 2-8x the
-    /// CPU per GB (disk scenario, globus-url-copy as receiver): copying once on the sending side
-    /// is cheaper for the pair.
+    /// The socket for zero-copy sends (`sendfile`), only when bytes go to it unchanged (no
+    /// TLS) and the peer is on another host. Over loopback the spliced page-cache pages reach
+    /// the receiver as they are, and the bench measured the receiving process spending 2-8x
+    /// the CPU per GB (disk scenario, globus-url-copy as receiver): copying once on the
+    /// sending side is cheaper for the pair.
     pub fn zero_copy_socket(&self) -> Option<&TcpStream> {
-        match self {
-            DataConn::Tcp {
-                stream, off_host, ..
-            } => off_host.then_some(stream),
-        }
+        (self.off_host && self.tls.is_none()).then_some(&self.stream)
     }
 
     /// The raw descriptor of the transport socket.
     pub fn raw_fd(&self) -> RawFd {
-        match self {
-            DataConn::Tcp { stream: s, .. } => s.as_raw_fd(),
-        }
+        self.stream.as_raw_fd()
     }
 }
 
@@ -136,8 +136,10 @@ impl AsyncRead for DataConn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            DataConn::Tcp { stream: s, .. } => Pin::new(s).poll_read(cx, buf),
+        let me = self.get_mut();
+        match &mut me.tls {
+            Some(tls) => tls.poll_read(&me.stream, cx, buf),
+            None => Pin::new(&mut me.stream).poll_read(cx, buf),
         }
     }
 }
@@ -148,8 +150,10 @@ impl AsyncWrite for DataConn {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            DataConn::Tcp { stream: s, .. } => Pin::new(s).poll_write(cx, buf),
+        let me = self.get_mut();
+        match &mut me.tls {
+            Some(tls) => tls.poll_write_vectored(&me.stream, cx, &[io::IoSlice::new(buf)]),
+            None => Pin::new(&mut me.stream).poll_write(cx, buf),
         }
     }
 
@@ -158,8 +162,10 @@ impl AsyncWrite for DataConn {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            DataConn::Tcp { stream: s, .. } => Pin::new(s).poll_write_vectored(cx, bufs),
+        let me = self.get_mut();
+        match &mut me.tls {
+            Some(tls) => tls.poll_write_vectored(&me.stream, cx, bufs),
+            None => Pin::new(&mut me.stream).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -168,14 +174,18 @@ impl AsyncWrite for DataConn {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            DataConn::Tcp { stream: s, .. } => Pin::new(s).poll_flush(cx),
+        let me = self.get_mut();
+        match &mut me.tls {
+            Some(tls) => tls.poll_flush(&me.stream, cx),
+            None => Pin::new(&mut me.stream).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            DataConn::Tcp { stream: s, .. } => Pin::new(s).poll_shutdown(cx),
+        let me = self.get_mut();
+        if let Some(tls) = &mut me.tls {
+            ready!(tls.poll_close(&me.stream, cx))?;
         }
+        Pin::new(&mut me.stream).poll_shutdown(cx)
     }
 }

@@ -29,6 +29,9 @@ pub enum NetError {
     /// A stack string that does not parse.
     #[error("malformed driver stack '{0}'")]
     MalformedStack(String),
+    /// The GSI handshake or peer check of a data connection failed (DCAU).
+    #[error("data channel authentication failed: {0}")]
+    Security(String),
     /// Any other socket error.
     #[error(transparent)]
     Io(#[from] io::Error),

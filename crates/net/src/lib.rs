@@ -10,10 +10,12 @@ mod conn;
 mod error;
 mod listener;
 mod stack;
+mod tls;
 mod tuning;
 
 pub use conn::{connect, DataConn};
 pub use error::NetError;
 pub use listener::{bind_listener, DataListener, PortRange};
 pub use stack::{DriverSpec, StackSpec, Whitelist};
+pub use tls::DataProtection;
 pub use tuning::SocketTuning;

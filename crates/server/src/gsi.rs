@@ -74,6 +74,16 @@ impl GsiServer {
         })
     }
 
+    /// The host credential.
+    pub(crate) fn credential(&self) -> &Credential {
+        &self.credential
+    }
+
+    /// The trusted CAs.
+    pub(crate) fn trust(&self) -> Arc<TrustStore> {
+        Arc::clone(&self.trust)
+    }
+
     /// A fresh acceptor for one AUTH GSSAPI.
     pub(crate) fn acceptor(&self) -> Result<SecurityContext, GsiError> {
         SecurityContext::acceptor(ContextConfig::new(

@@ -148,10 +148,27 @@ impl Session {
                 self.reply(504, "Bad DCAU mode: only DCAU N without GSI.")
                     .await
             }
-            Command::Pbsz(n) => self.reply(200, format!("PBSZ={n}")).await,
+            Command::Pbsz(n) => {
+                self.forget_cached_channel();
+                self.reply(200, format!("PBSZ={n}")).await
+            }
             Command::Prot(Protection::Clear) => {
+                if self.prot != Protection::Clear {
+                    self.forget_cached_channel();
+                }
                 self.prot = Protection::Clear;
                 self.reply(200, "Protection level set to C.").await
+            }
+            Command::Prot(p @ (Protection::Safe | Protection::Private))
+                if self.gsi_identity.is_some() =>
+            {
+                if self.prot != p {
+                    self.forget_cached_channel();
+                }
+                self.prot = p;
+                let c = if p == Protection::Safe { 'S' } else { 'P' };
+                self.reply(200, format!("Protection level set to {c}."))
+                    .await
             }
             Command::Prot(p) => {
                 let c = match p {
@@ -334,7 +351,10 @@ impl Session {
         } else {
             Arc::clone(&self.ctx.storage_rw)
         };
-        let dtp = Dtp::new(Arc::clone(&storage), Arc::clone(&self.ctx.pool), read_only);
+        let mut dtp = Dtp::new(Arc::clone(&storage), Arc::clone(&self.ctx.pool), read_only);
+        if self.gsi_identity.is_some() {
+            dtp.set_security(self.data_security());
+        }
         tracing::info!(peer = %self.peer, user = %name, read_only, "logged in");
         self.login = Some(Login {
             name: name.clone(),
@@ -440,6 +460,24 @@ impl Session {
     }
 
     /// Drops cached data connections (a security or buffer change invalidates them).
+    /// The credential this session's data connections authenticate with: the one the client
+    /// delegated, else (as Globus) the host credential, under which DCAU A fails unless the
+    /// client is the host itself.
+    fn data_security(&self) -> Option<Arc<ferry_gsi::DataSecurity>> {
+        let gsi = self.ctx.gsi.as_ref()?;
+        let credential = self
+            .delegated
+            .clone()
+            .unwrap_or_else(|| gsi.credential().clone());
+        match ferry_gsi::DataSecurity::new(credential, gsi.trust()) {
+            Ok(s) => Some(Arc::new(s)),
+            Err(e) => {
+                tracing::warn!(peer = %self.peer, error = %e, "no credential for data channels");
+                None
+            }
+        }
+    }
+
     pub(crate) fn forget_cached_channel(&mut self) {
         if let Some(login) = self.login.as_mut() {
             login.dtp.channel().forget_cache();

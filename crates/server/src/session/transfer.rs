@@ -4,7 +4,7 @@
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use ferry_dtp::{
-    Direction, DtpError, DtpEvent, ListKind, MarkerIntervals, Section, StripeInfo,
+    ChannelSecurity, Direction, DtpError, DtpEvent, ListKind, MarkerIntervals, Section, StripeInfo,
     TransferDescription, TransferSource,
 };
 use ferry_proto::command::{Eret, Esto, Restart, TransferMode, TransferType};
@@ -45,14 +45,6 @@ impl Session {
         let Some(login) = self.login.as_ref() else {
             return Err(Reply::new(530, "Please login with USER and PASS."));
         };
-        if self.dcau != ferry_proto::command::Dcau::None {
-            // Refused before any byte moves: a client expecting TLS on the data channel
-            // must not be sent clear data.
-            return Err(Reply::new(
-                534,
-                "Data channel authentication (DCAU A/S) is not supported by this server yet; send DCAU N (globus-url-copy -nodcau).",
-            ));
-        }
         let read_only = login.read_only;
         let storage = std::sync::Arc::clone(&login.storage);
         let restart = match &self.restart {
@@ -230,6 +222,10 @@ impl Session {
             tuning: self.tuning,
             channel,
             stack: self.net_stack.clone(),
+            security: ChannelSecurity {
+                dcau: self.dcau.clone(),
+                prot: self.prot,
+            },
             markers,
             stripe: StripeInfo::default(),
             idle_timeout_ms: self.ctx.config.data_idle_timeout.saturating_mul(1000),
