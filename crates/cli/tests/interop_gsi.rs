@@ -356,16 +356,25 @@ fn before_auth_only_auth_is_served_and_after_it_plain_commands_get_533() {
 }
 
 #[test]
-fn default_dcau_is_refused_before_any_byte_moves_until_dcau_lands() {
+fn a_server_subject_other_than_the_expected_one_is_refused_by_the_client() {
     let Some(site) = site() else { return };
     let proxy = proxy(&site, "Mapped User");
     std::fs::write(site.root().join("f.bin"), pattern(1 << 20, 3)).unwrap();
     let got = site.dir.path().join("got.bin");
     let url = format!("gsiftp://localhost:{}/f.bin", site.port);
-    let out = guc(&site, &proxy, &[&url, &format!("file://{}", got.display())]);
+    let out = guc(
+        &site,
+        &proxy,
+        &[
+            "-s",
+            "/O=Grid/OU=Elsewhere/CN=other.example.org",
+            &url,
+            &format!("file://{}", got.display()),
+        ],
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(err.contains("534") && err.contains("-nodcau"), "{err}");
+    assert!(err.contains("do not match"), "{err}");
     assert!(std::fs::metadata(&got)
         .map(|m| m.len() == 0)
         .unwrap_or(true));
