@@ -3,7 +3,8 @@
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use ferry_client::{CopyOptions, FileRequest, Location, SyncLevel};
+use ferry_client::{CopyOptions, FileRequest, GsiOptions, Location, SyncLevel};
+use ferry_proto::command::Protection;
 use ferry_storage::ChecksumAlgorithm;
 
 use crate::demo::parse_size;
@@ -53,6 +54,21 @@ pub(crate) struct CopyArgs {
     /// Skip files already at the destination: --sync (same size), --sync=exists, --sync=size or --sync=checksum.
     #[arg(long, value_name = "LEVEL", num_args = 0..=1, require_equals = true, default_missing_value = "size")]
     sync: Option<String>,
+    /// gsiftp://: authenticate data connections (DCAU A; the default).
+    #[arg(long, overrides_with = "no_dcau")]
+    dcau: bool,
+    /// gsiftp://: no data-channel authentication (DCAU N), for servers that cannot do it.
+    #[arg(long = "no-dcau")]
+    no_dcau: bool,
+    /// gsiftp://: integrity-protected data (PROT S; under TLS 1.3 also encrypted).
+    #[arg(long)]
+    dcsafe: bool,
+    /// gsiftp://: encrypted data (PROT P), each parallel stream on its own core.
+    #[arg(long)]
+    dcpriv: bool,
+    /// gsiftp://: the server's expected subject (DN) instead of a host certificate for the URL's host.
+    #[arg(long, value_name = "DN")]
+    subject: Option<String>,
     /// Print one JSON object per event on stdout.
     #[arg(long)]
     json: bool,
@@ -128,8 +144,25 @@ impl CopyArgs {
             retries: self.retries.unwrap_or(defaults.retries),
             verify,
             sync,
+            gsi: GsiOptions {
+                dcau: !self.no_dcau || self.dcau,
+                prot: if self.dcpriv {
+                    Protection::Private
+                } else if self.dcsafe {
+                    Protection::Safe
+                } else {
+                    Protection::Clear
+                },
+                subject: self.subject.clone(),
+                ..Default::default()
+            },
             ..defaults
         };
+        if options.gsi.prot != Protection::Clear && !options.gsi.dcau {
+            return Err(
+                "--dcsafe and --dcpriv need data channel authentication: drop --no-dcau".into(),
+            );
+        }
         let output = if self.json {
             Output::Json
         } else if self.quiet {

@@ -107,7 +107,7 @@ async fn run_async(cmd: RemoteCmd) -> Result<(), ClientError> {
     match cmd {
         RemoteCmd::Ls(a) => {
             let url = remote(&a.url)?;
-            let mut s = RemoteSession::connect(&url).await?;
+            let mut s = RemoteSession::connect(&url, &ferry_client::GsiSetup::default()).await?;
             let entry = s.stat(&url.path).await?;
             let entries = if entry.kind == EntryKind::Dir {
                 s.list(&url.path).await?
@@ -122,7 +122,7 @@ async fn run_async(cmd: RemoteCmd) -> Result<(), ClientError> {
         }
         RemoteCmd::Mkdir { url, parents } => {
             let u = remote(&url.url)?;
-            let mut s = RemoteSession::connect(&u).await?;
+            let mut s = RemoteSession::connect(&u, &ferry_client::GsiSetup::default()).await?;
             if parents {
                 s.mkdir_all(&u.path).await?;
             } else {
@@ -132,7 +132,7 @@ async fn run_async(cmd: RemoteCmd) -> Result<(), ClientError> {
         }
         RemoteCmd::Rm { url, recursive } => {
             let u = remote(&url.url)?;
-            RemoteSession::connect(&u)
+            RemoteSession::connect(&u, &ferry_client::GsiSetup::default())
                 .await?
                 .remove(&u.path, recursive)
                 .await?;
@@ -153,7 +153,7 @@ async fn run_async(cmd: RemoteCmd) -> Result<(), ClientError> {
                 }
                 Location::Local(p) => p.to_string_lossy().to_string(),
             };
-            RemoteSession::connect(&f)
+            RemoteSession::connect(&f, &ferry_client::GsiSetup::default())
                 .await?
                 .rename(&f.path, &to_path)
                 .await?;
@@ -165,7 +165,10 @@ async fn run_async(cmd: RemoteCmd) -> Result<(), ClientError> {
         }
         RemoteCmd::Stat(a) => {
             let u = remote(&a.url)?;
-            let e = RemoteSession::connect(&u).await?.stat(&u.path).await?;
+            let e = RemoteSession::connect(&u, &ferry_client::GsiSetup::default())
+                .await?
+                .stat(&u.path)
+                .await?;
             if a.json {
                 json(&e);
             } else {
@@ -179,7 +182,7 @@ async fn run_async(cmd: RemoteCmd) -> Result<(), ClientError> {
             length,
         } => {
             let u = remote(&url.url)?;
-            let sum = RemoteSession::connect(&u)
+            let sum = RemoteSession::connect(&u, &ferry_client::GsiSetup::default())
                 .await?
                 .checksum(&u.path, &alg.to_ascii_uppercase(), offset, length)
                 .await?;

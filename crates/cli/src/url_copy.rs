@@ -3,6 +3,7 @@
 //! existing scripts keep working with one word changed.
 
 use ferry_client::{CopyOptions, FileRequest, Location, SyncLevel};
+use ferry_proto::command::Protection;
 
 use crate::copy::{algorithm, run_job, CopyJob};
 use crate::demo::parse_size;
@@ -34,7 +35,13 @@ struct Raw {
     list: Option<String>,
     continue_on_error: bool,
     ascii: bool,
-    gsi_only: Vec<String>,
+    nodcau: bool,
+    dcsafe: bool,
+    dcpriv: bool,
+    subject: Option<String>,
+    source_subject: Option<String>,
+    dest_subject: Option<String>,
+    unsupported: Vec<String>,
     urls: Vec<String>,
 }
 
@@ -66,28 +73,8 @@ const ACCEPTED_WITH_VALUE: &[&str] = &[
     "-ppq",
     "-pipelineq",
 ];
-/// GSI options: they need the GSI issue's work.
-const GSI_FLAGS: &[&str] = &[
-    "-nodcau",
-    "-no-data-channel-authentication",
-    "-dcsafe",
-    "-data-channel-safe",
-    "-dcpriv",
-    "-data-channel-private",
-];
-const GSI_WITH_VALUE: &[&str] = &[
-    "-s",
-    "-subject",
-    "-ss",
-    "-source-subject",
-    "-ds",
-    "-dest-subject",
-    "-cred",
-    "-sc",
-    "-src-cred",
-    "-dc",
-    "-dst-cred",
-];
+/// Per-URL credential files: ferry uses the one credential GSI tools find (X509_USER_PROXY).
+const UNSUPPORTED_WITH_VALUE: &[&str] = &["-cred", "-sc", "-src-cred", "-dc", "-dst-cred"];
 
 fn parse(args: &[String]) -> Result<Raw, String> {
     let mut raw = Raw::default();
@@ -125,10 +112,15 @@ fn parse(args: &[String]) -> Result<Raw, String> {
             f if ACCEPTED_WITH_VALUE.contains(&f) => {
                 value(f)?;
             }
-            f if GSI_FLAGS.contains(&f) => raw.gsi_only.push(f.to_string()),
-            f if GSI_WITH_VALUE.contains(&f) => {
+            "-nodcau" | "-no-data-channel-authentication" => raw.nodcau = true,
+            "-dcsafe" | "-data-channel-safe" => raw.dcsafe = true,
+            "-dcpriv" | "-data-channel-private" => raw.dcpriv = true,
+            "-s" | "-subject" => raw.subject = Some(value(a)?),
+            "-ss" | "-source-subject" => raw.source_subject = Some(value(a)?),
+            "-ds" | "-dest-subject" => raw.dest_subject = Some(value(a)?),
+            f if UNSUPPORTED_WITH_VALUE.contains(&f) => {
                 value(f)?;
-                raw.gsi_only.push(f.to_string());
+                raw.unsupported.push(f.to_string());
             }
             f if f.starts_with('-') && f.len() > 1 => {
                 return Err(format!(
@@ -158,11 +150,14 @@ fn size(v: &Option<String>, name: &str) -> Result<Option<u64>, String> {
 
 /// The copy jobs a raw command line asks for (one per URL pair).
 fn resolve(raw: &Raw) -> Result<Vec<CopyJob>, String> {
-    if !raw.gsi_only.is_empty() {
+    if !raw.unsupported.is_empty() {
         return Err(format!(
-            "{} need GSI (gsiftp://), which this build does not have yet",
-            raw.gsi_only.join(" ")
+            "{} not supported: ferry uses the credential in X509_USER_PROXY (or /tmp/x509up_u<uid>) for every server",
+            raw.unsupported.join(" ")
         ));
+    }
+    if raw.nodcau && (raw.dcsafe || raw.dcpriv) {
+        return Err("-dcsafe and -dcpriv need data channel authentication: drop -nodcau".into());
     }
     if raw.ascii {
         return Err("-ascii is not supported: ferry copies bytes as they are".into());
@@ -203,6 +198,18 @@ fn resolve(raw: &Raw) -> Result<Vec<CopyJob>, String> {
             None
         },
         sync,
+        gsi: ferry_client::GsiOptions {
+            dcau: !raw.nodcau,
+            prot: if raw.dcpriv {
+                Protection::Private
+            } else if raw.dcsafe {
+                Protection::Safe
+            } else {
+                Protection::Clear
+            },
+            subject: raw.subject.clone(),
+            ..Default::default()
+        },
         ..defaults
     };
     let output = if raw.quiet {
@@ -227,12 +234,19 @@ fn resolve(raw: &Raw) -> Result<Vec<CopyJob>, String> {
         .into_iter()
         .map(|(s, d)| {
             let src = Location::parse(&s).map_err(|e| e.to_string())?;
+            let dest = Location::parse(&d).map_err(|e| e.to_string())?;
             let recursive = raw.recurse && src.names_dir();
+            let mut options = options.clone();
+            for (loc, subject) in [(&src, &raw.source_subject), (&dest, &raw.dest_subject)] {
+                if let (Location::Remote(url), Some(subject)) = (loc, subject) {
+                    options.gsi.subjects.push((url.clone(), subject.clone()));
+                }
+            }
             Ok(CopyJob {
                 sources: vec![src],
-                dest: Location::parse(&d).map_err(|e| e.to_string())?,
+                dest,
                 recursive,
-                options: options.clone(),
+                options,
                 output,
             })
         })
@@ -383,7 +397,15 @@ mod tests {
         );
         assert!(parse(&args("-bogus x y")).is_err());
         assert!(parse(&args("-p")).is_err());
-        assert!(resolve(&parse(&args("-dcpriv gsiftp://h/a /tmp/b")).unwrap()).is_err());
+        assert!(resolve(&parse(&args("-nodcau -dcpriv gsiftp://h/a /tmp/b")).unwrap()).is_err());
+        assert!(resolve(&parse(&args("-cred /tmp/x gsiftp://h/a /tmp/b")).unwrap()).is_err());
+        let jobs =
+            resolve(&parse(&args("-dcpriv -ds /O=Grid/CN=b gsiftp://a/x gsiftp://b/y")).unwrap())
+                .unwrap();
+        let gsi = &jobs[0].options.gsi;
+        assert_eq!((gsi.dcau, gsi.prot), (true, Protection::Private));
+        assert_eq!(gsi.subjects.len(), 1);
+        assert_eq!(gsi.subjects[0].0.host, "b");
         assert!(resolve(&parse(&args("ftp://h/a")).unwrap()).is_err());
     }
 

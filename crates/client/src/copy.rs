@@ -47,6 +47,8 @@ pub struct CopyOptions {
     pub verify: Option<ChecksumAlgorithm>,
     /// Skip rule.
     pub sync: SyncLevel,
+    /// GSI for `gsiftp://` servers.
+    pub gsi: crate::GsiOptions,
 }
 
 impl Default for CopyOptions {
@@ -62,6 +64,7 @@ impl Default for CopyOptions {
             retry_wait: Duration::from_secs(1),
             verify: None,
             sync: SyncLevel::Off,
+            gsi: crate::GsiOptions::default(),
         }
     }
 }
@@ -154,7 +157,8 @@ pub async fn copy(
     opts: &CopyOptions,
     events: EventSink,
 ) -> Result<CopySummary, ClientError> {
-    let mut planner_sessions = Sessions::new();
+    let gsi = std::sync::Arc::new(crate::GsiSetup::new(opts.gsi.clone()));
+    let mut planner_sessions = Sessions::with_gsi(std::sync::Arc::clone(&gsi));
     let plan = crate::plan::plan(sources, dest, recursive, &mut planner_sessions).await?;
     let bytes = plan.jobs.iter().filter_map(|j| j.size).sum();
     events(CopyEvent::Planned {
@@ -181,7 +185,9 @@ pub async fn copy(
             Arc::clone(&events),
             opts.clone(),
         );
-        let sessions = first.take().unwrap_or_default();
+        let sessions = first
+            .take()
+            .unwrap_or_else(|| Sessions::with_gsi(std::sync::Arc::clone(&gsi)));
         set.spawn(async move { worker(queue, sessions, summary, events, opts).await });
     }
     while set.join_next().await.is_some() {}

@@ -111,7 +111,7 @@ impl RemoteSession {
             stack: StackSpec::default(),
             markers: MarkerIntervals::default(),
             stripe: StripeInfo::default(),
-            security: Default::default(),
+            security: self.channel_security.clone(),
             idle_timeout_ms: 600_000,
         };
         let cmd = format!("MLSD {path}");

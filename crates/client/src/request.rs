@@ -31,8 +31,6 @@ pub struct FileRequest {
     pub restart: RangeSet,
     /// Abort when no data moves for this long.
     pub idle_timeout_s: u64,
-    /// DCAU and PROT for GSI sessions (ignored on plain FTP, where only DCAU N exists).
-    pub security: ChannelSecurity,
 }
 
 impl Default for FileRequest {
@@ -45,7 +43,6 @@ impl Default for FileRequest {
             length: None,
             restart: RangeSet::new(),
             idle_timeout_s: 600,
-            security: ChannelSecurity::default(),
         }
     }
 }
@@ -122,7 +119,7 @@ impl FileRequest {
                 perf_ms: Some(250),
             },
             stripe: StripeInfo::default(),
-            security: self.security.clone(),
+            security: ChannelSecurity::default(),
             idle_timeout_ms: self.idle_timeout_s.saturating_mul(1000),
         })
     }

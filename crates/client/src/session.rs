@@ -11,6 +11,7 @@ use ferry_proto::hostport::HostPort;
 use ferry_proto::Reply;
 use ferry_storage::{PosixStorage, Storage};
 
+use crate::gsi::GsiSetup;
 use crate::url::{RemoteUrl, Scheme};
 use crate::{ClientError, ControlClient};
 
@@ -47,6 +48,8 @@ pub struct RemoteSession {
     stor_buf: Option<u32>,
     features: Vec<String>,
     rtt: Duration,
+    /// DCAU and PROT the server holds for this session (DCAU N and PROT C on plain FTP).
+    pub(crate) channel_security: ferry_dtp::ChannelSecurity,
 }
 
 /// Login name and password for a URL: its own, else anonymous.
@@ -59,16 +62,31 @@ fn credentials(url: &RemoteUrl) -> (String, String) {
 }
 
 impl RemoteSession {
-    /// Connects, logs in, reads FEAT and measures the control channel's round trip.
-    pub async fn connect(url: &RemoteUrl) -> Result<RemoteSession, ClientError> {
-        if url.scheme == Scheme::GsiFtp {
-            return Err(ClientError::Unsupported(
-                "gsiftp:// needs GSI, which this build does not have yet".into(),
-            ));
-        }
+    /// Connects, logs in (with GSI for `gsiftp://`, as `gsi` says), reads FEAT and measures
+    /// the control channel's round trip.
+    pub async fn connect(url: &RemoteUrl, gsi: &GsiSetup) -> Result<RemoteSession, ClientError> {
         let addr = resolve(url).await?;
         let mut ctl = ControlClient::connect(addr).await?;
-        let (user, password) = credentials(url);
+        let mut data_security = None;
+        let (user, password) = if url.scheme == Scheme::GsiFtp {
+            let loaded = gsi.load()?;
+            let target = gsi.target(url, addr.ip());
+            let mut config =
+                ferry_gsi::ContextConfig::new(loaded.credential.clone(), Arc::clone(&loaded.trust));
+            config.delegation = gsi.options().delegation;
+            config.sni = target.sni();
+            ctl.authenticate_gsi(config, &target).await?;
+            data_security = Some(Arc::clone(&loaded.data));
+            // The grid-mapfile picks the account unless the URL names one.
+            (
+                url.user
+                    .clone()
+                    .unwrap_or_else(|| ":globus-mapping:".into()),
+                String::from("dummy"),
+            )
+        } else {
+            credentials(url)
+        };
         ctl.login(&user, &password).await.map_err(|e| match e {
             ClientError::Refused { reply, .. } if reply.code == 530 => ClientError::Auth(format!(
                 "{} refused the login of '{user}': {}",
@@ -91,7 +109,31 @@ impl RemoteSession {
         };
         let storage: Arc<dyn Storage> =
             Arc::new(PosixStorage::open(std::path::Path::new("/"), false)?);
-        let dtp = Dtp::new(storage, BufferPool::new(ferry_dtp::IO_CHUNK, 16), false);
+        let mut dtp = Dtp::new(storage, BufferPool::new(ferry_dtp::IO_CHUNK, 16), false);
+        let mut channel_security = ferry_dtp::ChannelSecurity::default();
+        if let Some(data) = data_security {
+            // After a GSI login the server's data channels default to DCAU A and PROT C.
+            let wanted = gsi.channel_security();
+            match &wanted.dcau {
+                ferry_proto::command::Dcau::None => {
+                    ctl.expect_ok("DCAU N").await?;
+                }
+                _ => {
+                    ctl.expect_ok("DCAU A").await?;
+                }
+            }
+            if wanted.prot != ferry_proto::command::Protection::Clear {
+                ctl.expect_ok("PBSZ 1048576").await?;
+                let p = if wanted.prot == ferry_proto::command::Protection::Safe {
+                    "PROT S"
+                } else {
+                    "PROT P"
+                };
+                ctl.expect_ok(p).await?;
+            }
+            dtp.set_security(Some(data));
+            channel_security = wanted;
+        }
         Ok(RemoteSession {
             ctl,
             server: url.with_path("/"),
@@ -106,6 +148,7 @@ impl RemoteSession {
             stor_buf: None,
             features,
             rtt,
+            channel_security,
         })
     }
 

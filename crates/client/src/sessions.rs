@@ -1,5 +1,8 @@
 //! Logged-in sessions kept by server, so planning and the files after the first reuse them.
 
+use std::sync::Arc;
+
+use crate::gsi::GsiSetup;
 use crate::session::RemoteSession;
 use crate::url::{Location, RemoteUrl};
 use crate::ClientError;
@@ -8,12 +11,26 @@ use crate::ClientError;
 #[derive(Debug, Default)]
 pub struct Sessions {
     open: Vec<RemoteSession>,
+    gsi: Arc<GsiSetup>,
 }
 
 impl Sessions {
-    /// No sessions yet.
+    /// No sessions yet; `gsiftp://` sessions with the default GSI options.
     pub fn new() -> Sessions {
         Sessions::default()
+    }
+
+    /// No sessions yet; `gsiftp://` sessions as `gsi` says.
+    pub fn with_gsi(gsi: Arc<GsiSetup>) -> Sessions {
+        Sessions {
+            open: Vec::new(),
+            gsi,
+        }
+    }
+
+    /// The GSI setup new sessions use.
+    pub fn gsi(&self) -> &Arc<GsiSetup> {
+        &self.gsi
     }
 
     /// The session for `url`'s server, connecting the first time.
@@ -23,7 +40,8 @@ impl Sessions {
         let i = match found {
             Some(i) => i,
             None => {
-                self.open.push(RemoteSession::connect(url).await?);
+                self.open
+                    .push(RemoteSession::connect(url, &self.gsi).await?);
                 self.open.len() - 1
             }
         };
@@ -52,7 +70,7 @@ impl Sessions {
         let ia = match self.open.iter().position(|s| s.server().same_server(a)) {
             Some(i) => i,
             None => {
-                self.open.push(RemoteSession::connect(a).await?);
+                self.open.push(RemoteSession::connect(a, &self.gsi).await?);
                 self.open.len() - 1
             }
         };
@@ -64,7 +82,7 @@ impl Sessions {
         {
             Some(i) => i,
             None => {
-                self.open.push(RemoteSession::connect(b).await?);
+                self.open.push(RemoteSession::connect(b, &self.gsi).await?);
                 self.open.len() - 1
             }
         };

@@ -14,6 +14,19 @@ use crate::{ClientError, ErrorClass};
 const PEER_FAILURE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl RemoteSession {
+    /// The client DTP's description of its end, with this session's DCAU and PROT.
+    fn describe(
+        &self,
+        req: &FileRequest,
+        direction: Direction,
+        local: &Path,
+        channel: ChannelSetup,
+    ) -> Result<ferry_dtp::TransferDescription, ClientError> {
+        let mut desc = req.local_description(direction, local, channel)?;
+        desc.security = self.channel_security.clone();
+        Ok(desc)
+    }
+
     /// Downloads `remote` into `local` (MODE E; the client listens, the server connects).
     pub async fn get(
         &mut self,
@@ -26,7 +39,7 @@ impl RemoteSession {
         self.sender_parallelism(req.parallelism.max(1)).await?;
         self.buffers(req.tcp_buffer, true).await?;
         self.listen_for_server(req.tuning()).await?;
-        let desc = req.local_description(Direction::Receive, local, ChannelSetup::Passive)?;
+        let desc = self.describe(req, Direction::Receive, local, ChannelSetup::Passive)?;
         self.start_and_drive(
             req.rest_command(),
             req.retrieve_command(remote),
@@ -90,8 +103,8 @@ impl RemoteSession {
         let mut ignore = |_p: Progress| {};
         for (k, (_, local)) in files.iter().enumerate() {
             on_start(k);
-            let desc = req
-                .local_description(Direction::Receive, local, ChannelSetup::Passive)
+            let desc = self
+                .describe(req, Direction::Receive, local, ChannelSetup::Passive)
                 .map_err(|e| (k, e))?;
             let outcome = drive(
                 &mut self.ctl,
@@ -125,8 +138,12 @@ impl RemoteSession {
         self.buffers(req.tcp_buffer, false).await?;
         self.frequent_restart_markers().await?;
         let addr = self.server_listen().await?;
-        let desc =
-            req.local_description(Direction::Send, local, ChannelSetup::Active(vec![addr]))?;
+        let desc = self.describe(
+            req,
+            Direction::Send,
+            local,
+            ChannelSetup::Active(vec![addr]),
+        )?;
         self.start_and_drive(
             req.rest_command(),
             req.store_command(remote),
