@@ -379,3 +379,400 @@ fn a_server_subject_other_than_the_expected_one_is_refused_by_the_client() {
         .map(|m| m.len() == 0)
         .unwrap_or(true));
 }
+
+/// globus-gridftp-server in GSI mode on the site's CA and host credential, serving absolute
+/// paths as the mapped account (`nobody`). Root only: a non-root Globus server can only map to
+/// the account it runs as.
+struct GlobusGsi {
+    server: Child,
+    port: u16,
+    /// A directory `nobody` may write.
+    root: PathBuf,
+}
+
+impl Drop for GlobusGsi {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
+}
+
+fn globus_gsi(site: &Site) -> Option<GlobusGsi> {
+    let Some(bin) = tool("globus-gridftp-server") else {
+        eprintln!("skipping: needs globus-gridftp-server (globus-gridftp-server-progs)");
+        return None;
+    };
+    let uid = Command::new("id").arg("-u").output().unwrap().stdout;
+    if String::from_utf8_lossy(&uid).trim() != "0" {
+        eprintln!("skipping: a GSI globus-gridftp-server maps users only when run as root");
+        return None;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = site.dir.path();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let root = dir.join("globus-root");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::write(dir.join("empty.conf"), "").unwrap();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let host = site.ca().join("hosts/localhost");
+    let server = Command::new(bin)
+        .env_remove("X509_USER_PROXY")
+        .env("X509_CERT_DIR", site.cert_dir())
+        .env("X509_USER_CERT", host.join("hostcert.pem"))
+        .env("X509_USER_KEY", host.join("hostkey.pem"))
+        .env("GRIDMAP", site.ca().join("grid-mapfile"))
+        .arg("-c")
+        .arg(dir.join("empty.conf"))
+        .args(["-p", &port.to_string()])
+        .args([
+            "-control-interface",
+            "127.0.0.1",
+            "-data-interface",
+            "127.0.0.1",
+        ])
+        .args(["-no-chdir", "-l"])
+        .arg(dir.join("globus.log"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let g = GlobusGsi { server, port, root };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "globus-gridftp-server did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(g)
+}
+
+/// `ferry copy` with the site's CAs and `proxy`.
+fn ferry_copy(site: &Site, proxy: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .env("X509_CERT_DIR", site.cert_dir())
+        .env("X509_USER_PROXY", proxy)
+        .env_remove("X509_USER_CERT")
+        .env_remove("X509_USER_KEY")
+        .arg("copy")
+        .arg("-q")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn ok(out: &Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn readable_by_all(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).unwrap();
+}
+
+#[test]
+fn ferry_copy_gets_and_puts_with_globus_gridftp_server_at_every_level() {
+    let Some(site) = site() else { return };
+    let Some(globus) = globus_gsi(&site) else {
+        return;
+    };
+    let proxy = proxy(&site, "Mapped User");
+    let data = pattern(6 << 20, 11);
+    let src = globus.root.join("src.bin");
+    std::fs::write(&src, &data).unwrap();
+    readable_by_all(&src);
+    for (n, level) in ["--no-dcau", "", "--dcsafe", "--dcpriv"]
+        .into_iter()
+        .enumerate()
+    {
+        for p in ["1", "4"] {
+            let got = site.dir.path().join(format!("g-{n}-{p}.bin"));
+            let url = format!("gsiftp://localhost:{}{}", globus.port, src.display());
+            let mut args = vec!["-p", p, &url, got.to_str().unwrap()];
+            if !level.is_empty() {
+                args.insert(0, level);
+            }
+            ok(
+                &ferry_copy(&site, &proxy, &args),
+                &format!("get {level} -p {p}"),
+            );
+            assert!(
+                std::fs::read(&got).unwrap() == data,
+                "get {level} -p {p}: bytes differ"
+            );
+
+            let put = globus.root.join(format!("put-{n}-{p}.bin"));
+            let url = format!("gsiftp://localhost:{}{}", globus.port, put.display());
+            let mut args = vec!["-p", p, got.to_str().unwrap(), &url];
+            if !level.is_empty() {
+                args.insert(0, level);
+            }
+            ok(
+                &ferry_copy(&site, &proxy, &args),
+                &format!("put {level} -p {p}"),
+            );
+            assert!(
+                std::fs::read(&put).unwrap() == data,
+                "put {level} -p {p}: bytes differ"
+            );
+        }
+    }
+}
+
+#[test]
+fn third_party_with_delegation_both_ways_between_ferry_and_globus() {
+    let Some(site) = site() else { return };
+    let Some(globus) = globus_gsi(&site) else {
+        return;
+    };
+    let proxy = proxy(&site, "Mapped User");
+    let data = pattern(7 << 20, 21);
+    std::fs::write(site.root().join("src.bin"), &data).unwrap();
+    let gsrc = globus.root.join("src.bin");
+    std::fs::write(&gsrc, &data).unwrap();
+    readable_by_all(&gsrc);
+    let ferry_url = |name: &str| format!("gsiftp://localhost:{}/{name}", site.port);
+    let globus_url = |p: &Path| format!("gsiftp://localhost:{}{}", globus.port, p.display());
+    // `level` first (if any), then `-p 4 SRC DST`.
+    let argv = |level: &str, src: String, dst: String| -> Vec<String> {
+        let mut v: Vec<String> = vec![];
+        if !level.is_empty() {
+            v.push(level.into());
+        }
+        v.extend(["-p".into(), "4".into(), src, dst]);
+        v
+    };
+    for (n, (level, guc_level)) in [("", ""), ("--dcpriv", "-dcpriv"), ("--no-dcau", "-nodcau")]
+        .into_iter()
+        .enumerate()
+    {
+        // Driven by ferry: ferry → Globus and Globus → ferry, each server on its delegated proxy.
+        let to_globus = globus.root.join(format!("from-ferry-{n}.bin"));
+        let args = argv(level, ferry_url("src.bin"), globus_url(&to_globus));
+        ok(
+            &ferry_copy(&site, &proxy, &refs(&args)),
+            &format!("ferry copy {level} ferry→globus"),
+        );
+        assert!(
+            std::fs::read(&to_globus).unwrap() == data,
+            "{level} ferry→globus"
+        );
+
+        let name = format!("from-globus-{n}.bin");
+        let args = argv(level, globus_url(&gsrc), ferry_url(&name));
+        ok(
+            &ferry_copy(&site, &proxy, &refs(&args)),
+            &format!("ferry copy {level} globus→ferry"),
+        );
+        assert!(
+            std::fs::read(site.root().join(&name)).unwrap() == data,
+            "{level} globus→ferry"
+        );
+
+        // Driven by globus-url-copy, both ways.
+        let to_globus = globus.root.join(format!("guc-from-ferry-{n}.bin"));
+        let args = argv(guc_level, ferry_url("src.bin"), globus_url(&to_globus));
+        ok(
+            &guc(&site, &proxy, &refs(&args)),
+            &format!("guc {guc_level} ferry→globus"),
+        );
+        assert!(
+            std::fs::read(&to_globus).unwrap() == data,
+            "guc {guc_level} ferry→globus"
+        );
+
+        let name = format!("guc-from-globus-{n}.bin");
+        let args = argv(guc_level, globus_url(&gsrc), ferry_url(&name));
+        ok(
+            &guc(&site, &proxy, &refs(&args)),
+            &format!("guc {guc_level} globus→ferry"),
+        );
+        assert!(
+            std::fs::read(site.root().join(&name)).unwrap() == data,
+            "guc {guc_level} globus→ferry"
+        );
+    }
+}
+
+#[test]
+fn ferry_copy_with_a_ferry_server_two_and_three_party_encrypted() {
+    let Some(site) = site() else { return };
+    let proxy = proxy(&site, "Mapped User");
+    let data = pattern(8 << 20, 31);
+    let local = site.dir.path().join("local.bin");
+    std::fs::write(&local, &data).unwrap();
+    let url = |name: &str| format!("gsiftp://localhost:{}/{name}", site.port);
+    for level in ["", "--dcsafe", "--dcpriv"] {
+        let tag = level.trim_start_matches('-');
+        let mut put = vec!["-p", "4", local.to_str().unwrap()];
+        let dst = url(&format!("up-{tag}.bin"));
+        put.push(&dst);
+        if !level.is_empty() {
+            put.insert(0, level);
+        }
+        ok(&ferry_copy(&site, &proxy, &put), &format!("put {level}"));
+        assert!(std::fs::read(site.root().join(format!("up-{tag}.bin"))).unwrap() == data);
+
+        let got = site.dir.path().join(format!("down-{tag}.bin"));
+        let mut get = vec!["-p", "2", &dst, got.to_str().unwrap()];
+        if !level.is_empty() {
+            get.insert(0, level);
+        }
+        ok(&ferry_copy(&site, &proxy, &get), &format!("get {level}"));
+        assert!(std::fs::read(&got).unwrap() == data);
+
+        // Third party on one server (two sessions): each side's DTP on the delegated proxy.
+        let copy = format!("gsiftp://127.0.0.1:{}/tp-{tag}.bin", site.port);
+        let mut tp = vec!["-p", "4", &dst, &copy];
+        if !level.is_empty() {
+            tp.insert(0, level);
+        }
+        ok(
+            &ferry_copy(&site, &proxy, &tp),
+            &format!("third party {level}"),
+        );
+        assert!(std::fs::read(site.root().join(format!("tp-{tag}.bin"))).unwrap() == data);
+    }
+}
+
+/// Logs in to the site's ferry server as `user` with the gsi library, through the client's
+/// control channel, so a test can hold a data connection of its own.
+fn gsi_login(
+    rt: &tokio::runtime::Runtime,
+    site: &Site,
+    cred: ferry_gsi::Credential,
+) -> Result<ferry_client::ControlClient, ferry_client::ClientError> {
+    rt.block_on(async {
+        let addr = format!("127.0.0.1:{}", site.port).parse().unwrap();
+        let mut ctl = ferry_client::ControlClient::connect(addr).await?;
+        let trust = Arc::new(ferry_gsi::TrustStore::load(&site.cert_dir()).unwrap());
+        let mut config = ferry_gsi::ContextConfig::new(cred, trust);
+        config.delegation = ferry_gsi::Delegation::Limited;
+        ctl.authenticate_gsi(config, &ferry_gsi::Target::Any)
+            .await?;
+        ctl.login(":globus-mapping:", "dummy").await?;
+        Ok(ctl)
+    })
+}
+
+#[test]
+fn a_data_connection_from_another_users_credential_is_refused_and_stores_nothing() {
+    let Some(site) = site() else { return };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mapped = ferry_gsi::Credential::load_proxy(&proxy(&site, "Mapped User")).unwrap();
+    let mapped_identity = mapped.identity().unwrap();
+    let stranger = ferry_gsi::Credential::load_proxy(&proxy(&site, "Stranger")).unwrap();
+    let mut ctl = gsi_login(&rt, &site, mapped).unwrap();
+    rt.block_on(async {
+        ctl.expect_ok("TYPE I").await.unwrap();
+        ctl.expect_ok("DCAU A").await.unwrap();
+        let pasv = ctl.expect_ok("PASV").await.unwrap();
+        let addr = ferry_proto::hostport::HostPort::from_pasv_reply(&pasv.text())
+            .unwrap()
+            .0;
+        ctl.send("STOR victim.bin").await.unwrap();
+        // The stranger's proxy chains to the same CA but is another identity.
+        let trust = Arc::new(ferry_gsi::TrustStore::load(&site.cert_dir()).unwrap());
+        let prot = ferry_net::DataProtection {
+            security: Arc::new(ferry_gsi::DataSecurity::new(stranger, trust).unwrap()),
+            check: ferry_gsi::PeerCheck::Subject(mapped_identity.clone()),
+            // The session's PROT C: authenticated, then clear.
+            protected: false,
+        };
+        let conn = ferry_net::connect(addr, Default::default()).await.unwrap();
+        let secured = conn.secure(true, &prot).await;
+        if let Ok(mut c) = secured {
+            use tokio::io::AsyncWriteExt;
+            let _ = c.write_all(b"stolen bytes").await;
+            let _ = c.shutdown().await;
+        }
+        let mut reply = ctl.read_reply().await.unwrap();
+        while reply.is_preliminary() {
+            reply = ctl.read_reply().await.unwrap();
+        }
+        assert!(reply.code == 425 || reply.code == 426, "{reply:?}");
+        assert!(
+            reply.text().contains("Stranger"),
+            "names the intruder: {}",
+            reply.text()
+        );
+    });
+    let stored = std::fs::read(site.root().join("victim.bin")).unwrap_or_default();
+    assert!(stored.is_empty(), "the stranger's bytes were stored");
+}
+
+#[test]
+fn an_expired_proxy_is_refused_at_login() {
+    let Some(site) = site() else { return };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let user = site.ca().join("users/Mapped User");
+    let eec = ferry_gsi::Credential::load_cert_key(
+        &user.join("usercert.pem"),
+        &user.join("userkey.pem"),
+        None,
+    )
+    .unwrap();
+    let key = openssl::pkey::PKey::from_rsa(openssl::rsa::Rsa::generate(2048).unwrap()).unwrap();
+    let options = ferry_gsi::ProxyOptions {
+        lifetime: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let cert = ferry_gsi::proxy::sign_proxy(&eec, &key, &options).unwrap();
+    let mut chain = vec![eec.cert.clone()];
+    chain.extend(eec.chain.iter().cloned());
+    let expired = ferry_gsi::Credential::new(cert, key, chain).unwrap();
+    std::thread::sleep(Duration::from_millis(2100));
+    let err = gsi_login(&rt, &site, expired).expect_err("an expired proxy logged in");
+    let text = err.to_string();
+    assert!(
+        text.contains("expired") || text.contains("certificate"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_ca_without_a_signing_policy_is_not_trusted() {
+    let Some(site) = site() else { return };
+    // A client whose CA directory lacks the .signing_policy refuses the server, as Globus does.
+    let certs = site.dir.path().join("no-policy");
+    std::fs::create_dir(&certs).unwrap();
+    for e in std::fs::read_dir(site.cert_dir()).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().and_then(|x| x.to_str()) != Some("signing_policy") {
+            std::fs::copy(&p, certs.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    let proxy = proxy(&site, "Mapped User");
+    std::fs::write(site.root().join("f.bin"), b"policy").unwrap();
+    let got = site.dir.path().join("got.bin");
+    let out = Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .env("X509_CERT_DIR", &certs)
+        .env("X509_USER_PROXY", &proxy)
+        .args(["copy", "-q"])
+        .arg(format!("gsiftp://localhost:{}/f.bin", site.port))
+        .arg(&got)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("signing policy") || err.contains("signing_policy"),
+        "{err}"
+    );
+    assert!(!got.exists() || std::fs::metadata(&got).unwrap().len() == 0);
+}
+
+fn refs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}

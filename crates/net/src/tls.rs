@@ -67,11 +67,21 @@ pub(crate) async fn handshake(
         stream.write_all(&first).await?;
     }
     let mut record = Vec::with_capacity(MAX_RECORD);
+    let mut authorized = false;
     loop {
         // One record at a time: under PROT C the bytes after the handshake are clear data
         // and must stay in the socket.
         read_record(stream, &mut record).await?;
-        match ctx.step(&record).map_err(fail)? {
+        let step = ctx.step(&record);
+        // Who the peer is, as soon as its chain is verified (before the GSI tail): a stranger
+        // is refused by name whatever else it gets wrong.
+        if !authorized {
+            if let Some(peer) = ctx.peer() {
+                prot.security.authorize(&prot.check, peer).map_err(fail)?;
+                authorized = true;
+            }
+        }
+        match step.map_err(fail)? {
             Step::Continue(out) => stream.write_all(&out).await?,
             Step::NeedMore => {}
             Step::Done(out) => {
@@ -82,10 +92,12 @@ pub(crate) async fn handshake(
             }
         }
     }
-    let peer = ctx
-        .peer()
-        .ok_or_else(|| NetError::Security("the peer presented no credential".into()))?;
-    prot.security.authorize(&prot.check, peer).map_err(fail)?;
+    if !authorized {
+        let peer = ctx
+            .peer()
+            .ok_or_else(|| NetError::Security("the peer presented no credential".into()))?;
+        prot.security.authorize(&prot.check, peer).map_err(fail)?;
+    }
     if !prot.protected {
         if !ctx.take_unconsumed().is_empty() {
             return Err(NetError::Security(
