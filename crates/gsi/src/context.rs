@@ -13,7 +13,7 @@
 //! records and back, which is what `ENC`/`MIC` commands and `63x` replies carry.
 
 use std::io::{self, Read, Write};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use openssl::hash::MessageDigest;
 use openssl::pkey::{PKey, Private};
@@ -198,6 +198,9 @@ pub struct SecurityContext {
     early: Vec<u8>,
     /// The peer closed its TLS session (close_notify): the end of a protected stream.
     closed: bool,
+    /// SSL-compatible (data) contexts: the TLS 1.3 traffic secrets OpenSSL logs, so the
+    /// records after the handshake can be sealed without OpenSSL (see `record`).
+    keylog: Option<Arc<Mutex<Vec<String>>>>,
 }
 
 impl std::fmt::Debug for SecurityContext {
@@ -212,13 +215,13 @@ impl std::fmt::Debug for SecurityContext {
 impl SecurityContext {
     /// Starts an initiator; returns it and the first token (the TLS ClientHello).
     pub fn initiator(config: ContextConfig) -> Result<(SecurityContext, Vec<u8>)> {
-        let ctx = tls_context(&config, true)?;
+        let (ctx, keylog) = tls_context(&config, true)?;
         let mut ssl = Ssl::new(&ctx)?;
         ssl.set_connect_state();
         if let Some(name) = config.sni.as_deref().filter(|n| !n.is_empty()) {
             ssl.set_hostname(name)?;
         }
-        let mut me = SecurityContext::new(true, ssl, config)?;
+        let mut me = SecurityContext::new(true, ssl, config, keylog)?;
         match me.tls.do_handshake() {
             Ok(()) => {
                 return Err(GsiError::Protocol(
@@ -234,13 +237,18 @@ impl SecurityContext {
 
     /// Starts an acceptor; it waits for the initiator's first token.
     pub fn acceptor(config: ContextConfig) -> Result<SecurityContext> {
-        let ctx = tls_context(&config, false)?;
+        let (ctx, keylog) = tls_context(&config, false)?;
         let mut ssl = Ssl::new(&ctx)?;
         ssl.set_accept_state();
-        SecurityContext::new(false, ssl, config)
+        SecurityContext::new(false, ssl, config, keylog)
     }
 
-    fn new(initiator: bool, ssl: Ssl, config: ContextConfig) -> Result<SecurityContext> {
+    fn new(
+        initiator: bool,
+        ssl: Ssl,
+        config: ContextConfig,
+        keylog: Option<Arc<Mutex<Vec<String>>>>,
+    ) -> Result<SecurityContext> {
         Ok(SecurityContext {
             initiator,
             tls: SslStream::new(ssl, MemIo::default())?,
@@ -251,6 +259,7 @@ impl SecurityContext {
             delegated: None,
             early: Vec::new(),
             closed: false,
+            keylog,
         })
     }
 
@@ -559,6 +568,39 @@ impl SecurityContext {
         )
     }
 
+    /// Data channels (SSL-compatible contexts under TLS 1.3 with a suite `record` implements):
+    /// the application traffic secrets, for a [`crate::RecordLayer`] that takes over the
+    /// connection from here. `None` keeps the records with OpenSSL (TLS 1.2, other suites).
+    /// Call right after the handshake, before any data is sealed or opened here.
+    pub fn traffic_secrets(&self) -> Option<crate::record::TrafficSecrets> {
+        if self.state != State::Established {
+            return None;
+        }
+        let ssl = self.tls.ssl();
+        if ssl.version2() != Some(SslVersion::TLS1_3) {
+            return None;
+        }
+        let suite = crate::record::Suite::from_name(ssl.current_cipher()?.standard_name()?)?;
+        let lines = self.keylog.as_ref()?.lock().ok()?;
+        let secret = |label: &str| {
+            lines.iter().find_map(|l| {
+                let mut it = l.split(' ');
+                (it.next() == Some(label))
+                    .then(|| it.nth(1))
+                    .flatten()
+                    .and_then(hex_bytes)
+            })
+        };
+        let client = secret("CLIENT_TRAFFIC_SECRET_0")?;
+        let server = secret("SERVER_TRAFFIC_SECRET_0")?;
+        let (read, write) = if self.initiator {
+            (server, client)
+        } else {
+            (client, server)
+        };
+        Some(crate::record::TrafficSecrets { suite, read, write })
+    }
+
     /// Data channels, sending: encrypts `plain` into TLS records queued for the transport
     /// (see [`SecurityContext::unsent`]). Records are at most 16 KiB of plaintext each.
     pub fn seal(&mut self, plain: &[u8]) -> Result<()> {
@@ -662,6 +704,16 @@ impl SecurityContext {
     }
 }
 
+fn hex_bytes(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 /// The total length of the DER object at the start of `bytes`, once its header has arrived.
 fn der_len(bytes: &[u8]) -> Result<Option<usize>> {
     if bytes.len() < 2 {
@@ -690,7 +742,9 @@ fn der_len(bytes: &[u8]) -> Result<Option<usize>> {
     Ok(Some(2 + n + len))
 }
 
-fn tls_context(config: &ContextConfig, initiator: bool) -> Result<SslContext> {
+type Keylog = Option<Arc<Mutex<Vec<String>>>>;
+
+fn tls_context(config: &ContextConfig, initiator: bool) -> Result<(SslContext, Keylog)> {
     let mut b = SslContextBuilder::new(SslMethod::tls())?;
     b.set_min_proto_version(Some(SslVersion::TLS1_2))?;
     b.set_max_proto_version(config.max_version)?;
@@ -709,7 +763,21 @@ fn tls_context(config: &ContextConfig, initiator: bool) -> Result<SslContext> {
         b.set_num_tickets(0)?;
         b.set_cipher_list("HIGH")?;
     }
-    Ok(b.build())
+    let keylog = config.ssl_compatible.then(|| {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&lines);
+        b.set_keylog_callback(move |_, line| {
+            if line.starts_with("CLIENT_TRAFFIC_SECRET_0 ")
+                || line.starts_with("SERVER_TRAFFIC_SECRET_0 ")
+            {
+                if let Ok(mut l) = sink.lock() {
+                    l.push(line.to_owned());
+                }
+            }
+        });
+        lines
+    });
+    Ok((b.build(), keylog))
 }
 
 fn tls_error(tls: &SslStream<MemIo>, e: openssl::ssl::Error) -> GsiError {
