@@ -41,6 +41,10 @@ pub(crate) struct InitArgs {
     /// RSA key size of the proxy.
     #[arg(long, default_value_t = 2048)]
     bits: u32,
+    /// Proxy format: rfc (RFC 3820, default), draft (pre-RFC GT3, grid-proxy-init -draft) or
+    /// old (legacy GT2, grid-proxy-init -old) for services that need them.
+    #[arg(long, value_name = "FORMAT", default_value = "rfc", value_parser = ["rfc", "draft", "old"])]
+    format: String,
     /// Make a limited proxy.
     #[arg(long)]
     limited: bool,
@@ -144,6 +148,11 @@ fn init(a: InitArgs) -> anyhow::Result<()> {
         lifetime: a.valid,
         limited: a.limited,
         path_len: None,
+        format: Some(match a.format.as_str() {
+            "old" => ferry_gsi::ProxyFormat::Legacy,
+            "draft" => ferry_gsi::ProxyFormat::Gt3,
+            _ => ferry_gsi::ProxyFormat::Rfc3820,
+        }),
     };
     let proxy_cert = ferry_gsi::proxy::sign_proxy(&user, &key, &options)?;
     let mut chain = vec![user.cert.clone()];

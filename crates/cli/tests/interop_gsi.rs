@@ -143,9 +143,14 @@ fn proxy(site: &Site, user: &str) -> PathBuf {
 
 /// grid-proxy-init for `user` of the CA in `ca`, checked against that CA, written to `out`.
 fn proxy_from(ca: &Path, user: &str, out: &Path) {
+    proxy_from_as(ca, user, out, "-rfc")
+}
+
+/// grid-proxy-init with a format flag: `-rfc`, `-draft` (GT3) or `-old` (GT2).
+fn proxy_from_as(ca: &Path, user: &str, out: &Path, format: &str) {
     let u = ca.join("users").join(user);
     let status = Command::new(tool("grid-proxy-init").unwrap())
-        .args(["-q", "-cert"])
+        .args(["-q", format, "-cert"])
         .arg(u.join("usercert.pem"))
         .arg("-key")
         .arg(u.join("userkey.pem"))
@@ -775,4 +780,36 @@ fn a_ca_without_a_signing_policy_is_not_trusted() {
 
 fn refs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn draft_and_legacy_proxies_from_grid_proxy_init_are_accepted() {
+    let Some(site) = site() else { return };
+    let data = pattern(3 << 20, 41);
+    std::fs::write(site.root().join("src.bin"), &data).unwrap();
+    let url = format!("gsiftp://localhost:{}/src.bin", site.port);
+    for format in ["-draft", "-old"] {
+        let proxy = site.dir.path().join(format!("x509up{format}"));
+        proxy_from_as(&site.ca(), "Mapped User", &proxy, format);
+        let got = site.dir.path().join(format!("got{format}.bin"));
+        ok(
+            &ferry_copy(&site, &proxy, &["-p", "2", &url, got.to_str().unwrap()]),
+            &format!("ferry copy with a {format} proxy"),
+        );
+        assert!(
+            std::fs::read(&got).unwrap() == data,
+            "{format}: bytes differ"
+        );
+    }
+    // globus-url-copy with a draft proxy, data channel authenticated with the proxy it
+    // delegated. (With -old, Globus' own callback refuses ferry's CA-issued user certificates:
+    // their key usage has no certificate signing, and the Globus pair fails the same way.)
+    let proxy = site.dir.path().join("x509up-draft");
+    let got = site.dir.path().join("guc-draft.bin");
+    let dst = format!("file://{}", got.display());
+    ok(
+        &guc(&site, &proxy, &["-p", "2", &url, &dst]),
+        "guc with a -draft proxy",
+    );
+    assert!(std::fs::read(&got).unwrap() == data);
 }

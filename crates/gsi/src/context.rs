@@ -296,6 +296,7 @@ impl SecurityContext {
                     lifetime: std::time::Duration::from_secs(left),
                     limited: self.config.delegation == Delegation::Limited,
                     path_len: None,
+                    format: None,
                 };
                 let cert = proxy::sign_proxy(&self.config.credential, &key, &options)?;
                 self.write_app(&cert.to_der()?)?;
@@ -744,6 +745,29 @@ fn der_len(bytes: &[u8]) -> Result<Option<usize>> {
 
 type Keylog = Option<Arc<Mutex<Vec<String>>>>;
 
+/// Whether OpenSSL's complaint comes from a legacy or draft proxy in the chain.
+fn old_format_proxy_error(store: &mut openssl::x509::X509StoreContextRef) -> bool {
+    // invalid CA, path length, purpose, no certsign, critical extension, non-CA, proxy path
+    // length, invalid extension, proxy subject name.
+    const OLD_PROXY_ERRORS: [i32; 9] = [79, 25, 26, 32, 34, 37, 38, 41, 72];
+    if !OLD_PROXY_ERRORS.contains(&store.error().as_raw()) {
+        return false;
+    }
+    let Some(chain) = store.chain() else {
+        return false;
+    };
+    let certs: Vec<&openssl::x509::X509Ref> = chain.iter().collect();
+    certs.windows(2).any(|w| {
+        matches!(
+            proxy::classify(w[0], Some(w[1])),
+            Ok(crate::proxy::CertKind::Proxy {
+                format: crate::proxy::ProxyFormat::Legacy | crate::proxy::ProxyFormat::Gt3,
+                ..
+            })
+        )
+    })
+}
+
 fn tls_context(config: &ContextConfig, initiator: bool) -> Result<(SslContext, Keylog)> {
     let mut b = SslContextBuilder::new(SslMethod::tls())?;
     b.set_min_proto_version(Some(SslVersion::TLS1_2))?;
@@ -756,7 +780,14 @@ fn tls_context(config: &ContextConfig, initiator: bool) -> Result<(SslContext, K
     }
     b.check_private_key()?;
     b.set_cert_store(config.trust.x509_store()?);
-    b.set_verify(SslVerifyMode::PEER | SslVerifyMode::FAIL_IF_NO_PEER_CERT);
+    // OpenSSL refuses legacy (GT2) and draft (GT3) proxies, which Globus tools still make
+    // (grid-proxy-init -old / -draft): let those particular errors pass the handshake when
+    // such a proxy is in the chain. `TrustStore::verify` then judges the whole chain before
+    // the context is used (`verify_peer`).
+    b.set_verify_callback(
+        SslVerifyMode::PEER | SslVerifyMode::FAIL_IF_NO_PEER_CERT,
+        |ok, store| ok || old_format_proxy_error(store),
+    );
     b.set_options(SslOptions::NO_TICKET);
     b.set_session_cache_mode(SslSessionCacheMode::OFF);
     if !initiator {
@@ -782,13 +813,15 @@ fn tls_context(config: &ContextConfig, initiator: bool) -> Result<(SslContext, K
 
 fn tls_error(tls: &SslStream<MemIo>, e: openssl::ssl::Error) -> GsiError {
     let verify = tls.ssl().verify_result();
-    if verify.as_raw() != 0 {
+    // A verify error the callback let pass (an old-format proxy) stays recorded; report it
+    // only when verification is what failed.
+    if verify.as_raw() != 0 && e.to_string().contains("certificate verify failed") {
         return GsiError::Untrusted {
             subject: tls
                 .ssl()
                 .peer_certificate()
                 .map(|c| crate::dn::one_line(c.subject_name()))
-                .unwrap_or_default(),
+                .unwrap_or_else(|| "the peer".into()),
             reason: verify.error_string().to_string(),
         };
     }

@@ -63,11 +63,12 @@ fn expect(input: &[u8], want: u8) -> Result<(&[u8], &[u8])> {
     Ok((body, rest))
 }
 
-/// The `(critical, value)` of the extension `oid` in a DER certificate, if present.
-pub(crate) fn find_extension<'a>(cert: &'a [u8], oid: &[u8]) -> Result<Option<(bool, &'a [u8])>> {
+/// Every extension of a DER certificate as `(oid, critical, value)`.
+pub(crate) fn extensions(cert: &[u8]) -> Result<Vec<(&[u8], bool, &[u8])>> {
     let (certificate, _) = expect(cert, SEQUENCE)?;
     let (tbs, _) = expect(certificate, SEQUENCE)?;
     let mut rest = tbs;
+    let mut out = Vec::new();
     // [0] version, serial, signature, issuer, validity, subject, spki, [1], [2], then [3].
     while !rest.is_empty() {
         let (tag, body, next) = tlv(rest)?;
@@ -86,13 +87,24 @@ pub(crate) fn find_extension<'a>(cert: &'a [u8], oid: &[u8]) -> Result<Option<(b
                 fields = after;
             }
             let (value, _) = expect(fields, OCTET_STRING)?;
-            if id == oid {
-                return Ok(Some((critical, value)));
-            }
+            out.push((id, critical, value));
         }
     }
-    Ok(None)
+    Ok(out)
 }
+
+/// The `(critical, value)` of the extension `oid` in a DER certificate, if present.
+pub(crate) fn find_extension<'a>(cert: &'a [u8], oid: &[u8]) -> Result<Option<(bool, &'a [u8])>> {
+    Ok(extensions(cert)?
+        .into_iter()
+        .find(|(id, _, _)| *id == oid)
+        .map(|(_, c, v)| (c, v)))
+}
+
+/// id-ce-keyUsage, 2.5.29.15.
+pub(crate) const OID_KEY_USAGE: &[u8] = &[0x55, 0x1d, 0x0f];
+/// id-ce-extKeyUsage, 2.5.29.37.
+pub(crate) const OID_EXT_KEY_USAGE: &[u8] = &[0x55, 0x1d, 0x25];
 
 /// id-ce-basicConstraints, 2.5.29.19.
 pub(crate) const OID_BASIC_CONSTRAINTS: &[u8] = &[0x55, 0x1d, 0x13];
@@ -142,19 +154,29 @@ impl ProxyCertInfo {
         Ok(ProxyCertInfo { path_len, language })
     }
 
+    /// The pre-RFC (GT3) DER encoding: the policy, then the path length as an explicit [1].
+    pub(crate) fn encode_gt3(&self) -> Vec<u8> {
+        let mut policy = Vec::new();
+        push_tlv(&mut policy, OID, &self.language);
+        let mut body = Vec::new();
+        push_tlv(&mut body, SEQUENCE, &policy);
+        if let Some(n) = self.path_len {
+            let mut int = Vec::new();
+            push_tlv(&mut int, INTEGER, &minimal_unsigned(n));
+            push_tlv(&mut body, 0xa1, &int);
+        }
+        let mut out = Vec::new();
+        push_tlv(&mut out, SEQUENCE, &body);
+        out
+    }
+
     /// The RFC 3820 DER encoding.
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut policy = Vec::new();
         push_tlv(&mut policy, OID, &self.language);
         let mut body = Vec::new();
         if let Some(n) = self.path_len {
-            let bytes = n.to_be_bytes();
-            let skip = bytes.iter().take_while(|&&b| b == 0).count().min(7);
-            let mut int = bytes[skip..].to_vec();
-            if int[0] & 0x80 != 0 {
-                int.insert(0, 0);
-            }
-            push_tlv(&mut body, INTEGER, &int);
+            push_tlv(&mut body, INTEGER, &minimal_unsigned(n));
         }
         push_tlv(&mut body, SEQUENCE, &policy);
         let mut out = Vec::new();
@@ -236,4 +258,15 @@ mod tests {
         );
         assert!(tlv(&[0x1f, 0x01, 0x00]).is_err());
     }
+}
+
+/// The shortest DER INTEGER contents for a non-negative value.
+fn minimal_unsigned(n: u64) -> Vec<u8> {
+    let bytes = n.to_be_bytes();
+    let skip = bytes.iter().take_while(|&&b| b == 0).count().min(7);
+    let mut int = bytes[skip..].to_vec();
+    if int[0] & 0x80 != 0 {
+        int.insert(0, 0);
+    }
+    int
 }

@@ -196,6 +196,9 @@ pub struct ProxyOptions {
     pub limited: bool,
     /// How many proxies may be signed below it; `None` for no limit.
     pub path_len: Option<u64>,
+    /// The format; `None` takes the issuer's when it is a proxy (a legacy or draft proxy
+    /// signs proxies of its own kind, as Globus requires of a chain), else RFC 3820.
+    pub format: Option<ProxyFormat>,
 }
 
 impl Default for ProxyOptions {
@@ -204,13 +207,16 @@ impl Default for ProxyOptions {
             lifetime: Duration::from_secs(12 * 3600),
             limited: false,
             path_len: None,
+            format: None,
         }
     }
 }
 
-/// Signs an RFC 3820 proxy for `public_key` with `issuer`'s credential: subject = issuer's
-/// subject plus a CN that is also the serial number (derived from the key, as Globus does),
-/// valid from five minutes ago (clock skew) until the lifetime or the issuer's end.
+/// Signs a proxy for `public_key` with `issuer`'s credential, RFC 3820 unless the issuer is a
+/// legacy or draft proxy (see [`ProxyOptions::format`]): subject = issuer's subject plus a CN
+/// that is also the serial number (derived from the key, as Globus does; `proxy` or `limited
+/// proxy` for legacy proxies), valid from five minutes ago (clock skew) until the lifetime or
+/// the issuer's end.
 pub fn sign_proxy<T: HasPublic>(
     issuer: &Credential,
     public_key: &PKeyRef<T>,
@@ -224,12 +230,21 @@ pub fn sign_proxy<T: HasPublic>(
     }
     let limited = options.limited || issuer_kind.is_limited();
     let serial = serial_for(public_key)?;
+    let format = options.format.unwrap_or(match issuer_kind {
+        CertKind::Proxy { format, .. } => format,
+        _ => ProxyFormat::Rfc3820,
+    });
 
     let mut name = X509NameBuilder::new()?;
     for entry in issuer.cert.subject_name().entries() {
         name.append_entry(entry)?;
     }
-    name.append_entry_by_nid(Nid::COMMONNAME, &serial.to_string())?;
+    let cn = match format {
+        ProxyFormat::Legacy if limited => "limited proxy".to_string(),
+        ProxyFormat::Legacy => "proxy".to_string(),
+        _ => serial.to_string(),
+    };
+    name.append_entry_by_nid(Nid::COMMONNAME, &cn)?;
     let name = name.build();
 
     let now = unix_now();
@@ -261,9 +276,20 @@ pub fn sign_proxy<T: HasPublic>(
         path_len: options.path_len,
         language: language.to_vec(),
     };
-    let oid = Asn1Object::from_str("1.3.6.1.5.5.7.1.14")?;
-    let value = Asn1OctetString::new_from_bytes(&info.encode())?;
-    b.append_extension(X509Extension::new_from_der(&oid, true, &value)?)?;
+    match format {
+        ProxyFormat::Rfc3820 => {
+            let oid = Asn1Object::from_str("1.3.6.1.5.5.7.1.14")?;
+            let value = Asn1OctetString::new_from_bytes(&info.encode())?;
+            b.append_extension(X509Extension::new_from_der(&oid, true, &value)?)?;
+        }
+        ProxyFormat::Gt3 => {
+            let oid = Asn1Object::from_str("1.3.6.1.4.1.3536.1.222")?;
+            let value = Asn1OctetString::new_from_bytes(&info.encode_gt3())?;
+            b.append_extension(X509Extension::new_from_der(&oid, true, &value)?)?;
+        }
+        // The subject says it all.
+        ProxyFormat::Legacy => {}
+    }
     b.sign(&issuer.key, signing_digest(&issuer.cert))?;
     Ok(b.build())
 }

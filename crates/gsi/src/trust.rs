@@ -191,13 +191,17 @@ impl TrustStore {
             subject: subject.clone(),
             reason,
         };
+        // Legacy (GT2) and draft (GT3) proxies at the bottom are checked link by link here
+        // (OpenSSL knows only RFC 3820 proxies); from the first other certificate up, OpenSSL
+        // validates the path as for any chain.
+        let (mut path, top, rest) = old_format_proxies(leaf, chain).map_err(&untrusted)?;
         let store = self.x509_store()?;
         let mut stack = Stack::new()?;
-        for c in chain {
+        for c in &rest {
             stack.push(c.clone())?;
         }
         let mut ctx = X509StoreContext::new()?;
-        let outcome = ctx.init(&store, leaf, &stack, |c| {
+        let outcome = ctx.init(&store, &top, &stack, |c| {
             if c.verify_cert()? {
                 let path: Vec<X509> = c
                     .chain()
@@ -212,7 +216,7 @@ impl TrustStore {
                 Ok(Err(format!("{} (at {at})", c.error().error_string())))
             }
         })?;
-        let path = outcome.map_err(untrusted)?;
+        path.extend(outcome.map_err(&untrusted)?);
         if path.len() as u32 > MAX_CHAIN_DEPTH {
             return Err(untrusted(format!(
                 "chain of {} certificates is longer than {MAX_CHAIN_DEPTH}",
@@ -304,4 +308,99 @@ impl TrustStore {
             )))
         }
     }
+}
+
+/// Splits a presented chain into its legacy/draft proxies (leaf first, each checked against
+/// its issuer), the first certificate above them and the untrusted rest.
+///
+/// A legacy or draft proxy is signed by an end-entity certificate (or another proxy), which
+/// OpenSSL's validator refuses as "invalid CA"; Globus' verify callback accepts such links
+/// under the rules applied here: the issuer's signature (checked by OpenSSL), validity,
+/// subject = issuer subject + one CN, an issuer that is no CA, no proxy formats mixed in one
+/// chain, no unknown critical extension, and the draft ProxyCertInfo's path length.
+#[allow(clippy::type_complexity)]
+fn old_format_proxies(
+    leaf: &X509Ref,
+    chain: &[X509],
+) -> std::result::Result<(Vec<X509>, X509, Vec<X509>), String> {
+    let mut rest: Vec<X509> = chain.to_vec();
+    let mut below: Vec<X509> = Vec::new();
+    let mut cur = leaf.to_owned();
+    let mut format = None;
+    let now = proxy::unix_now();
+    let e = |e: GsiError| e.to_string();
+    loop {
+        let issuer_at = rest.iter().position(|c| {
+            c.subject_name().to_der().ok() == cur.issuer_name().to_der().ok()
+                && c.public_key()
+                    .is_ok_and(|k| cur.verify(&k).unwrap_or(false))
+        });
+        let Some(at) = issuer_at else { break };
+        let kind = proxy::classify(&cur, Some(&rest[at])).map_err(e)?;
+        let CertKind::Proxy {
+            format: f,
+            path_len,
+            ..
+        } = kind
+        else {
+            break;
+        };
+        if f == proxy::ProxyFormat::Rfc3820 {
+            if format.is_some() {
+                return Err("a chain mixes legacy or draft proxies with RFC 3820 ones".into());
+            }
+            break;
+        }
+        if format.is_some_and(|g| g != f) {
+            return Err("a chain mixes legacy and draft proxies".into());
+        }
+        format = Some(f);
+        let issuer = rest.remove(at);
+        let name = dn::one_line(cur.subject_name());
+        if proxy::time_to_unix(cur.not_before()).map_err(e)? > now + 300 {
+            return Err(format!("{name} is not valid yet"));
+        }
+        if proxy::time_to_unix(cur.not_after()).map_err(e)? < now {
+            return Err(format!("{name} has expired"));
+        }
+        let issuer_kind = proxy::classify(&issuer, rest.first().map(|c| &**c)).map_err(e)?;
+        if issuer_kind == CertKind::Ca {
+            return Err(format!("{name} claims to be a proxy but a CA signed it"));
+        }
+        let subject: Vec<_> = cur.subject_name().entries().collect();
+        let parent: Vec<_> = issuer.subject_name().entries().collect();
+        let extends = subject.len() == parent.len() + 1
+            && subject.iter().zip(&parent).all(|(a, b)| {
+                a.object().nid() == b.object().nid() && a.data().as_slice() == b.data().as_slice()
+            })
+            && subject
+                .last()
+                .is_some_and(|l| l.object().nid() == openssl::nid::Nid::COMMONNAME);
+        if !extends {
+            return Err(format!(
+                "{name}: a proxy's subject must be its issuer's plus one CN"
+            ));
+        }
+        let der_bytes = cur.to_der().map_err(|e| e.to_string())?;
+        for (oid, critical, _) in crate::der::extensions(&der_bytes).map_err(e)? {
+            let known = [
+                crate::der::OID_PROXY_CERT_INFO_GT3,
+                crate::der::OID_KEY_USAGE,
+                crate::der::OID_EXT_KEY_USAGE,
+                crate::der::OID_BASIC_CONSTRAINTS,
+            ];
+            if critical && !known.contains(&oid) {
+                return Err(format!("{name} has an unknown critical extension"));
+            }
+        }
+        if let Some(limit) = path_len {
+            if below.len() as u64 > limit {
+                return Err(format!("{name} allows {limit} proxies below it"));
+            }
+        }
+        below.push(cur);
+        cur = issuer;
+    }
+    // `below` holds the old-format proxies leaf first; path lengths were counted from the leaf.
+    Ok((below, cur, rest))
 }

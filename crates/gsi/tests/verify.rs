@@ -225,3 +225,93 @@ fn proxy_files_round_trip_with_mode_600() {
     assert_eq!(back.identity().unwrap(), format!("{BASE}/CN=Test User"));
     assert!(back.seconds_left().unwrap() > 11 * 3600);
 }
+
+/// `openssl ca -gencrl` for the test CA, revoking `revoked` (or nothing), as `<hash>.r0`.
+fn install_crl(pki: &Pki, revoked: Option<&ferry_gsi::Credential>, days: &str) {
+    let work = pki.dir.path().join("ca-db");
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).unwrap();
+    pki.ca.save(&work).unwrap();
+    std::fs::write(work.join("index.txt"), "").unwrap();
+    std::fs::write(work.join("crlnumber"), "01\n").unwrap();
+    let conf = format!(
+        "[ca]\ndefault_ca = t\n[t]\ndatabase = {0}/index.txt\ncrlnumber = {0}/crlnumber\n\
+         certificate = {0}/cacert.pem\nprivate_key = {0}/cakey.pem\ndefault_md = sha256\n\
+         default_crl_days = 1\n",
+        work.display()
+    );
+    std::fs::write(work.join("ca.cnf"), conf).unwrap();
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let cnf = work.join("ca.cnf");
+    if let Some(cred) = revoked {
+        let pem = work.join("revoked.pem");
+        std::fs::write(&pem, cred.cert.to_pem().unwrap()).unwrap();
+        openssl(&[
+            "ca",
+            "-config",
+            cnf.to_str().unwrap(),
+            "-revoke",
+            pem.to_str().unwrap(),
+        ]);
+    }
+    let hash = format!("{:08x}", pki.ca.cert.subject_name_hash());
+    let crl = pki.cert_dir().join(format!("{hash}.r0"));
+    let mut args = vec![
+        "ca",
+        "-config",
+        cnf.to_str().unwrap(),
+        "-gencrl",
+        "-out",
+        crl.to_str().unwrap(),
+    ];
+    if days == "0" {
+        // Already past its next update: -crlhours 0 is refused, so backdate with -crl_lastupdate.
+        args.extend([
+            "-crl_lastupdate",
+            "20000101000000Z",
+            "-crl_nextupdate",
+            "20000102000000Z",
+        ]);
+    }
+    openssl(&args);
+}
+
+#[test]
+fn a_revoked_certificate_is_refused_and_an_unrevoked_one_passes_the_crl() {
+    let pki = Pki::new();
+    let proxy = pki.proxy();
+    install_crl(&pki, None, "1");
+    pki.trust()
+        .verify(&proxy.cert, &proxy.chain, VerifyOptions::default())
+        .expect("a CRL that lists nothing refuses nothing");
+    install_crl(&pki, Some(&pki.user), "1");
+    let err = pki
+        .trust()
+        .verify(&proxy.cert, &proxy.chain, VerifyOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("revoked"), "{err}");
+}
+
+#[test]
+fn an_expired_crl_is_an_error_not_a_pass() {
+    let pki = Pki::new();
+    install_crl(&pki, None, "0");
+    let proxy = pki.proxy();
+    let err = pki
+        .trust()
+        .verify(&proxy.cert, &proxy.chain, VerifyOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("CRL") && err.contains("expired"), "{err}");
+}
