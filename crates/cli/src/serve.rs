@@ -44,6 +44,10 @@ pub(crate) struct ServeArgs {
     /// Grid-mapfile. [default: GRIDMAP, else /etc/grid-security/grid-mapfile]
     #[arg(long, value_name = "FILE")]
     gridmap: Option<PathBuf>,
+    /// Started as root, serve GSI sessions as the server's own user instead of the mapped
+    /// account (config: run-as-user = false).
+    #[arg(long)]
+    no_run_as_user: bool,
     /// Ports for passive data listeners, e.g. 50000-51000. [default: any]
     #[arg(long, value_name = "LO-HI")]
     port_range: Option<ferry_net::PortRange>,
@@ -91,6 +95,9 @@ impl ServeArgs {
             c.password_file = self.password_file;
         }
         c.gsi |= self.gsi;
+        if self.no_run_as_user {
+            c.run_as_user = false;
+        }
         for (flag, key) in [
             (self.host_cert, &mut c.host_cert),
             (self.host_key, &mut c.host_key),

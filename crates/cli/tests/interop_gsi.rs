@@ -91,6 +91,11 @@ fn site() -> Option<Site> {
 
     let root = dir.path().join("root");
     std::fs::create_dir(&root).unwrap();
+    // Run as root, the server works as the mapped account (nobody) in here.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -812,4 +817,80 @@ fn draft_and_legacy_proxies_from_grid_proxy_init_are_accepted() {
         "guc with a -draft proxy",
     );
     assert!(std::fs::read(&got).unwrap() == data);
+}
+
+fn running_as_root() -> bool {
+    let uid = Command::new("id").arg("-u").output().unwrap().stdout;
+    String::from_utf8_lossy(&uid).trim() == "0"
+}
+
+#[test]
+fn started_as_root_a_session_works_as_its_mapped_account() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let Some(site) = site() else { return };
+    if !running_as_root() {
+        eprintln!("skipping: switching to the mapped account needs a server started as root");
+        return;
+    }
+    let proxy = proxy(&site, "Mapped User");
+    let root = site.root();
+    // A file only root may read, a directory only root may write, one the account owns.
+    std::fs::write(root.join("root-only.bin"), b"not for nobody").unwrap();
+    std::fs::set_permissions(
+        root.join("root-only.bin"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    std::fs::create_dir(root.join("closed")).unwrap();
+    std::fs::set_permissions(root.join("closed"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let nobody: u32 = String::from_utf8(
+        Command::new("id")
+            .args(["-u", "nobody"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .parse()
+    .unwrap();
+    let url = |p: &str| format!("gsiftp://localhost:{}/{p}", site.port);
+
+    let got = site.dir.path().join("stolen.bin");
+    let out = ferry_copy(
+        &site,
+        &proxy,
+        &[&url("root-only.bin"), got.to_str().unwrap()],
+    );
+    assert!(!out.status.success(), "nobody read a root-only file");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Permission denied"));
+
+    let local = site.dir.path().join("up.bin");
+    std::fs::write(&local, pattern(1 << 20, 5)).unwrap();
+    let out = ferry_copy(
+        &site,
+        &proxy,
+        &[local.to_str().unwrap(), &url("closed/up.bin")],
+    );
+    assert!(
+        !out.status.success(),
+        "nobody wrote into a root-only directory"
+    );
+    assert!(!root.join("closed/up.bin").exists());
+
+    ok(
+        &ferry_copy(
+            &site,
+            &proxy,
+            &["-p", "4", local.to_str().unwrap(), &url("mine.bin")],
+        ),
+        "put as the mapped account",
+    );
+    let meta = std::fs::metadata(root.join("mine.bin")).unwrap();
+    assert_eq!(
+        meta.uid(),
+        nobody,
+        "the new file belongs to the mapped account"
+    );
+    assert!(std::fs::read(root.join("mine.bin")).unwrap() == pattern(1 << 20, 5));
 }

@@ -50,6 +50,10 @@ pub struct ServerConfig {
     pub cert_dir: Option<PathBuf>,
     /// Grid-mapfile (`None`: GRIDMAP, else /etc/grid-security/grid-mapfile).
     pub gridmap: Option<PathBuf>,
+    /// Started as root: run each GSI session's file operations as the account the grid-mapfile
+    /// maps it to (uid, gid, groups), as Globus does. `false` serves every session as the
+    /// server's own user (a service account that owns all the data).
+    pub run_as_user: bool,
 }
 
 impl Default for ServerConfig {
@@ -74,6 +78,7 @@ impl Default for ServerConfig {
             host_key: None,
             cert_dir: None,
             gridmap: None,
+            run_as_user: true,
         }
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod checksum;
 pub mod error;
+pub mod identity;
 pub mod listing;
 pub mod modules;
 pub mod path;
@@ -11,6 +12,7 @@ pub mod posix;
 
 pub use checksum::{checksum_handle, ChecksumAlgorithm, Checksummer};
 pub use error::StorageError;
+pub use identity::{AsUser, Identity};
 pub use path::VirtualPath;
 pub use posix::PosixStorage;
 

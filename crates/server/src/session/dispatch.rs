@@ -351,6 +351,38 @@ impl Session {
         } else {
             Arc::clone(&self.ctx.storage_rw)
         };
+        // A GSI session on a root server works as its mapped account from here on: every file
+        // operation runs on that account's identity thread (ferry_storage::identity).
+        let storage: Arc<dyn ferry_storage::Storage> = if self.gsi_identity.is_some()
+            && self.ctx.config.run_as_user
+            && ferry_storage::Identity::can_switch()
+        {
+            let switched = tokio::task::spawn_blocking({
+                let (name, storage) = (name.clone(), Arc::clone(&storage));
+                move || {
+                    let id = ferry_storage::Identity::lookup(&name)?;
+                    if id.uid == 0 {
+                        return Ok(storage);
+                    }
+                    let s: Arc<dyn ferry_storage::Storage> =
+                        Arc::new(ferry_storage::AsUser::new(storage, id)?);
+                    Ok::<_, ferry_storage::StorageError>(s)
+                }
+            })
+            .await;
+            match switched {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::warn!(peer = %self.peer, user = %name, error = %e, "cannot run as the mapped account");
+                    return self
+                        .reply(530, format!("Login incorrect. : cannot run as {name}: {e}"))
+                        .await;
+                }
+                Err(e) => return self.reply(530, format!("Login incorrect. : {e}")).await,
+            }
+        } else {
+            storage
+        };
         let mut dtp = Dtp::new(Arc::clone(&storage), Arc::clone(&self.ctx.pool), read_only);
         if self.gsi_identity.is_some() {
             dtp.set_security(self.data_security());
