@@ -63,8 +63,11 @@ fn expect(input: &[u8], want: u8) -> Result<(&[u8], &[u8])> {
     Ok((body, rest))
 }
 
-/// Every extension of a DER certificate as `(oid, critical, value)`.
-pub(crate) fn extensions(cert: &[u8]) -> Result<Vec<(&[u8], bool, &[u8])>> {
+/// One extension: `(oid, critical, value)`, borrowed from the certificate.
+pub(crate) type Extension<'a> = (&'a [u8], bool, &'a [u8]);
+
+/// Every extension of a DER certificate.
+pub(crate) fn extensions(cert: &[u8]) -> Result<Vec<Extension<'_>>> {
     let (certificate, _) = expect(cert, SEQUENCE)?;
     let (tbs, _) = expect(certificate, SEQUENCE)?;
     let mut rest = tbs;
@@ -206,6 +209,17 @@ fn push_tlv(out: &mut Vec<u8>, tag: u8, body: &[u8]) {
     out.extend_from_slice(body);
 }
 
+/// The shortest DER INTEGER contents for a non-negative value.
+fn minimal_unsigned(n: u64) -> Vec<u8> {
+    let bytes = n.to_be_bytes();
+    let skip = bytes.iter().take_while(|&&b| b == 0).count().min(7);
+    let mut int = bytes[skip..].to_vec();
+    if int[0] & 0x80 != 0 {
+        int.insert(0, 0);
+    }
+    int
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,15 +272,4 @@ mod tests {
         );
         assert!(tlv(&[0x1f, 0x01, 0x00]).is_err());
     }
-}
-
-/// The shortest DER INTEGER contents for a non-negative value.
-fn minimal_unsigned(n: u64) -> Vec<u8> {
-    let bytes = n.to_be_bytes();
-    let skip = bytes.iter().take_while(|&&b| b == 0).count().min(7);
-    let mut int = bytes[skip..].to_vec();
-    if int[0] & 0x80 != 0 {
-        int.insert(0, 0);
-    }
-    int
 }

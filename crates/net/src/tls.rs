@@ -238,12 +238,9 @@ impl TlsState {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         loop {
-            match self.ctx.open(buf.initialize_unfilled()).map_err(other)? {
-                Some(n) => {
-                    buf.advance(n);
-                    return Poll::Ready(Ok(()));
-                }
-                None => {}
+            if let Some(n) = self.ctx.open(buf.initialize_unfilled()).map_err(other)? {
+                buf.advance(n);
+                return Poll::Ready(Ok(()));
             }
             ready!(stream.poll_read_ready(cx))?;
             match self.ctx.receive_with(CHUNK, |b| stream.try_read(b)) {
