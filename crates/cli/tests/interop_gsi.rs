@@ -894,3 +894,195 @@ fn started_as_root_a_session_works_as_its_mapped_account() {
     );
     assert!(std::fs::read(root.join("mine.bin")).unwrap() == pattern(1 << 20, 5));
 }
+
+#[test]
+fn many_files_over_cached_protected_data_channels() {
+    // A tree copied with --dcpriv: files after the first reuse the session's MODE E
+    // connections with their TLS sessions (and runs of small files are pipelined on them).
+    let Some(site) = site() else { return };
+    let proxy = proxy(&site, "Mapped User");
+    let src = site.dir.path().join("tree");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    let mut files = Vec::new();
+    for i in 0..40u32 {
+        let name = if i % 2 == 0 {
+            format!("f{i}.bin")
+        } else {
+            format!("sub/f{i}.bin")
+        };
+        let len = if i % 13 == 0 {
+            3 << 20
+        } else {
+            1000 + i as usize * 777
+        };
+        let data = pattern(len, i);
+        std::fs::write(src.join(&name), &data).unwrap();
+        files.push((name, data));
+    }
+    for level in ["--dcpriv", ""] {
+        let tag = if level.is_empty() { "dcau" } else { "dcpriv" };
+        let dst = format!("gsiftp://localhost:{}/up-{tag}/", site.port);
+        let srcs = format!("{}/", src.display());
+        let mut args = vec!["-r", "--create-dirs", &srcs, &dst];
+        if !level.is_empty() {
+            args.insert(0, level);
+        }
+        ok(
+            &ferry_copy(&site, &proxy, &args),
+            &format!("put tree {level}"),
+        );
+        let back = site.dir.path().join(format!("back-{tag}"));
+        let from = format!("gsiftp://localhost:{}/up-{tag}/", site.port);
+        let backs = format!("{}/", back.display());
+        let mut args = vec!["-r", "--create-dirs", &from, &backs];
+        if !level.is_empty() {
+            args.insert(0, level);
+        }
+        ok(
+            &ferry_copy(&site, &proxy, &args),
+            &format!("get tree {level}"),
+        );
+        for (name, data) in &files {
+            assert!(
+                std::fs::read(site.root().join(format!("up-{tag}")).join(name)).unwrap() == *data,
+                "{level} put {name}"
+            );
+            assert!(
+                std::fs::read(back.join(name)).unwrap() == *data,
+                "{level} get {name}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_server_on_a_user_credential_not_root_is_named_with_its_subject() {
+    // As with Globus: a server run by a user on that user's own credential. Clients name the
+    // server's DN (-s / --subject), and the grid-mapfile maps to the account it runs as.
+    use std::os::unix::fs::PermissionsExt;
+    let Some(site) = site() else { return };
+    if !running_as_root() {
+        eprintln!("skipping: needs root to start the server as nobody");
+        return;
+    }
+    let Some(setpriv) = tool("setpriv") else {
+        eprintln!("skipping: needs setpriv (util-linux)");
+        return;
+    };
+    let home = site.dir.path().join("nobody-home");
+    std::fs::create_dir(&home).unwrap();
+    let user = site.ca().join("users/Mapped User");
+    for f in ["usercert.pem", "userkey.pem"] {
+        std::fs::copy(user.join(f), home.join(f)).unwrap();
+    }
+    let chown = |p: &Path| {
+        assert!(Command::new("chown")
+            .arg("nobody")
+            .arg(p)
+            .status()
+            .unwrap()
+            .success());
+    };
+    chown(&home);
+    chown(&home.join("usercert.pem"));
+    chown(&home.join("userkey.pem"));
+    std::fs::set_permissions(
+        &home.join("userkey.pem"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    std::fs::set_permissions(site.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    for p in [site.ca(), site.cert_dir()] {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let data = pattern(2 << 20, 77);
+    std::fs::write(home.join("f.bin"), &data).unwrap();
+    chown(&home.join("f.bin"));
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = Command::new(setpriv)
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_ferry"))
+        .args([
+            "serve",
+            "--gsi",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--root",
+        ])
+        .arg(&home)
+        .arg("--host-cert")
+        .arg(home.join("usercert.pem"))
+        .arg("--host-key")
+        .arg(home.join("userkey.pem"))
+        .arg("--cert-dir")
+        .arg(site.cert_dir())
+        .arg("--gridmap")
+        .arg(site.ca().join("grid-mapfile"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Ok(Some(status)) = server.try_wait() {
+            let mut err = String::new();
+            use std::io::Read;
+            server
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            panic!("ferry serve as nobody exited {status}: {err}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "ferry serve as nobody did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let proxy = proxy(&site, "Mapped User");
+    let dn = String::from_utf8(
+        Command::new("openssl")
+            .args(["x509", "-noout", "-subject", "-nameopt", "compat", "-in"])
+            .arg(home.join("usercert.pem"))
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .trim_start_matches("subject=")
+    .to_string();
+    let url = format!("gsiftp://localhost:{port}/f.bin");
+    let got = site.dir.path().join("from-user-server.bin");
+    // Without the subject the host name check fails; with it, the copy works.
+    let out = ferry_copy(&site, &proxy, &[&url, got.to_str().unwrap()]);
+    assert!(
+        !out.status.success(),
+        "a user certificate passed as host localhost"
+    );
+    ok(
+        &ferry_copy(
+            &site,
+            &proxy,
+            &["--subject", &dn, "--dcpriv", &url, got.to_str().unwrap()],
+        ),
+        "ferry copy --subject",
+    );
+    assert!(std::fs::read(&got).unwrap() == data);
+    let got2 = site.dir.path().join("guc-from-user-server.bin");
+    let dst = format!("file://{}", got2.display());
+    ok(
+        &guc(&site, &proxy, &["-s", &dn, &url, &dst]),
+        "globus-url-copy -s",
+    );
+    assert!(std::fs::read(&got2).unwrap() == data);
+    let _ = server.kill();
+    let _ = server.wait();
+}
