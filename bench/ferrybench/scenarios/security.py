@@ -11,7 +11,7 @@ from .. import processes
 from ..alternation import Config, alternate
 from ..comparison import summaries
 from ..results import Panel, ScenarioResult, Table
-from ..servers import BenchError, Server, _wait_for_port_line, free_port, wait_listening
+from ..servers import BenchError, Server, free_port, start_ferry, wait_listening
 from ..stats import ratio
 from ..transfer import measure_command
 from ..units import fmt, format_size
@@ -76,19 +76,9 @@ def _setup_pki(ctx, workdir: str) -> dict:
 
 
 def _start_ferry_gsi(ctx, workdir: str, pki: dict) -> Server:
-    cmd = [ctx.options.ferry, "serve", "--gsi", "--listen", "127.0.0.1:0", "--root", "/",
-           "--host-cert", pki["hostcert"], "--host-key", pki["hostkey"], "--cert-dir", pki["certs"],
-           "--gridmap", pki["gridmap"]]
-    out_path = os.path.join(workdir, "ferry-gsi.out")
-    with open(out_path, "wb") as out:
-        proc = processes.spawn(cmd, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        port = _wait_for_port_line(proc, out_path)
-        wait_listening(port, proc, out_path, "ferry serve --gsi")
-    except BaseException:
-        processes.kill_tree(proc)
-        raise
-    return Server("ferry", proc, port, cmd, out_path)
+    return start_ferry(ctx.options.ferry, workdir, out_name="ferry-gsi.out",
+                       logins=("--gsi", "--host-cert", pki["hostcert"], "--host-key", pki["hostkey"],
+                               "--cert-dir", pki["certs"], "--gridmap", pki["gridmap"]))
 
 
 def _start_globus_gsi(workdir: str, pki: dict) -> Server:

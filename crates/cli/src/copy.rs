@@ -4,7 +4,6 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use ferry_client::{CopyOptions, FileRequest, GsiOptions, Location, SyncLevel};
-use ferry_proto::command::Protection;
 use ferry_storage::ChecksumAlgorithm;
 
 use crate::demo::parse_size;
@@ -144,25 +143,14 @@ impl CopyArgs {
             retries: self.retries.unwrap_or(defaults.retries),
             verify,
             sync,
-            gsi: GsiOptions {
-                dcau: !self.no_dcau || self.dcau,
-                prot: if self.dcpriv {
-                    Protection::Private
-                } else if self.dcsafe {
-                    Protection::Safe
-                } else {
-                    Protection::Clear
-                },
-                subject: self.subject.clone(),
-                ..Default::default()
-            },
+            gsi: GsiOptions::from_flags(
+                self.no_dcau && !self.dcau,
+                self.dcsafe,
+                self.dcpriv,
+                self.subject.clone(),
+            )?,
             ..defaults
         };
-        if options.gsi.prot != Protection::Clear && !options.gsi.dcau {
-            return Err(
-                "--dcsafe and --dcpriv need data channel authentication: drop --no-dcau".into(),
-            );
-        }
         let output = if self.json {
             Output::Json
         } else if self.quiet {

@@ -3,7 +3,6 @@
 //! existing scripts keep working with one word changed.
 
 use ferry_client::{CopyOptions, FileRequest, Location, SyncLevel};
-use ferry_proto::command::Protection;
 
 use crate::copy::{algorithm, run_job, CopyJob};
 use crate::demo::parse_size;
@@ -156,9 +155,6 @@ fn resolve(raw: &Raw) -> Result<Vec<CopyJob>, String> {
             raw.unsupported.join(" ")
         ));
     }
-    if raw.nodcau && (raw.dcsafe || raw.dcpriv) {
-        return Err("-dcsafe and -dcpriv need data channel authentication: drop -nodcau".into());
-    }
     if raw.ascii {
         return Err("-ascii is not supported: ferry copies bytes as they are".into());
     }
@@ -198,18 +194,12 @@ fn resolve(raw: &Raw) -> Result<Vec<CopyJob>, String> {
             None
         },
         sync,
-        gsi: ferry_client::GsiOptions {
-            dcau: !raw.nodcau,
-            prot: if raw.dcpriv {
-                Protection::Private
-            } else if raw.dcsafe {
-                Protection::Safe
-            } else {
-                Protection::Clear
-            },
-            subject: raw.subject.clone(),
-            ..Default::default()
-        },
+        gsi: ferry_client::GsiOptions::from_flags(
+            raw.nodcau,
+            raw.dcsafe,
+            raw.dcpriv,
+            raw.subject.clone(),
+        )?,
         ..defaults
     };
     let output = if raw.quiet {
@@ -403,7 +393,10 @@ mod tests {
             resolve(&parse(&args("-dcpriv -ds /O=Grid/CN=b gsiftp://a/x gsiftp://b/y")).unwrap())
                 .unwrap();
         let gsi = &jobs[0].options.gsi;
-        assert_eq!((gsi.dcau, gsi.prot), (true, Protection::Private));
+        assert_eq!(
+            (gsi.dcau, gsi.prot),
+            (true, ferry_proto::command::Protection::Private)
+        );
         assert_eq!(gsi.subjects.len(), 1);
         assert_eq!(gsi.subjects[0].0.host, "b");
         assert!(resolve(&parse(&args("ftp://h/a")).unwrap()).is_err());

@@ -567,51 +567,39 @@ fn third_party_with_delegation_both_ways_between_ferry_and_globus() {
         .into_iter()
         .enumerate()
     {
-        // Driven by ferry: ferry → Globus and Globus → ferry, each server on its delegated proxy.
-        let to_globus = globus.root.join(format!("from-ferry-{n}.bin"));
-        let args = argv(level, ferry_url("src.bin"), globus_url(&to_globus));
-        ok(
-            &ferry_copy(&site, &proxy, &refs(&args)),
-            &format!("ferry copy {level} ferry→globus"),
-        );
-        assert!(
-            std::fs::read(&to_globus).unwrap() == data,
-            "{level} ferry→globus"
-        );
-
-        let name = format!("from-globus-{n}.bin");
-        let args = argv(level, globus_url(&gsrc), ferry_url(&name));
-        ok(
-            &ferry_copy(&site, &proxy, &refs(&args)),
-            &format!("ferry copy {level} globus→ferry"),
-        );
-        assert!(
-            std::fs::read(site.root().join(&name)).unwrap() == data,
-            "{level} globus→ferry"
-        );
-
-        // Driven by globus-url-copy, both ways.
-        let to_globus = globus.root.join(format!("guc-from-ferry-{n}.bin"));
-        let args = argv(guc_level, ferry_url("src.bin"), globus_url(&to_globus));
-        ok(
-            &guc(&site, &proxy, &refs(&args)),
-            &format!("guc {guc_level} ferry→globus"),
-        );
-        assert!(
-            std::fs::read(&to_globus).unwrap() == data,
-            "guc {guc_level} ferry→globus"
-        );
-
-        let name = format!("guc-from-globus-{n}.bin");
-        let args = argv(guc_level, globus_url(&gsrc), ferry_url(&name));
-        ok(
-            &guc(&site, &proxy, &refs(&args)),
-            &format!("guc {guc_level} globus→ferry"),
-        );
-        assert!(
-            std::fs::read(site.root().join(&name)).unwrap() == data,
-            "guc {guc_level} globus→ferry"
-        );
+        // Driven by ferry copy and by globus-url-copy, ferry → Globus and Globus → ferry, each
+        // server on the proxy the client delegated to it.
+        for driver in ["ferry", "guc"] {
+            let to_globus = globus.root.join(format!("{driver}-from-ferry-{n}.bin"));
+            let to_ferry = format!("{driver}-from-globus-{n}.bin");
+            let ways = [
+                (
+                    "ferry→globus",
+                    ferry_url("src.bin"),
+                    globus_url(&to_globus),
+                    to_globus.clone(),
+                ),
+                (
+                    "globus→ferry",
+                    globus_url(&gsrc),
+                    ferry_url(&to_ferry),
+                    site.root().join(&to_ferry),
+                ),
+            ];
+            for (way, src, dst, written) in ways {
+                let out = if driver == "ferry" {
+                    ferry_copy(&site, &proxy, &refs(&argv(level, src, dst)))
+                } else {
+                    guc(&site, &proxy, &refs(&argv(guc_level, src, dst)))
+                };
+                let what = format!("{driver} {level}{guc_level} {way}");
+                ok(&out, &what);
+                assert!(
+                    std::fs::read(&written).unwrap() == data,
+                    "{what}: bytes differ"
+                );
+            }
+        }
     }
 }
 
@@ -987,7 +975,7 @@ fn a_server_on_a_user_credential_not_root_is_named_with_its_subject() {
     chown(&home.join("usercert.pem"));
     chown(&home.join("userkey.pem"));
     std::fs::set_permissions(
-        &home.join("userkey.pem"),
+        home.join("userkey.pem"),
         std::fs::Permissions::from_mode(0o600),
     )
     .unwrap();

@@ -41,6 +41,33 @@ impl Default for GsiOptions {
     }
 }
 
+impl GsiOptions {
+    /// The options a command line asks for: no DCAU, integrity or privacy, and a server
+    /// subject. Protection without authentication is refused (there is no PROT without DCAU).
+    pub fn from_flags(
+        no_dcau: bool,
+        safe: bool,
+        private: bool,
+        subject: Option<String>,
+    ) -> Result<GsiOptions, String> {
+        if no_dcau && (safe || private) {
+            return Err("integrity or privacy (dcsafe, dcpriv) needs data channel authentication: drop the no-dcau option".into());
+        }
+        Ok(GsiOptions {
+            dcau: !no_dcau,
+            prot: if private {
+                Protection::Private
+            } else if safe {
+                Protection::Safe
+            } else {
+                Protection::Clear
+            },
+            subject,
+            ..GsiOptions::default()
+        })
+    }
+}
+
 /// The user's credential and CAs, ready for control and data channels.
 #[derive(Debug)]
 pub(crate) struct Loaded {
