@@ -26,6 +26,10 @@ pub(crate) struct ServeArgs {
     /// Let anonymous users write too.
     #[arg(long)]
     anonymous_write: bool,
+    /// Started as root: the local account anonymous sessions work as (e.g. nobody), so the
+    /// kernel checks that account's permissions. [default: the server's own user]
+    #[arg(long, value_name = "ACCOUNT")]
+    anonymous_user: Option<String>,
     /// Password file of `user:argon2-hash` lines (write entries with `ferry passwd`).
     #[arg(long, value_name = "FILE")]
     password_file: Option<PathBuf>,
@@ -91,6 +95,9 @@ impl ServeArgs {
         }
         c.anonymous |= self.anonymous;
         c.anonymous_write |= self.anonymous_write;
+        if self.anonymous_user.is_some() {
+            c.anonymous_user = self.anonymous_user;
+        }
         if self.password_file.is_some() {
             c.password_file = self.password_file;
         }

@@ -54,6 +54,9 @@ pub struct ServerConfig {
     /// maps it to (uid, gid, groups), as Globus does. `false` serves every session as the
     /// server's own user (a service account that owns all the data).
     pub run_as_user: bool,
+    /// Started as root: the account anonymous sessions work as (Globus' `-anonymous-user`).
+    /// `None` serves them as the server's own user.
+    pub anonymous_user: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -79,6 +82,7 @@ impl Default for ServerConfig {
             cert_dir: None,
             gridmap: None,
             run_as_user: true,
+            anonymous_user: None,
         }
     }
 }

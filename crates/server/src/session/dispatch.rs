@@ -351,37 +351,49 @@ impl Session {
         } else {
             Arc::clone(&self.ctx.storage_rw)
         };
-        // A GSI session on a root server works as its mapped account from here on: every file
-        // operation runs on that account's identity thread (ferry_storage::identity).
-        let storage: Arc<dyn ferry_storage::Storage> = if self.gsi_identity.is_some()
-            && self.ctx.config.run_as_user
-            && ferry_storage::Identity::can_switch()
-        {
-            let switched = tokio::task::spawn_blocking({
-                let (name, storage) = (name.clone(), Arc::clone(&storage));
-                move || {
-                    let id = ferry_storage::Identity::lookup(&name)?;
-                    if id.uid == 0 {
-                        return Ok(storage);
-                    }
-                    let s: Arc<dyn ferry_storage::Storage> =
-                        Arc::new(ferry_storage::AsUser::new(storage, id)?);
-                    Ok::<_, ferry_storage::StorageError>(s)
-                }
-            })
-            .await;
-            match switched {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    tracing::warn!(peer = %self.peer, user = %name, error = %e, "cannot run as the mapped account");
-                    return self
-                        .reply(530, format!("Login incorrect. : cannot run as {name}: {e}"))
-                        .await;
-                }
-                Err(e) => return self.reply(530, format!("Login incorrect. : {e}")).await,
-            }
+        // On a root server a GSI session works as its mapped account from here on, and an
+        // anonymous one as `anonymous-user` when that is set: every file operation runs on
+        // that account's identity thread (ferry_storage::identity).
+        let cfg = &self.ctx.config;
+        let account = if self.gsi_identity.is_some() {
+            cfg.run_as_user.then(|| name.clone())
+        } else if cfg.anonymous && ANONYMOUS_NAMES.contains(&name.as_str()) {
+            cfg.anonymous_user.clone()
         } else {
-            storage
+            None
+        };
+        let storage: Arc<dyn ferry_storage::Storage> = match account
+            .filter(|_| ferry_storage::Identity::can_switch())
+        {
+            Some(account) => {
+                let switched = tokio::task::spawn_blocking({
+                    let (account, storage) = (account.clone(), Arc::clone(&storage));
+                    move || {
+                        let id = ferry_storage::Identity::lookup(&account)?;
+                        if id.uid == 0 {
+                            return Ok(storage);
+                        }
+                        let s: Arc<dyn ferry_storage::Storage> =
+                            Arc::new(ferry_storage::AsUser::new(storage, id)?);
+                        Ok::<_, ferry_storage::StorageError>(s)
+                    }
+                })
+                .await;
+                match switched {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(e)) => {
+                        tracing::warn!(peer = %self.peer, user = %name, account = %account, error = %e, "cannot run as the account");
+                        return self
+                            .reply(
+                                530,
+                                format!("Login incorrect. : cannot run as {account}: {e}"),
+                            )
+                            .await;
+                    }
+                    Err(e) => return self.reply(530, format!("Login incorrect. : {e}")).await,
+                }
+            }
+            None => storage,
         };
         let mut dtp = Dtp::new(Arc::clone(&storage), Arc::clone(&self.ctx.pool), read_only);
         if self.gsi_identity.is_some() {
