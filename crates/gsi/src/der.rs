@@ -209,6 +209,32 @@ fn push_tlv(out: &mut Vec<u8>, tag: u8, body: &[u8]) {
     out.extend_from_slice(body);
 }
 
+/// Runs every DER reader of this module over arbitrary bytes, for the fuzzer: each must return
+/// a value or an error, never panic or read out of bounds.
+#[doc(hidden)]
+pub fn fuzz_readers(bytes: &[u8]) {
+    if let Ok(exts) = extensions(bytes) {
+        for (oid, _, value) in exts {
+            let _ = (oid.len(), basic_constraints_ca(value));
+        }
+    }
+    let _ = find_extension(bytes, OID_PROXY_CERT_INFO);
+    let _ = basic_constraints_ca(bytes);
+    for gt3 in [false, true] {
+        if let Ok(info) = ProxyCertInfo::parse(bytes, gt3) {
+            // What parses re-encodes and parses back to the same value.
+            let again = if gt3 {
+                info.encode_gt3()
+            } else {
+                info.encode()
+            };
+            let back = ProxyCertInfo::parse(&again, gt3).expect("re-encoded ProxyCertInfo parses");
+            assert_eq!(back.path_len, info.path_len);
+            assert_eq!(back.language, info.language);
+        }
+    }
+}
+
 /// The shortest DER INTEGER contents for a non-negative value.
 fn minimal_unsigned(n: u64) -> Vec<u8> {
     let bytes = n.to_be_bytes();

@@ -14,6 +14,8 @@ pub mod context;
 pub mod credential;
 pub mod data;
 mod der;
+#[doc(hidden)]
+pub use der::fuzz_readers as fuzz_der_readers;
 pub mod dn;
 pub mod error;
 pub mod gridmap;

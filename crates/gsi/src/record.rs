@@ -261,6 +261,13 @@ impl RecordLayer {
         Ok(())
     }
 
+    /// Seals one record of any inner type (for the fuzzer: post-handshake messages and alerts
+    /// the peer could send).
+    #[doc(hidden)]
+    pub fn fuzz_seal_raw(&mut self, kind: u8, body: &[u8]) -> Result<()> {
+        self.seal_one(kind, &body[..body.len().min(MAX_PLAIN)])
+    }
+
     /// Ciphertext waiting for the transport.
     pub fn unsent(&self) -> &[u8] {
         &self.output[self.sent..]
