@@ -2,16 +2,14 @@
 //! captured output. The client logs its control-channel dialogue (`ferry_client::control=debug`)
 //! so that a failing test can show what was said to the servers.
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
-use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::process::{Command, ExitStatus};
+use std::time::Duration;
 
-use super::capture::{drain, indent};
+use super::capture::indent;
 use super::files::{compare_bytes, compare_files, compare_trees};
 use super::guc::SHOW_DIALOGUE_ENV;
+use super::process::Running;
 
 /// How long one ferry run may take unless a test says otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(180);
@@ -39,93 +37,35 @@ pub fn spawn_ferry(args: &[&str]) -> FerryProcess {
 
 fn spawn(args: &[&str], input: Option<&[u8]>) -> FerryProcess {
     let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ferry"))
-        .args(&args)
-        .env("RUST_LOG", LOG_FILTER)
-        .stdin(if input.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning the ferry binary");
-    if let (Some(bytes), Some(mut stdin)) = (input, child.stdin.take()) {
-        stdin
-            .write_all(bytes)
-            .expect("writing to ferry's standard input");
-    }
-    let stdout = Arc::new(Mutex::new(Vec::new()));
-    let stderr = Arc::new(Mutex::new(Vec::new()));
-    let readers = vec![
-        drain(
-            child.stdout.take().expect("stdout is piped"),
-            Arc::clone(&stdout),
-        ),
-        drain(
-            child.stderr.take().expect("stderr is piped"),
-            Arc::clone(&stderr),
-        ),
-    ];
-    FerryProcess {
-        child,
-        args,
-        stdout,
-        stderr,
-        readers,
-        started: Instant::now(),
-    }
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferry"));
+    cmd.args(&args).env("RUST_LOG", LOG_FILTER);
+    FerryProcess(Running::spawn(cmd, args, input, "the ferry binary"))
 }
 
 /// A ferry run in progress.
-pub struct FerryProcess {
-    child: Child,
-    args: Vec<String>,
-    stdout: Arc<Mutex<Vec<u8>>>,
-    stderr: Arc<Mutex<Vec<u8>>>,
-    readers: Vec<JoinHandle<()>>,
-    started: Instant,
-}
+pub struct FerryProcess(Running);
 
 impl FerryProcess {
     /// What the process has written to stderr so far (log lines, messages).
     pub fn stderr_so_far(&self) -> String {
-        String::from_utf8_lossy(&self.stderr.lock().expect("output buffer")).into_owned()
+        self.0.stderr_so_far()
     }
 
     /// Whether the process has exited.
     pub fn has_exited(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(Some(_)))
+        self.0.has_exited()
     }
 
     /// Waits for the process to exit, killing it once `timeout` has passed since it started.
-    pub fn wait(mut self, timeout: Duration) -> FerryOutput {
-        let deadline = self.started + timeout;
-        let status = loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => break Some(status),
-                Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
-                _ => {
-                    let _ = self.child.kill();
-                    let _ = self.child.wait();
-                    break None;
-                }
-            }
-        };
-        for reader in self.readers.drain(..) {
-            let _ = reader.join();
-        }
-        let text = |buf: &Mutex<Vec<u8>>| {
-            String::from_utf8_lossy(&buf.lock().expect("output buffer")).into_owned()
-        };
+    pub fn wait(self, timeout: Duration) -> FerryOutput {
+        let f = self.0.finish(timeout);
         let output = FerryOutput {
-            args: self.args.clone(),
-            status,
+            args: f.args,
+            status: f.status,
             timeout,
-            elapsed: self.started.elapsed(),
-            stdout: text(&self.stdout),
-            stderr: text(&self.stderr),
+            elapsed: f.elapsed,
+            stdout: f.stdout,
+            stderr: f.stderr,
         };
         if std::env::var_os(SHOW_DIALOGUE_ENV).is_some() {
             eprintln!(
@@ -137,16 +77,6 @@ impl FerryProcess {
             );
         }
         output
-    }
-}
-
-impl Drop for FerryProcess {
-    fn drop(&mut self) {
-        // A test that panics before waiting must not leave the client running.
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
     }
 }
 

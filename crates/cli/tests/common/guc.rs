@@ -2,14 +2,13 @@
 //! test can show the control-channel dialogue it had with the server.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
-use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::process::{Command, ExitStatus};
+use std::time::Duration;
 
-use super::capture::{drain, indent};
+use super::capture::indent;
 use super::files::{compare_bytes, compare_files, compare_trees};
 use super::find_executable;
+use super::process::Running;
 
 /// Set (with `--nocapture`) to print every run's control channel dialogue, passing or not.
 pub const SHOW_DIALOGUE_ENV: &str = "FERRY_INTEROP_DIALOGUE";
@@ -31,84 +30,35 @@ pub fn run_guc(args: &[&str]) -> GucOutput {
 pub fn spawn_guc(args: &[&str]) -> GucProcess {
     let program = globus_url_copy_path().expect("globus-url-copy not installed");
     let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-    let mut child = Command::new(program)
-        .arg("-dbg")
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning globus-url-copy");
-    let stdout = Arc::new(Mutex::new(Vec::new()));
-    let stderr = Arc::new(Mutex::new(Vec::new()));
-    let readers = vec![
-        drain(
-            child.stdout.take().expect("stdout is piped"),
-            Arc::clone(&stdout),
-        ),
-        drain(
-            child.stderr.take().expect("stderr is piped"),
-            Arc::clone(&stderr),
-        ),
-    ];
-    GucProcess {
-        child,
-        args,
-        stdout,
-        stderr,
-        readers,
-        started: Instant::now(),
-    }
+    let mut cmd = Command::new(program);
+    cmd.arg("-dbg").args(&args);
+    GucProcess(Running::spawn(cmd, args, None, "globus-url-copy"))
 }
 
 /// A globus-url-copy run in progress.
-pub struct GucProcess {
-    child: Child,
-    args: Vec<String>,
-    stdout: Arc<Mutex<Vec<u8>>>,
-    stderr: Arc<Mutex<Vec<u8>>>,
-    readers: Vec<JoinHandle<()>>,
-    started: Instant,
-}
+pub struct GucProcess(Running);
 
 impl GucProcess {
     /// The `-dbg` output (stderr) produced so far.
     pub fn stderr_so_far(&self) -> String {
-        String::from_utf8_lossy(&self.stderr.lock().expect("output buffer")).into_owned()
+        self.0.stderr_so_far()
     }
 
     /// Whether the process has exited.
     pub fn has_exited(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(Some(_)))
+        self.0.has_exited()
     }
 
     /// Waits for the process to exit, killing it after `timeout`.
-    pub fn wait(mut self, timeout: Duration) -> GucOutput {
-        let deadline = self.started + timeout;
-        let status = loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => break Some(status),
-                Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
-                _ => {
-                    let _ = self.child.kill();
-                    let _ = self.child.wait();
-                    break None;
-                }
-            }
-        };
-        for reader in self.readers.drain(..) {
-            let _ = reader.join();
-        }
-        let text = |buf: &Mutex<Vec<u8>>| {
-            String::from_utf8_lossy(&buf.lock().expect("output buffer")).into_owned()
-        };
+    pub fn wait(self, timeout: Duration) -> GucOutput {
+        let f = self.0.finish(timeout);
         let output = GucOutput {
-            args: self.args.clone(),
-            status,
+            args: f.args,
+            status: f.status,
             timeout,
-            elapsed: self.started.elapsed(),
-            stdout: text(&self.stdout),
-            stderr: text(&self.stderr),
+            elapsed: f.elapsed,
+            stdout: f.stdout,
+            stderr: f.stderr,
         };
         if std::env::var_os(SHOW_DIALOGUE_ENV).is_some() {
             eprintln!(
@@ -120,16 +70,6 @@ impl GucProcess {
             );
         }
         output
-    }
-}
-
-impl Drop for GucProcess {
-    fn drop(&mut self) {
-        // A test that panics before waiting must not leave the client running.
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
     }
 }
 

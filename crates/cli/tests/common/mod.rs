@@ -12,6 +12,7 @@ pub mod capture;
 pub mod ferry;
 pub mod files;
 pub mod guc;
+pub mod process;
 pub mod sandbox;
 pub mod server;
 
