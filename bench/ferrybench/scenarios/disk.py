@@ -1,14 +1,10 @@
 """Disk to disk: a real file on the server's disk fetched to a file on the same disk."""
 
-import contextlib
-import os
-
-from .. import disk_files
-from ..alternation import Config, alternate
+from ..alternation import Config
+from ..disk_runs import measure_disk_gets
 from ..comparison import cpu_table, summaries, throughput_panel, throughput_table
 from ..results import ScenarioResult
-from ..servers import BenchError, start_each
-from ..transfer import guc_command, measure_get
+from ..transfer import guc_command
 from ..units import format_size
 from .registry import scenario
 
@@ -27,39 +23,9 @@ def run(ctx) -> ScenarioResult:
     o = ctx.options
     result = ScenarioResult("disk", f"Disk to disk, {format_size(o.disk_size)} file", METHOD)
     cfgs = [Config(f"E{n}", n) for n in o.streams]
-    source = disk_files.ensure_source(o.dir, o.disk_size, ctx.log)
-    out_dir = ctx.scratch("disk-out")
-    compared: set[str] = set()
-    cache_state = {"dropped": 0, "warm": 0}
-
-    def measure_one(server, config, _run):
-        dst = os.path.join(out_dir, f"dst-{server.kind}.bin")
-        disk_files.remove(dst)
-        cache_state["dropped" if disk_files.drop_caches() else "warm"] += 1
-        cmd = guc_command(server.url(source), f"file://{dst}", config.streams)
-        try:
-            sample = measure_get(ctx, result, server, cmd, o.disk_size, config.label, config.streams)
-            size = os.path.getsize(dst) if os.path.exists(dst) else -1
-            if size != o.disk_size:
-                raise BenchError(f"{server.kind} {config.label}: destination has {size} bytes, expected {o.disk_size}")
-            if server.kind not in compared:
-                if not disk_files.same_content(source, dst):
-                    raise BenchError(f"{server.kind} {config.label}: destination differs from the source (cmp)")
-                compared.add(server.kind)
-                result.notes.append(f"{server.kind}: {config.label} destination identical to the source (cmp).")
-            return sample
-        finally:
-            disk_files.remove(dst)
-
-    with contextlib.ExitStack() as stack:
-        servers = start_each(stack, ctx, result)
-        samples = alternate(ctx, result, servers, cfgs, o.runs, measure_one)
-
-    if cache_state["dropped"] and not cache_state["warm"]:
-        result.notes.insert(0, "Page cache dropped before every run (root): each run read the source from disk.")
-    else:
-        result.notes.insert(0, f"Page cache NOT dropped ({cache_state['warm']} runs; not root?): caches were warm, "
-                               "so this measured reading from memory, not disk.")
+    samples = measure_disk_gets(ctx, result, cfgs, "disk-out",
+                                lambda server, config, source, dst: guc_command(server.url(source), f"file://{dst}", config.streams),
+                                lambda s: s.kind)
     kinds = o.servers
     for group in samples.values():
         result.raw += [s.as_dict() for s in group]
