@@ -56,82 +56,30 @@ impl Session {
         let refuse_write = || Reply::new(550, "Permission denied: this login is read-only.");
         let storage_err = |e: StorageError| Reply::new(e.reply_code(), e.to_string());
         let mut announce = None;
-        let (verb, direction, source, path, section, truncate, create_new) = match cmd {
-            Command::Retr(p) => (
-                "RETR",
-                Direction::Send,
-                TransferSource::File,
-                p,
-                Section {
-                    file_offset: 0,
-                    length: None,
-                },
-                false,
-                false,
-            ),
+        let whole = Section {
+            file_offset: 0,
+            length: None,
+        };
+        let what = match cmd {
+            Command::Retr(p) => What::send("RETR", p, whole),
             Command::Eret(Eret::Partial {
                 offset,
                 length,
                 path,
-            }) => (
+            }) => What::send(
                 "ERET",
-                Direction::Send,
-                TransferSource::File,
                 path,
                 self.retrieve_section("P", &format!("{offset} {length}"))?,
-                false,
-                false,
             ),
-            Command::Eret(Eret::Module { name, params, path }) => (
-                "ERET",
-                Direction::Send,
-                TransferSource::File,
-                path,
-                self.retrieve_section(&name, &params)?,
-                false,
-                false,
-            ),
-            Command::Stor(p) => (
-                "STOR",
-                Direction::Receive,
-                TransferSource::File,
-                p,
-                Section {
-                    file_offset: 0,
-                    length: None,
-                },
-                true,
-                false,
-            ),
+            Command::Eret(Eret::Module { name, params, path }) => {
+                What::send("ERET", path, self.retrieve_section(&name, &params)?)
+            }
+            Command::Stor(p) => What::receive("STOR", p, 0).truncating(),
             Command::Esto(Esto::Adjusted { offset, path }) => {
-                let base = self.store_base("A", &offset.to_string())?;
-                (
-                    "ESTO",
-                    Direction::Receive,
-                    TransferSource::File,
-                    path,
-                    Section {
-                        file_offset: base,
-                        length: None,
-                    },
-                    false,
-                    false,
-                )
+                What::receive("ESTO", path, self.store_base("A", &offset.to_string())?)
             }
             Command::Esto(Esto::Module { name, params, path }) => {
-                let base = self.store_base(&name, &params)?;
-                (
-                    "ESTO",
-                    Direction::Receive,
-                    TransferSource::File,
-                    path,
-                    Section {
-                        file_offset: base,
-                        length: None,
-                    },
-                    false,
-                    false,
-                )
+                What::receive("ESTO", path, self.store_base(&name, &params)?)
             }
             Command::Appe(p) => {
                 let vp = self.resolve(&p).map_err(storage_err)?;
@@ -140,35 +88,16 @@ impl Session {
                     Err(StorageError::NotFound(_)) => 0,
                     Err(e) => return Err(storage_err(e)),
                 };
-                (
-                    "APPE",
-                    Direction::Receive,
-                    TransferSource::File,
-                    p,
-                    Section {
-                        file_offset: size,
-                        length: None,
-                    },
-                    false,
-                    false,
-                )
+                What::receive("APPE", p, size)
             }
             Command::Stou(p) => {
                 let base = p.unwrap_or_else(|| "ferry".into());
                 let name = format!("{base}.{:016x}", rand::random::<u64>());
                 announce = Some(format!("FILE: {name}"));
-                (
-                    "STOU",
-                    Direction::Receive,
-                    TransferSource::File,
-                    name,
-                    Section {
-                        file_offset: 0,
-                        length: None,
-                    },
-                    true,
-                    true,
-                )
+                What {
+                    create_new: true,
+                    ..What::receive("STOU", name, 0).truncating()
+                }
             }
             Command::List(p) => self.listing("LIST", ListKind::List, p),
             Command::Nlst(p) => self.listing("NLST", ListKind::Nlst, p),
@@ -180,6 +109,15 @@ impl Session {
                 ))
             }
         };
+        let What {
+            verb,
+            direction,
+            source,
+            path,
+            section,
+            truncate,
+            create_new,
+        } = what;
         if direction == Direction::Receive && read_only {
             return Err(refuse_write());
         }
@@ -237,34 +175,21 @@ impl Session {
         })
     }
 
-    fn listing(
-        &self,
-        verb: &'static str,
-        kind: ListKind,
-        p: Option<String>,
-    ) -> (
-        &'static str,
-        Direction,
-        TransferSource,
-        String,
-        Section,
-        bool,
-        bool,
-    ) {
-        let facts = self.mlst_facts.clone();
-        let path = p.unwrap_or_else(|| ".".into());
-        (
-            verb,
-            Direction::Send,
-            TransferSource::Listing { kind, facts },
-            path,
-            Section {
-                file_offset: 0,
-                length: None,
+    fn listing(&self, verb: &'static str, kind: ListKind, p: Option<String>) -> What {
+        What {
+            source: TransferSource::Listing {
+                kind,
+                facts: self.mlst_facts.clone(),
             },
-            false,
-            false,
-        )
+            ..What::send(
+                verb,
+                p.unwrap_or_else(|| ".".into()),
+                Section {
+                    file_offset: 0,
+                    length: None,
+                },
+            )
+        }
     }
 
     fn retrieve_section(&self, module: &str, params: &str) -> Result<Section, Reply> {
@@ -447,5 +372,55 @@ fn module_reply(e: ferry_storage::modules::ModuleError) -> Reply {
     match e {
         ferry_storage::modules::ModuleError::Unknown(_) => Reply::new(504, e.to_string()),
         _ => Reply::new(501, e.to_string()),
+    }
+}
+
+/// What a transfer command asks for, before it becomes a transfer description.
+struct What {
+    verb: &'static str,
+    direction: Direction,
+    source: TransferSource,
+    path: String,
+    section: Section,
+    /// Receiving: truncate the file first (STOR, STOU).
+    truncate: bool,
+    /// Receiving: fail if the file exists (STOU).
+    create_new: bool,
+}
+
+impl What {
+    /// Sends a file's `section`.
+    fn send(verb: &'static str, path: String, section: Section) -> What {
+        What {
+            verb,
+            direction: Direction::Send,
+            source: TransferSource::File,
+            path,
+            section,
+            truncate: false,
+            create_new: false,
+        }
+    }
+
+    /// Receives into a file, wire offset 0 at `file_offset`.
+    fn receive(verb: &'static str, path: String, file_offset: u64) -> What {
+        What {
+            direction: Direction::Receive,
+            ..What::send(
+                verb,
+                path,
+                Section {
+                    file_offset,
+                    length: None,
+                },
+            )
+        }
+    }
+
+    fn truncating(self) -> What {
+        What {
+            truncate: true,
+            ..self
+        }
     }
 }
