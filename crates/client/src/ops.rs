@@ -111,6 +111,7 @@ impl RemoteSession {
             stack: StackSpec::default(),
             markers: MarkerIntervals::default(),
             stripe: StripeInfo::default(),
+            layout: Default::default(),
             security: self.channel_security.clone(),
             idle_timeout_ms: 600_000,
         };

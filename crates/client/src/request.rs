@@ -119,6 +119,7 @@ impl FileRequest {
                 perf_ms: Some(250),
             },
             stripe: StripeInfo::default(),
+            layout: Default::default(),
             security: ChannelSecurity::default(),
             idle_timeout_ms: self.idle_timeout_s.saturating_mul(1000),
         })

@@ -105,6 +105,33 @@ impl Default for ChannelSecurity {
     }
 }
 
+/// How a send to several receiving stripes (SPOR) spreads the bytes over them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LayoutSpec {
+    /// `StripeLayout=Blocked;BlockSize=N;` (Globus' default: 1 MiB blocks).
+    Blocked(u64),
+    /// `StripeLayout=Partitioned;`: one contiguous part per stripe.
+    Partitioned,
+}
+
+impl Default for LayoutSpec {
+    fn default() -> Self {
+        LayoutSpec::Blocked(ferry_proto::stripe::DEFAULT_STRIPE_BLOCK)
+    }
+}
+
+impl LayoutSpec {
+    /// The layout for `total` bytes over `stripes` stripes.
+    pub fn resolve(self, total: u64, stripes: u32) -> ferry_proto::stripe::Layout {
+        match self {
+            LayoutSpec::Blocked(block) => ferry_proto::stripe::Layout::Blocked {
+                block: block.max(1),
+            },
+            LayoutSpec::Partitioned => ferry_proto::stripe::Layout::partitioned(total, stripes),
+        }
+    }
+}
+
 /// Everything one transfer needs, as a plain value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TransferDescription {
@@ -146,6 +173,8 @@ pub struct TransferDescription {
     pub markers: MarkerIntervals,
     /// Stripe position.
     pub stripe: StripeInfo,
+    /// Sending to several receiving stripes: which bytes go to which.
+    pub layout: LayoutSpec,
     /// Abort when no data moves for this long (milliseconds).
     pub idle_timeout_ms: u64,
 }

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use crate::channel::DataChannel;
 use crate::pool::{auto_block_size, BufferPool};
 use crate::receive::{receive_mode_e, receive_stream, RecvJob};
-use crate::send::{send_mode_e, send_stream, BlockClaimer, SendJob};
+use crate::send::{send_mode_e, send_stream, BlockClaimer, Counters, SendJob};
 use crate::source::Source;
 use crate::{
     listing, ChannelSecurity, ChannelSetup, Direction, DtpError, DtpEvent, TransferDescription,
@@ -206,31 +206,82 @@ impl Dtp {
             (TransferMode::Extended, None) => auto_block_size(conns.len(), total),
             (TransferMode::Stream, _) => self.pool.buffer_size() as u64,
         };
-        let counters: Arc<Vec<AtomicU64>> =
-            Arc::new((0..conns.len()).map(|_| AtomicU64::new(0)).collect());
         let bounded = desc.section.length.is_some() || source.known_len().is_some();
-        let job = SendJob {
-            bounded,
-            source,
-            claimer: Arc::new(BlockClaimer::with_streams(&ranges, block, conns.len())),
-            file_offset: desc.section.file_offset,
-            pool: Arc::clone(&self.pool),
-            counters: Arc::clone(&counters),
-            idle,
+        // Several receiving stripes (SPOR with more than one address): each stripe gets only the
+        // bytes the layout gives it, over its own connections, with its own EOF.
+        let stripes = match (&desc.channel, desc.mode) {
+            (ChannelSetup::Active(addrs), TransferMode::Extended) if addrs.len() > 1 => addrs.len(),
+            _ => 1,
         };
-        let total_bytes = {
-            let c = Arc::clone(&counters);
-            move || c.iter().map(|a| a.load(Ordering::Relaxed)).sum::<u64>()
+        let layout = desc.layout.resolve(total, stripes as u32);
+        // Connection i goes to address i mod stripes (see send_connections).
+        let mut groups: Vec<Vec<DataConn>> = (0..stripes).map(|_| Vec::new()).collect();
+        for (i, c) in conns.into_iter().enumerate() {
+            groups[i % stripes].push(c);
+        }
+        let mut jobs = Vec::with_capacity(stripes);
+        for (r, group) in groups.iter().enumerate() {
+            let owned = if stripes == 1 {
+                ranges.clone()
+            } else {
+                layout.owned(&ranges, r as u32, stripes as u32)
+            };
+            jobs.push(SendJob {
+                bounded,
+                source: source.clone(),
+                claimer: Arc::new(BlockClaimer::with_streams(&owned, block, group.len())),
+                file_offset: desc.section.file_offset,
+                pool: Arc::clone(&self.pool),
+                counters: Arc::new((0..group.len()).map(|_| AtomicU64::new(0)).collect()),
+                idle,
+            });
+        }
+        let all_counters: Vec<Counters> = jobs.iter().map(|j| Arc::clone(&j.counters)).collect();
+        let total_bytes = move || {
+            all_counters
+                .iter()
+                .flat_map(|c| c.iter())
+                .map(|a| a.load(Ordering::Relaxed))
+                .sum::<u64>()
         };
         self.moved = Moved(Arc::new(total_bytes.clone()));
         match desc.mode {
             TransferMode::Extended => {
-                let fut = send_mode_e(conns, job);
+                let sizes: Vec<usize> = groups.iter().map(Vec::len).collect();
+                let fut = async move {
+                    let sends = groups
+                        .into_iter()
+                        .zip(jobs)
+                        .map(|(group, job)| send_mode_e(group, job));
+                    let done = futures_join_all(sends).await?;
+                    if done.iter().zip(&sizes).any(|(d, &n)| d.len() != n) {
+                        // A stripe closed a connection: the order that maps connections to
+                        // addresses is lost, so none is kept for the next transfer.
+                        return Ok(Vec::new());
+                    }
+                    // Back in connection order, so a reuse maps them to the same addresses.
+                    let mut out = Vec::new();
+                    let mut iters: Vec<_> = done.into_iter().map(Vec::into_iter).collect();
+                    'rows: loop {
+                        for it in iters.iter_mut() {
+                            match it.next() {
+                                Some(c) => out.push(c),
+                                None => break 'rows,
+                            }
+                        }
+                    }
+                    Ok(out)
+                };
                 let conns = with_markers(fut, desc, events, &total_bytes, &RangeSet::new).await?;
                 self.channel.put_back(Direction::Send, &desc.channel, conns);
             }
             TransferMode::Stream => {
-                let conn = conns.into_iter().next().ok_or(DtpError::NoDataChannel)?;
+                let conn = groups
+                    .into_iter()
+                    .flatten()
+                    .next()
+                    .ok_or(DtpError::NoDataChannel)?;
+                let job = jobs.into_iter().next().ok_or(DtpError::NoDataChannel)?;
                 let fut = send_stream(conn, job, desc.ascii);
                 with_markers(fut, desc, events, &total_bytes, &RangeSet::new).await?;
             }
@@ -378,6 +429,35 @@ fn stream_restart_offset(restart: &RangeSet) -> u64 {
         Some((0, end)) => end,
         _ => 0,
     }
+}
+
+/// Runs the futures concurrently on this task and returns their results in order, or the
+/// first error.
+async fn futures_join_all<T>(
+    futs: impl Iterator<Item = impl std::future::Future<Output = Result<T, DtpError>>>,
+) -> Result<Vec<T>, DtpError> {
+    let mut pinned: Vec<_> = futs.map(Box::pin).collect();
+    let mut out: Vec<Option<T>> = (0..pinned.len()).map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in pinned.iter_mut().enumerate() {
+            if out[i].is_some() {
+                continue;
+            }
+            match f.as_mut().poll(cx) {
+                std::task::Poll::Ready(Ok(v)) => out[i] = Some(v),
+                std::task::Poll::Ready(Err(e)) => return std::task::Poll::Ready(Err(e)),
+                std::task::Poll::Pending => pending = true,
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(Ok(()))
+        }
+    })
+    .await?;
+    Ok(out.into_iter().flatten().collect())
 }
 
 /// Runs the GSI handshake and peer check on a new data connection when DCAU asks for one

@@ -22,8 +22,8 @@ mod zerocopy;
 
 pub use channel::DataChannel;
 pub use description::{
-    ChannelSecurity, ChannelSetup, Direction, ListKind, MarkerIntervals, Section, StripeInfo,
-    TransferDescription, TransferSource,
+    ChannelSecurity, ChannelSetup, Direction, LayoutSpec, ListKind, MarkerIntervals, Section,
+    StripeInfo, TransferDescription, TransferSource,
 };
 pub use dtp::Dtp;
 pub use error::DtpError;

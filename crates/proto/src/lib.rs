@@ -15,6 +15,7 @@ pub mod opts;
 pub mod ranges;
 pub mod reply;
 pub mod site;
+pub mod stripe;
 
 pub use command::{Command, CommandError};
 pub use hostport::HostPort;

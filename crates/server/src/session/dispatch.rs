@@ -418,6 +418,23 @@ impl Session {
                 if let Some(m) = r.markers {
                     self.retr_markers_s = Some(m);
                 }
+                match (r.layout, r.block_size) {
+                    (Some(ferry_proto::opts::StripeLayout::Partitioned), _) => {
+                        self.layout = ferry_dtp::LayoutSpec::Partitioned;
+                    }
+                    (Some(ferry_proto::opts::StripeLayout::Blocked), size) => {
+                        self.layout = ferry_dtp::LayoutSpec::Blocked(
+                            size.unwrap_or(ferry_proto::stripe::DEFAULT_STRIPE_BLOCK)
+                                .max(1),
+                        );
+                    }
+                    (None, Some(size)) => {
+                        if let ferry_dtp::LayoutSpec::Blocked(_) = self.layout {
+                            self.layout = ferry_dtp::LayoutSpec::Blocked(size.max(1));
+                        }
+                    }
+                    (None, None) => {}
+                }
                 self.reply(200, "OPTS Command Successful.").await
             }
             Opts::Cksm { .. } => self.reply(200, "OPTS Command Successful.").await,

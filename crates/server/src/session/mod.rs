@@ -155,6 +155,8 @@ pub(crate) struct Session {
     pub(crate) restart_interval_s: u32,
     pub(crate) perf_interval_s: u32,
     pub(crate) retr_markers_s: Option<u32>,
+    /// Stripe layout for sends to several receiving stripes (`OPTS RETR StripeLayout=`).
+    pub(crate) layout: ferry_dtp::LayoutSpec,
     pub(crate) dcau: Dcau,
     pub(crate) prot: Protection,
     pub(crate) allo: Option<u64>,
@@ -207,6 +209,7 @@ pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, ctx: Arc<ServerCont
         restart_interval_s: 5,
         perf_interval_s: 5,
         retr_markers_s: None,
+        layout: ferry_dtp::LayoutSpec::default(),
         dcau: Dcau::None,
         prot: Protection::Clear,
         allo: None,

@@ -166,6 +166,7 @@ impl Session {
             },
             markers,
             stripe: StripeInfo::default(),
+            layout: self.layout,
             idle_timeout_ms: self.ctx.config.data_idle_timeout.saturating_mul(1000),
         };
         Ok(Planned {

@@ -1,0 +1,233 @@
+//! Striping with the real Globus tools: a striped globus-gridftp-server (a frontend with three
+//! data nodes on 127.0.0.2-4, as the Globus docs set it up) and a single-node ferry server,
+//! third party both ways with globus-url-copy `-stripe`, blocked (1 MiB, 4 MiB) and partitioned.
+//! ferry, sending to three receiving stripes (SPOR), must give each stripe exactly the bytes the
+//! layout assigns it, with its own EOF: the Globus data nodes' range markers show which bytes
+//! each stripe received, and the file is compared byte for byte.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ferry_proto::stripe::Layout;
+use ferry_proto::RangeSet;
+
+fn tool(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+struct Procs(Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn free_port(ip: &str) -> u16 {
+    TcpListener::bind((ip, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_listening(ip: &str, port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect((ip, port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not listen on {ip}:{port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn is_root() -> bool {
+    let out = Command::new("id").arg("-u").output().unwrap().stdout;
+    String::from_utf8_lossy(&out).trim() == "0"
+}
+
+/// A Globus frontend on 127.0.0.1 with data nodes on 127.0.0.2-4; returns it and its port.
+fn globus_striped(dir: &Path) -> (Procs, u16) {
+    let server = tool("globus-gridftp-server").unwrap();
+    let conf = dir.join("empty.conf");
+    std::fs::write(&conf, "").unwrap();
+    let anon: Vec<&str> = if is_root() {
+        vec!["-anonymous-user", "nobody"]
+    } else {
+        vec![]
+    };
+    let mut procs = Procs(Vec::new());
+    let mut nodes = Vec::new();
+    for i in 2..=4 {
+        let ip = format!("127.0.0.{i}");
+        let port = free_port(&ip);
+        procs.0.push(
+            Command::new(&server)
+                .arg("-c")
+                .arg(&conf)
+                .arg("-aa")
+                .args(&anon)
+                .args(["-dn", "-hostname", &ip, "-p", &port.to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        wait_listening(&ip, port, "a Globus data node");
+        nodes.push(format!("{ip}:{port}"));
+    }
+    let port = free_port("127.0.0.1");
+    procs.0.push(
+        Command::new(&server)
+            .arg("-c")
+            .arg(&conf)
+            .arg("-aa")
+            .args(&anon)
+            .args([
+                "-hostname",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-r",
+                &nodes.join(","),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_listening("127.0.0.1", port, "the Globus frontend");
+    (procs, port)
+}
+
+fn ferry_server(root: &Path) -> (Procs, u16) {
+    let port = free_port("127.0.0.1");
+    let child = Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--root"])
+        .arg(root)
+        .args(["--anonymous", "--anonymous-write"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let procs = Procs(vec![child]);
+    wait_listening("127.0.0.1", port, "ferry serve");
+    (procs, port)
+}
+
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n as u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 9) as u8)
+        .collect()
+}
+
+#[test]
+fn third_party_striped_between_ferry_and_a_striped_globus_server() {
+    let Some(guc) = tool("globus-url-copy") else {
+        eprintln!("skipping: needs globus-url-copy and globus-gridftp-server");
+        return;
+    };
+    if tool("globus-gridftp-server").is_none() {
+        eprintln!("skipping: needs globus-gridftp-server");
+        return;
+    }
+    if TcpListener::bind("127.0.0.2:0").is_err() {
+        eprintln!("skipping: 127.0.0.2 is not a local address here");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let len = 23 * (1 << 20) + 12_345;
+    let bytes = pattern(len);
+    std::fs::write(data.join("src.bin"), &bytes).unwrap();
+    std::fs::set_permissions(data.join("src.bin"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (_globus, gport) = globus_striped(dir.path());
+    let (_ferry, fport) = ferry_server(&data);
+
+    for (sbs, layout) in [
+        ("1048576", Layout::Blocked { block: 1 << 20 }),
+        ("4194304", Layout::Blocked { block: 4 << 20 }),
+        ("0", Layout::partitioned(len as u64, 3)),
+    ] {
+        // ferry (one node) → Globus (three stripes): ferry gets SPOR with three addresses.
+        let dst = data.join(format!("to-globus-{sbs}.bin"));
+        // A stripe that never gets its EOF hangs the receiver: fail after two minutes instead.
+        let out = Command::new("timeout")
+            .arg("120")
+            .arg(&guc)
+            .args(["-dbg", "-stripe", "-sbs", sbs])
+            .arg(format!("ftp://127.0.0.1:{fport}/src.bin"))
+            .arg(format!("ftp://127.0.0.1:{gport}{}", dst.display()))
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "ferry → striped Globus, -sbs {sbs}: {log}"
+        );
+        assert!(
+            std::fs::read(&dst).unwrap() == bytes,
+            "-sbs {sbs}: bytes differ"
+        );
+        // Each receiving stripe's range markers hold only bytes the layout gives one stripe.
+        // (The Globus frontend passes on the markers its stripes have sent by the time the
+        // transfer ends, so a short transfer may show only some of them.)
+        let mut markers = 0;
+        for line in log.lines() {
+            let Some(ranges) = line.trim().strip_prefix("111 Range Marker ") else {
+                continue;
+            };
+            let set = RangeSet::parse(ranges.trim()).unwrap();
+            let first = set.iter().next().unwrap().0;
+            let stripe = layout.stripe_of(first, 3);
+            for (a, b) in set.iter() {
+                assert_eq!(layout.stripe_of(a, 3), stripe, "-sbs {sbs}: {line}");
+                assert_eq!(layout.stripe_of(b - 1, 3), stripe, "-sbs {sbs}: {line}");
+            }
+            markers += 1;
+        }
+        assert!(markers >= 1, "-sbs {sbs}: no range marker: {log}");
+
+        // Globus (three stripes) → ferry (one node).
+        let name = format!("from-globus-{sbs}.bin");
+        let out = Command::new("timeout")
+            .arg("120")
+            .arg(&guc)
+            .args(["-stripe", "-sbs", sbs])
+            .arg(format!(
+                "ftp://127.0.0.1:{gport}{}",
+                data.join("src.bin").display()
+            ))
+            .arg(format!("ftp://127.0.0.1:{fport}/{name}"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "striped Globus → ferry, -sbs {sbs}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            std::fs::read(data.join(&name)).unwrap() == bytes,
+            "-sbs {sbs}: bytes differ"
+        );
+    }
+}
