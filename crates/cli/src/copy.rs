@@ -53,6 +53,14 @@ pub(crate) struct CopyArgs {
     /// Skip files already at the destination: --sync (same size), --sync=exists, --sync=size or --sync=checksum.
     #[arg(long, value_name = "LEVEL", num_args = 0..=1, require_equals = true, default_missing_value = "size")]
     sync: Option<String>,
+    /// Third party: stripe over every data address the destination offers (SPAS/SPOR), as
+    /// globus-url-copy -stripe does; for striped servers (frontend with data nodes).
+    #[arg(long)]
+    stripe: bool,
+    /// With --stripe: the block size of the blocked layout, or 0 for the partitioned layout.
+    /// [default: 1M]
+    #[arg(long = "stripe-block-size", value_name = "SIZE", value_parser = parse_size, requires = "stripe")]
+    stripe_block_size: Option<u64>,
     /// gsiftp://: authenticate data connections (DCAU A; the default).
     #[arg(long, overrides_with = "no_dcau")]
     dcau: bool,
@@ -92,6 +100,15 @@ pub(crate) struct CopyJob {
 fn bytes_u32(v: Option<u64>, what: &str) -> Result<Option<u32>, String> {
     v.map(|n| u32::try_from(n).map_err(|_| format!("{what} must be below 4 GiB")))
         .transpose()
+}
+
+/// `--stripe` / `-stripe` with the block size (`--stripe-block-size` / `-sbs`; 0 = partitioned).
+pub(crate) fn stripe_layout(stripe: bool, block: Option<u64>) -> Option<ferry_dtp::LayoutSpec> {
+    stripe.then(|| match block {
+        Some(0) => ferry_dtp::LayoutSpec::Partitioned,
+        Some(n) => ferry_dtp::LayoutSpec::Blocked(n),
+        None => ferry_dtp::LayoutSpec::default(),
+    })
 }
 
 pub(crate) fn algorithm(name: Option<&str>) -> Result<ChecksumAlgorithm, String> {
@@ -136,6 +153,7 @@ impl CopyArgs {
                 tcp_buffer: bytes_u32(self.tcp_bs, "--tcp-bs")?,
                 offset: self.offset.unwrap_or(0),
                 length: self.length,
+                stripe: stripe_layout(self.stripe, self.stripe_block_size),
                 ..defaults.request.clone()
             },
             create_dirs: self.create_dirs,

@@ -34,6 +34,8 @@ struct Raw {
     list: Option<String>,
     continue_on_error: bool,
     ascii: bool,
+    stripe: bool,
+    stripe_block_size: Option<String>,
     nodcau: bool,
     dcsafe: bool,
     dcpriv: bool,
@@ -111,6 +113,8 @@ fn parse(args: &[String]) -> Result<Raw, String> {
             f if ACCEPTED_WITH_VALUE.contains(&f) => {
                 value(f)?;
             }
+            "-stripe" => raw.stripe = true,
+            "-sbs" | "-striped-block-size" => raw.stripe_block_size = Some(value(a)?),
             "-nodcau" | "-no-data-channel-authentication" => raw.nodcau = true,
             "-dcsafe" | "-data-channel-safe" => raw.dcsafe = true,
             "-dcpriv" | "-data-channel-private" => raw.dcpriv = true,
@@ -178,6 +182,7 @@ fn resolve(raw: &Raw) -> Result<Vec<CopyJob>, String> {
                 .or(defaults.request.block_size),
             offset: size(&raw.offset, "-off")?.unwrap_or(0),
             length: size(&raw.length, "-len")?,
+            stripe: crate::copy::stripe_layout(raw.stripe, size(&raw.stripe_block_size, "-sbs")?),
             ..defaults.request.clone()
         },
         create_dirs: raw.create_dest,

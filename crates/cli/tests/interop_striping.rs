@@ -231,3 +231,98 @@ fn third_party_striped_between_ferry_and_a_striped_globus_server() {
         );
     }
 }
+
+#[test]
+fn ferry_copy_stripe_drives_striped_third_party_transfers() {
+    if tool("globus-gridftp-server").is_none() {
+        eprintln!("skipping: needs globus-gridftp-server");
+        return;
+    }
+    if TcpListener::bind("127.0.0.2:0").is_err() {
+        eprintln!("skipping: 127.0.0.2 is not a local address here");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let bytes = pattern(9 * (1 << 20) + 777);
+    std::fs::write(data.join("src.bin"), &bytes).unwrap();
+    std::fs::set_permissions(data.join("src.bin"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (_globus, gport) = globus_striped(dir.path());
+    let (_ferry, fport) = ferry_server(&data);
+    let runs: [(&str, Vec<String>); 3] = [
+        (
+            "copy-blocked",
+            vec![
+                "copy".into(),
+                "-q".into(),
+                "--stripe".into(),
+                "-p".into(),
+                "2".into(),
+            ],
+        ),
+        (
+            "copy-partitioned",
+            vec![
+                "copy".into(),
+                "-q".into(),
+                "--stripe".into(),
+                "--stripe-block-size".into(),
+                "0".into(),
+            ],
+        ),
+        (
+            "url-copy",
+            vec![
+                "url-copy".into(),
+                "-stripe".into(),
+                "-sbs".into(),
+                "2M".into(),
+            ],
+        ),
+    ];
+    for (tag, args) in runs {
+        let to_globus = data.join(format!("{tag}-to-globus.bin"));
+        let out = Command::new("timeout")
+            .arg("120")
+            .arg(env!("CARGO_BIN_EXE_ferry"))
+            .args(&args)
+            .arg(format!("ftp://127.0.0.1:{fport}/src.bin"))
+            .arg(format!("ftp://127.0.0.1:{gport}{}", to_globus.display()))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{tag} ferry → striped Globus: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            std::fs::read(&to_globus).unwrap() == bytes,
+            "{tag}: bytes differ"
+        );
+        let name = format!("{tag}-from-globus.bin");
+        let out = Command::new("timeout")
+            .arg("120")
+            .arg(env!("CARGO_BIN_EXE_ferry"))
+            .args(&args)
+            .arg(format!(
+                "ftp://127.0.0.1:{gport}{}",
+                data.join("src.bin").display()
+            ))
+            .arg(format!("ftp://127.0.0.1:{fport}/{name}"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{tag} striped Globus → ferry: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            std::fs::read(data.join(&name)).unwrap() == bytes,
+            "{tag}: bytes differ"
+        );
+    }
+}

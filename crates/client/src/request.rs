@@ -31,6 +31,9 @@ pub struct FileRequest {
     pub restart: RangeSet,
     /// Abort when no data moves for this long.
     pub idle_timeout_s: u64,
+    /// Third party: stripe over every address the destination offers (`SPAS`/`SPOR`) with this
+    /// layout; `None` uses one address (`PASV`/`PORT`).
+    pub stripe: Option<ferry_dtp::LayoutSpec>,
 }
 
 impl Default for FileRequest {
@@ -43,6 +46,7 @@ impl Default for FileRequest {
             length: None,
             restart: RangeSet::new(),
             idle_timeout_s: 600,
+            stripe: None,
         }
     }
 }

@@ -221,7 +221,7 @@ async fn third_party_inner(
     req: &FileRequest,
     on_progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<TransferOutcome, ClientError> {
-    connect_pair(src, dst).await?;
+    connect_pair(src, dst, req.stripe.map(|l| (l, req.parallelism.max(1)))).await?;
     if let Some(rest) = req.rest_command() {
         dst.expect_ok(&rest).await?;
         src.expect_ok(&rest).await?;
@@ -238,12 +238,20 @@ async fn third_party_inner(
     drive_pair(src, &retrieve, dst, &store, on_progress).await
 }
 
-/// Tells the source to connect to the destination's listener, unless the two already share a
-/// cached data channel.
-async fn connect_pair(src: &mut RemoteSession, dst: &mut RemoteSession) -> Result<(), ClientError> {
+/// Tells the source to connect to the destination's listener (or, striped, to every address
+/// the destination's `SPAS` lists, with the layout in `OPTS RETR`), unless the two already
+/// share a cached data channel.
+async fn connect_pair(
+    src: &mut RemoteSession,
+    dst: &mut RemoteSession,
+    stripe: Option<(ferry_dtp::LayoutSpec, u32)>,
+) -> Result<(), ClientError> {
     let reuse =
         matches!((&src.data, &dst.data), (DataSetup::ToPeer(a), DataSetup::FromPeer(b)) if a == b);
-    if !reuse {
+    if reuse {
+        return Ok(());
+    }
+    let Some((layout, parallelism)) = stripe else {
         let addr = dst.server_listen().await?;
         let hp = ferry_proto::HostPort(addr);
         let cmd = match hp.to_port_form() {
@@ -253,7 +261,40 @@ async fn connect_pair(src: &mut RemoteSession, dst: &mut RemoteSession) -> Resul
         src.expect_ok(&cmd).await?;
         src.data = DataSetup::ToPeer(vec![addr]);
         dst.data = DataSetup::FromPeer(vec![addr]);
-    }
+        return Ok(());
+    };
+    let spas = if dst.ctl.peer().is_ipv4() {
+        "SPAS"
+    } else {
+        "SPAS 2"
+    };
+    let r = dst.expect_ok(spas).await?;
+    let addrs: Vec<std::net::SocketAddr> = ferry_proto::HostPort::from_spas_reply(&r.lines)
+        .map_err(|e| ClientError::Address(format!("{spas} reply: {e}")))?
+        .into_iter()
+        .map(|h| h.0)
+        .collect();
+    // One OPTS with the parallelism too, as globus-url-copy sends it.
+    let p = parallelism;
+    let opts = match layout {
+        ferry_dtp::LayoutSpec::Blocked(block) => {
+            format!("OPTS RETR StripeLayout=Blocked;BlockSize={block};Parallelism={p},{p},{p};")
+        }
+        ferry_dtp::LayoutSpec::Partitioned => {
+            format!("OPTS RETR StripeLayout=Partitioned;Parallelism={p},{p},{p};")
+        }
+    };
+    src.expect_ok(&opts).await?;
+    let spor: Vec<String> = addrs
+        .iter()
+        .map(|a| {
+            let hp = ferry_proto::HostPort(*a);
+            hp.to_port_form().unwrap_or_else(|| hp.to_eprt_form())
+        })
+        .collect();
+    src.expect_ok(&format!("SPOR {}", spor.join(" "))).await?;
+    src.data = DataSetup::ToPeer(addrs.clone());
+    dst.data = DataSetup::FromPeer(addrs);
     Ok(())
 }
 
@@ -356,7 +397,7 @@ async fn third_party_pipelined_inner(
         src.buffers(req.tcp_buffer, true).await?;
         dst.buffers(req.tcp_buffer, false).await?;
         dst.frequent_restart_markers().await?;
-        connect_pair(src, dst).await
+        connect_pair(src, dst, req.stripe.map(|l| (l, 1))).await
     };
     setup.await.map_err(|e| (0, e))?;
     let stores: Vec<String> = files.iter().map(|(_, d)| req.store_command(d)).collect();
