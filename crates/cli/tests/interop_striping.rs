@@ -13,14 +13,11 @@ use std::time::{Duration, Instant};
 use ferry_proto::stripe::Layout;
 use ferry_proto::RangeSet;
 
+mod common;
+
+/// An installed program (PATH, then the Debian sbin/bin directories).
 fn tool(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
-        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
+    common::find_executable(name, &["/usr/sbin", "/usr/bin"])
 }
 
 struct Procs(Vec<Child>);
@@ -130,6 +127,22 @@ fn ferry_server(root: &Path) -> (Procs, u16) {
     (procs, port)
 }
 
+/// A directory every server account may use (Globus data nodes run as nobody when root), with
+/// `data/src.bin` of `len` pattern bytes.
+fn source_dir(len: usize) -> (tempfile::TempDir, PathBuf, Vec<u8>) {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
+    let dir = tempfile::tempdir().unwrap();
+    mode(dir.path(), 0o755).unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    mode(&data, 0o777).unwrap();
+    let bytes = pattern(len);
+    std::fs::write(data.join("src.bin"), &bytes).unwrap();
+    mode(&data.join("src.bin"), 0o644).unwrap();
+    (dir, data, bytes)
+}
+
 fn pattern(n: usize) -> Vec<u8> {
     (0..n as u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 9) as u8)
@@ -150,16 +163,8 @@ fn third_party_striped_between_ferry_and_a_striped_globus_server() {
         eprintln!("skipping: 127.0.0.2 is not a local address here");
         return;
     }
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir(&data).unwrap();
-    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o777)).unwrap();
     let len = 23 * (1 << 20) + 12_345;
-    let bytes = pattern(len);
-    std::fs::write(data.join("src.bin"), &bytes).unwrap();
-    std::fs::set_permissions(data.join("src.bin"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (dir, data, bytes) = source_dir(len);
     let (_globus, gport) = globus_striped(dir.path());
     let (_ferry, fport) = ferry_server(&data);
 
@@ -242,15 +247,7 @@ fn ferry_copy_stripe_drives_striped_third_party_transfers() {
         eprintln!("skipping: 127.0.0.2 is not a local address here");
         return;
     }
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir(&data).unwrap();
-    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let bytes = pattern(9 * (1 << 20) + 777);
-    std::fs::write(data.join("src.bin"), &bytes).unwrap();
-    std::fs::set_permissions(data.join("src.bin"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (dir, data, bytes) = source_dir(9 * (1 << 20) + 777);
     let (_globus, gport) = globus_striped(dir.path());
     let (_ferry, fport) = ferry_server(&data);
     let runs: [(&str, Vec<String>); 3] = [

@@ -247,31 +247,7 @@ impl Dtp {
         self.moved = Moved(Arc::new(total_bytes.clone()));
         match desc.mode {
             TransferMode::Extended => {
-                let sizes: Vec<usize> = groups.iter().map(Vec::len).collect();
-                let fut = async move {
-                    let sends = groups
-                        .into_iter()
-                        .zip(jobs)
-                        .map(|(group, job)| send_mode_e(group, job));
-                    let done = futures_join_all(sends).await?;
-                    if done.iter().zip(&sizes).any(|(d, &n)| d.len() != n) {
-                        // A stripe closed a connection: the order that maps connections to
-                        // addresses is lost, so none is kept for the next transfer.
-                        return Ok(Vec::new());
-                    }
-                    // Back in connection order, so a reuse maps them to the same addresses.
-                    let mut out = Vec::new();
-                    let mut iters: Vec<_> = done.into_iter().map(Vec::into_iter).collect();
-                    'rows: loop {
-                        for it in iters.iter_mut() {
-                            match it.next() {
-                                Some(c) => out.push(c),
-                                None => break 'rows,
-                            }
-                        }
-                    }
-                    Ok(out)
-                };
+                let fut = send_stripes(groups, jobs);
                 let conns = with_markers(fut, desc, events, &total_bytes, &RangeSet::new).await?;
                 self.channel.put_back(Direction::Send, &desc.channel, conns);
             }
@@ -431,33 +407,45 @@ fn stream_restart_offset(restart: &RangeSet) -> u64 {
     }
 }
 
-/// Runs the futures concurrently on this task and returns their results in order, or the
-/// first error.
-async fn futures_join_all<T>(
-    futs: impl Iterator<Item = impl std::future::Future<Output = Result<T, DtpError>>>,
-) -> Result<Vec<T>, DtpError> {
-    let mut pinned: Vec<_> = futs.map(Box::pin).collect();
-    let mut out: Vec<Option<T>> = (0..pinned.len()).map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (i, f) in pinned.iter_mut().enumerate() {
-            if out[i].is_some() {
-                continue;
-            }
-            match f.as_mut().poll(cx) {
-                std::task::Poll::Ready(Ok(v)) => out[i] = Some(v),
-                std::task::Poll::Ready(Err(e)) => return std::task::Poll::Ready(Err(e)),
-                std::task::Poll::Pending => pending = true,
+/// Sends every stripe's share on its own connections (one stripe: on this task, as before;
+/// several: a task each) and returns the connections in their original order, connection `i`
+/// being stripe `i mod N`'s, so a reuse maps them to the same addresses.
+async fn send_stripes(
+    groups: Vec<Vec<DataConn>>,
+    jobs: Vec<SendJob>,
+) -> Result<Vec<DataConn>, DtpError> {
+    if groups.len() == 1 {
+        let (group, job) = groups
+            .into_iter()
+            .zip(jobs)
+            .next()
+            .ok_or(DtpError::NoDataChannel)?;
+        return send_mode_e(group, job).await;
+    }
+    let n = groups.len();
+    let sizes: Vec<usize> = groups.iter().map(Vec::len).collect();
+    let mut set = tokio::task::JoinSet::new();
+    for (r, (group, job)) in groups.into_iter().zip(jobs).enumerate() {
+        set.spawn(async move { send_mode_e(group, job).await.map(|c| (r, c)) });
+    }
+    let mut slots: Vec<Option<DataConn>> = (0..sizes.iter().sum()).map(|_| None).collect();
+    let mut complete = true;
+    while let Some(joined) = set.join_next().await {
+        let (r, conns) =
+            joined.map_err(|e| DtpError::Connection(format!("stripe task failed: {e}")))??;
+        // A stripe that closed a connection loses the order: then nothing is kept.
+        complete &= conns.len() == sizes[r];
+        for (k, c) in conns.into_iter().enumerate() {
+            if let Some(slot) = slots.get_mut(r + k * n) {
+                *slot = Some(c);
             }
         }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(Ok(()))
-        }
+    }
+    Ok(if complete {
+        slots.into_iter().flatten().collect()
+    } else {
+        Vec::new()
     })
-    .await?;
-    Ok(out.into_iter().flatten().collect())
 }
 
 /// Runs the GSI handshake and peer check on a new data connection when DCAU asks for one

@@ -110,7 +110,9 @@ impl Worker {
                 let _ = ready_tx.send(r);
                 if ok {
                     for job in rx {
-                        job();
+                        // A panic in one operation fails that operation (its reply channel
+                        // drops), not every later one of the account.
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
                     }
                 }
             })
@@ -132,18 +134,24 @@ impl Worker {
         Ok(w)
     }
 
-    fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+    fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> Result<T, StorageError> + Send + 'static,
+    ) -> Result<T, StorageError> {
+        let lost = || StorageError::Io {
+            path: "identity thread".into(),
+            source: std::io::Error::other("the operation failed on the account's thread"),
+        };
         let (tx, rx) = mpsc::sync_channel(1);
         let job: Job = Box::new(move || {
             let _ = tx.send(f());
         });
-        let sent = self
-            .jobs
+        self.jobs
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .send(job);
-        assert!(sent.is_ok(), "identity thread gone");
-        rx.recv().expect("identity thread died")
+            .send(job)
+            .map_err(|_| lost())?;
+        rx.recv().map_err(|_| lost())?
     }
 }
 
@@ -171,7 +179,10 @@ impl AsUser {
         &self.identity
     }
 
-    fn run<T: Send + 'static>(&self, f: impl FnOnce(&dyn Storage) -> T + Send + 'static) -> T {
+    fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&dyn Storage) -> Result<T, StorageError> + Send + 'static,
+    ) -> Result<T, StorageError> {
         let inner = Arc::clone(&self.inner);
         self.worker.run(move || f(&*inner))
     }
