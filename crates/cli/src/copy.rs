@@ -53,8 +53,9 @@ pub(crate) struct CopyArgs {
     /// Skip files already at the destination: --sync (same size), --sync=exists, --sync=size or --sync=checksum.
     #[arg(long, value_name = "LEVEL", num_args = 0..=1, require_equals = true, default_missing_value = "size")]
     sync: Option<String>,
-    /// Third party: stripe over every data address the destination offers (SPAS/SPOR), as
-    /// globus-url-copy -stripe does; for striped servers (frontend with data nodes).
+    /// Stripe over every data node a striped server offers (SPAS): third party (SPAS to the
+    /// destination, SPOR to the source) and uploads, as globus-url-copy -stripe does. Downloads
+    /// use PORT, where a striped server sends from one node (as Globus' does).
     #[arg(long)]
     stripe: bool,
     /// With --stripe: the block size of the blocked layout, or 0 for the partitioned layout.

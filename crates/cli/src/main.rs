@@ -24,7 +24,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Run the GridFTP server.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Copy files and directories between local paths and GridFTP servers (two-party or third-party).
     Copy(copy::CopyArgs),
     /// URL copy with globus-url-copy's option spelling (-p 4 -tcp-bs 8M -vb ...).
@@ -59,7 +59,7 @@ fn main() -> std::process::ExitCode {
         }
     };
     let code = match cli.command {
-        Cmd::Serve(a) => done(serve::run(a)),
+        Cmd::Serve(a) => done(serve::run(*a)),
         Cmd::Passwd(a) => done(serve::passwd(a)),
         Cmd::Demo(a) => done(demo::run(a)),
         Cmd::Ca(a) => done(ca::run(a)),

@@ -76,6 +76,28 @@ pub(crate) struct ServeArgs {
     /// Text of the 220 greeting.
     #[arg(long, value_name = "TEXT")]
     banner: Option<String>,
+    /// Run as a data node of a striped server: serve a frontend's IPC links on --listen
+    /// instead of FTP clients. The data node moves data between its --root and the peers.
+    #[arg(long)]
+    data_node: bool,
+    /// Striped frontend: the data nodes (host:port, comma-separated) that move the data; SPAS
+    /// answers one address per node. --root must show the same files as the nodes'.
+    #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',')]
+    remote_nodes: Vec<String>,
+    /// File holding the secret shared by a frontend and its data nodes (at least 16 bytes);
+    /// the IPC link is TLS 1.3 keyed by it. Without it, --gsi links use the host credentials.
+    #[arg(long, value_name = "FILE")]
+    ipc_secret_file: Option<PathBuf>,
+    /// GSI IPC: the subject the other end's host certificate must have. [default: our own]
+    #[arg(long, value_name = "DN")]
+    ipc_subject: Option<String>,
+    /// Data node: only these addresses or networks may connect (comma-separated, e.g.
+    /// 10.0.0.1,192.168.0.0/24). [default: any that authenticates]
+    #[arg(long, value_name = "ADDR|NET,...", value_delimiter = ',')]
+    ipc_allow_from: Vec<String>,
+    /// Frontend: seconds a data node has to connect and authenticate. [default: 5]
+    #[arg(long, value_name = "SECONDS")]
+    ipc_connect_timeout: Option<u64>,
     /// Log filter (e.g. info, debug, ferry_server=debug). [default: info, or RUST_LOG]
     #[arg(long, value_name = "FILTER")]
     log: Option<String>,
@@ -138,6 +160,22 @@ impl ServeArgs {
         }
         if self.banner.is_some() {
             c.banner = self.banner;
+        }
+        c.data_node |= self.data_node;
+        if !self.remote_nodes.is_empty() {
+            c.remote_nodes = self.remote_nodes;
+        }
+        if self.ipc_secret_file.is_some() {
+            c.ipc_secret_file = self.ipc_secret_file;
+        }
+        if self.ipc_subject.is_some() {
+            c.ipc_subject = self.ipc_subject;
+        }
+        if !self.ipc_allow_from.is_empty() {
+            c.ipc_allow_from = self.ipc_allow_from;
+        }
+        if let Some(v) = self.ipc_connect_timeout {
+            c.ipc_connect_timeout = v;
         }
         Ok(c)
     }

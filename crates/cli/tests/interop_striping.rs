@@ -5,149 +5,15 @@
 //! layout assigns it, with its own EOF: the Globus data nodes' range markers show which bytes
 //! each stripe received, and the file is compared byte for byte.
 
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::TcpListener;
+use std::process::Command;
 
 use ferry_proto::stripe::Layout;
 use ferry_proto::RangeSet;
 
 mod common;
 
-/// An installed program (PATH, then the Debian sbin/bin directories).
-fn tool(name: &str) -> Option<PathBuf> {
-    common::find_executable(name, &["/usr/sbin", "/usr/bin"])
-}
-
-struct Procs(Vec<Child>);
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn free_port(ip: &str) -> u16 {
-    TcpListener::bind((ip, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn wait_listening(ip: &str, port: u16, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect((ip, port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "{what} did not listen on {ip}:{port}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn is_root() -> bool {
-    let out = Command::new("id").arg("-u").output().unwrap().stdout;
-    String::from_utf8_lossy(&out).trim() == "0"
-}
-
-/// A Globus frontend on 127.0.0.1 with data nodes on 127.0.0.2-4; returns it and its port.
-fn globus_striped(dir: &Path) -> (Procs, u16) {
-    let server = tool("globus-gridftp-server").unwrap();
-    let conf = dir.join("empty.conf");
-    std::fs::write(&conf, "").unwrap();
-    let anon: Vec<&str> = if is_root() {
-        vec!["-anonymous-user", "nobody"]
-    } else {
-        vec![]
-    };
-    let mut procs = Procs(Vec::new());
-    let mut nodes = Vec::new();
-    for i in 2..=4 {
-        let ip = format!("127.0.0.{i}");
-        let port = free_port(&ip);
-        procs.0.push(
-            Command::new(&server)
-                .arg("-c")
-                .arg(&conf)
-                .arg("-aa")
-                .args(&anon)
-                .args(["-dn", "-hostname", &ip, "-p", &port.to_string()])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
-        wait_listening(&ip, port, "a Globus data node");
-        nodes.push(format!("{ip}:{port}"));
-    }
-    let port = free_port("127.0.0.1");
-    procs.0.push(
-        Command::new(&server)
-            .arg("-c")
-            .arg(&conf)
-            .arg("-aa")
-            .args(&anon)
-            .args([
-                "-hostname",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "-r",
-                &nodes.join(","),
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_listening("127.0.0.1", port, "the Globus frontend");
-    (procs, port)
-}
-
-fn ferry_server(root: &Path) -> (Procs, u16) {
-    let port = free_port("127.0.0.1");
-    let child = Command::new(env!("CARGO_BIN_EXE_ferry"))
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--root"])
-        .arg(root)
-        .args(["--anonymous", "--anonymous-write"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let procs = Procs(vec![child]);
-    wait_listening("127.0.0.1", port, "ferry serve");
-    (procs, port)
-}
-
-/// A directory every server account may use (Globus data nodes run as nobody when root), with
-/// `data/src.bin` of `len` pattern bytes.
-fn source_dir(len: usize) -> (tempfile::TempDir, PathBuf, Vec<u8>) {
-    use std::os::unix::fs::PermissionsExt;
-    let mode = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
-    let dir = tempfile::tempdir().unwrap();
-    mode(dir.path(), 0o755).unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir(&data).unwrap();
-    mode(&data, 0o777).unwrap();
-    let bytes = pattern(len);
-    std::fs::write(data.join("src.bin"), &bytes).unwrap();
-    mode(&data.join("src.bin"), 0o644).unwrap();
-    (dir, data, bytes)
-}
-
-fn pattern(n: usize) -> Vec<u8> {
-    (0..n as u32)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 9) as u8)
-        .collect()
-}
+use common::striping::{ferry_server, globus_striped, source_dir, tool};
 
 #[test]
 fn third_party_striped_between_ferry_and_a_striped_globus_server() {

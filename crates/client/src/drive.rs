@@ -31,7 +31,7 @@ pub(crate) async fn drive(
     let started = std::time::Instant::now();
     let mut local: Option<Result<TransferOutcome, ferry_dtp::DtpError>> = None;
     let mut final_reply: Option<Reply> = None;
-    let mut marker_bytes = 0u64;
+    let mut marker_bytes = StripeBytes::default();
     match dtp {
         Some((dtp, desc)) => {
             let run = dtp.run(desc, &tx);
@@ -77,7 +77,7 @@ pub(crate) async fn drive(
     match local {
         Some(r) => Ok(r?),
         None => Ok(TransferOutcome {
-            bytes: marker_bytes,
+            bytes: marker_bytes.total(),
             streams: 0,
             duration: started.elapsed(),
             reused: false,
@@ -92,11 +92,36 @@ fn event(ev: DtpEvent, on_progress: &mut (dyn FnMut(Progress) + Send)) {
     }
 }
 
-fn marker(r: &Reply, on_progress: &mut (dyn FnMut(Progress) + Send), bytes: &mut u64) {
+/// The latest byte count of every stripe a server reported (a striped server sends one perf
+/// marker per data node).
+#[derive(Debug, Default)]
+struct StripeBytes(Vec<u64>);
+
+impl StripeBytes {
+    /// Bounds the table: a server cannot make the client allocate by naming huge indexes.
+    const MAX_STRIPES: usize = 4096;
+
+    fn update(&mut self, index: u32, bytes: u64) {
+        let i = index as usize;
+        if i >= Self::MAX_STRIPES {
+            return;
+        }
+        if self.0.len() <= i {
+            self.0.resize(i + 1, 0);
+        }
+        self.0[i] = self.0[i].max(bytes);
+    }
+
+    fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+}
+
+fn marker(r: &Reply, on_progress: &mut (dyn FnMut(Progress) + Send), bytes: &mut StripeBytes) {
     if let Some(m) = RestartMarker::from_reply(r) {
         on_progress(Progress::Stored(m.0));
     } else if let Some(p) = PerfMarker::from_reply(r) {
-        *bytes = (*bytes).max(p.stripe_bytes);
-        on_progress(Progress::Bytes(p.stripe_bytes));
+        bytes.update(p.stripe_index, p.stripe_bytes);
+        on_progress(Progress::Bytes(bytes.total()));
     }
 }

@@ -31,7 +31,7 @@ pub struct FileRequest {
     pub restart: RangeSet,
     /// Abort when no data moves for this long.
     pub idle_timeout_s: u64,
-    /// Third party: stripe over every address the destination offers (`SPAS`/`SPOR`) with this
+    /// Third party and puts: stripe over every address the destination offers (`SPAS`) with this
     /// layout; `None` uses one address (`PASV`/`PORT`).
     pub stripe: Option<ferry_dtp::LayoutSpec>,
 }

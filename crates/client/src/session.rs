@@ -24,6 +24,8 @@ pub(crate) enum DataSetup {
     Listening,
     /// The server listens at this address (PASV/EPSV answer; puts).
     ServerPassive(SocketAddr),
+    /// A striped server listens on all these (SPAS answer; striped puts).
+    ServerStriped(Vec<SocketAddr>),
     /// The server connects to another server (third-party source).
     ToPeer(Vec<SocketAddr>),
     /// The server listens for another server (third-party destination).
@@ -284,6 +286,27 @@ impl RemoteSession {
         };
         self.data = DataSetup::ServerPassive(addr);
         Ok(addr)
+    }
+
+    /// Has a striped server listen on every data node (`SPAS`) and returns the addresses, or
+    /// those it gave before for the cached channel.
+    pub(crate) async fn server_listen_striped(&mut self) -> Result<Vec<SocketAddr>, ClientError> {
+        if let DataSetup::ServerStriped(a) = &self.data {
+            return Ok(a.clone());
+        }
+        let spas = if self.ctl.peer().is_ipv4() {
+            "SPAS"
+        } else {
+            "SPAS 2"
+        };
+        let r = self.expect_ok(spas).await?;
+        let addrs: Vec<SocketAddr> = HostPort::from_spas_reply(&r.lines)
+            .map_err(|e| ClientError::Address(format!("{spas} reply: {e}")))?
+            .into_iter()
+            .map(|h| h.0)
+            .collect();
+        self.data = DataSetup::ServerStriped(addrs.clone());
+        Ok(addrs)
     }
 
     /// Forgets every data channel (after an error, or when a transfer could not reuse it).

@@ -137,13 +137,14 @@ impl RemoteSession {
         self.binary_extended().await?;
         self.buffers(req.tcp_buffer, false).await?;
         self.frequent_restart_markers().await?;
-        let addr = self.server_listen().await?;
-        let desc = self.describe(
-            req,
-            Direction::Send,
-            local,
-            ChannelSetup::Active(vec![addr]),
-        )?;
+        // Striped (`--stripe`): one connection group per data node the server lists in its
+        // SPAS reply, each given the blocks the layout assigns its stripe.
+        let (addrs, layout) = match req.stripe {
+            Some(layout) => (self.server_listen_striped().await?, layout),
+            None => (vec![self.server_listen().await?], Default::default()),
+        };
+        let mut desc = self.describe(req, Direction::Send, local, ChannelSetup::Active(addrs))?;
+        desc.layout = layout;
         self.start_and_drive(
             req.rest_command(),
             req.store_command(remote),

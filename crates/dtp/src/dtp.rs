@@ -199,7 +199,12 @@ impl Dtp {
         };
         let mut ranges = RangeSet::from_range(0, total);
         ranges.subtract(&desc.restart);
-        let conns = self.send_connections(desc, idle).await?;
+        // Several receiving stripes (SPOR with more than one address): each stripe gets only the
+        // bytes the layout gives it, over its own connections, with its own EOF. A data node of
+        // a striped server (stripe j of M) serves the receiving stripes r with r mod M = j, so
+        // each receiving stripe hears from one sender.
+        let plan = StripePlan::of(desc);
+        let conns = self.send_connections(desc, &plan.targets, idle).await?;
         let streams = conns.len() as u32;
         let block = match (desc.mode, desc.block_size) {
             (TransferMode::Extended, Some(size)) => u64::from(size.max(4096)),
@@ -207,24 +212,23 @@ impl Dtp {
             (TransferMode::Stream, _) => self.pool.buffer_size() as u64,
         };
         let bounded = desc.section.length.is_some() || source.known_len().is_some();
-        // Several receiving stripes (SPOR with more than one address): each stripe gets only the
-        // bytes the layout gives it, over its own connections, with its own EOF.
-        let stripes = match (&desc.channel, desc.mode) {
-            (ChannelSetup::Active(addrs), TransferMode::Extended) if addrs.len() > 1 => addrs.len(),
-            _ => 1,
-        };
-        let layout = desc.layout.resolve(total, stripes as u32);
-        // Connection i goes to address i mod stripes (see send_connections).
+        let stripes = plan.mine.len();
+        if stripes == 0 {
+            // A data node with no receiving stripe of its own in this transfer.
+            return Ok((0, 0));
+        }
+        let layout = desc.layout.resolve(total, plan.total);
+        // Connection i goes to this node's stripe i mod stripes (see send_connections).
         let mut groups: Vec<Vec<DataConn>> = (0..stripes).map(|_| Vec::new()).collect();
         for (i, c) in conns.into_iter().enumerate() {
             groups[i % stripes].push(c);
         }
         let mut jobs = Vec::with_capacity(stripes);
-        for (r, group) in groups.iter().enumerate() {
-            let owned = if stripes == 1 {
+        for (g, group) in groups.iter().enumerate() {
+            let owned = if plan.total == 1 {
                 ranges.clone()
             } else {
-                layout.owned(&ranges, r as u32, stripes as u32)
+                layout.owned(&ranges, plan.mine[g], plan.total)
             };
             jobs.push(SendJob {
                 bounded,
@@ -268,10 +272,15 @@ impl Dtp {
     async fn send_connections(
         &mut self,
         desc: &TransferDescription,
+        addrs: &[SocketAddr],
         idle: Duration,
     ) -> Result<Vec<DataConn>, DtpError> {
         match (&desc.channel, desc.mode) {
-            (ChannelSetup::Active(addrs), TransferMode::Extended) => {
+            (ChannelSetup::Active(_), TransferMode::Extended) if addrs.is_empty() => {
+                self.channel.forget_cache();
+                Ok(Vec::new())
+            }
+            (ChannelSetup::Active(_), TransferMode::Extended) => {
                 let mut conns = self.channel.take_cached(Direction::Send, &desc.channel);
                 let wanted = addrs.len() * desc.parallelism.max(1) as usize;
                 let mut next = conns.len();
@@ -284,7 +293,7 @@ impl Dtp {
                 conns.extend(connect_all(&pending, desc, prot, idle).await?);
                 Ok(conns)
             }
-            (ChannelSetup::Active(addrs), TransferMode::Stream) => {
+            (ChannelSetup::Active(_), TransferMode::Stream) => {
                 self.channel.forget_cache();
                 let first = addrs.first().copied().ok_or(DtpError::NoDataChannel)?;
                 connect_all(&[first], desc, self.protection(desc)?, idle).await
@@ -353,9 +362,10 @@ impl Dtp {
                         let cached = self.channel.take_cached(Direction::Receive, &desc.channel);
                         (cached, self.channel.listener())
                     }
-                    ChannelSetup::Active(addrs) => {
+                    ChannelSetup::Active(_) => {
                         self.channel.forget_cache();
-                        let pending: Vec<SocketAddr> = addrs
+                        let pending: Vec<SocketAddr> = StripePlan::of(desc)
+                            .targets
                             .iter()
                             .flat_map(|a| std::iter::repeat_n(*a, desc.parallelism.max(1) as usize))
                             .collect();
@@ -396,6 +406,50 @@ impl Dtp {
             }
         };
         Ok((total_bytes(), streams))
+    }
+}
+
+/// Which stripes of a transfer this DTP serves and the addresses it connects to.
+struct StripePlan {
+    /// Stripes on the other side (the layout is over this many).
+    total: u32,
+    /// This DTP's stripes among them.
+    mine: Vec<u32>,
+    /// Their addresses, when this side connects (empty when it listens).
+    targets: Vec<SocketAddr>,
+}
+
+impl StripePlan {
+    fn of(desc: &TransferDescription) -> StripePlan {
+        match &desc.channel {
+            ChannelSetup::Active(addrs) if desc.mode == TransferMode::Extended => {
+                let total = addrs.len().max(1) as u32;
+                let mine = ferry_proto::stripe::stripes_of_sender(
+                    desc.stripe.index,
+                    desc.stripe.count,
+                    total,
+                );
+                let targets = mine
+                    .iter()
+                    .filter_map(|r| addrs.get(*r as usize).copied())
+                    .collect();
+                StripePlan {
+                    total,
+                    mine,
+                    targets,
+                }
+            }
+            ChannelSetup::Active(addrs) => StripePlan {
+                total: 1,
+                mine: vec![0],
+                targets: addrs.iter().take(1).copied().collect(),
+            },
+            ChannelSetup::Passive => StripePlan {
+                total: 1,
+                mine: vec![0],
+                targets: Vec::new(),
+            },
+        }
     }
 }
 

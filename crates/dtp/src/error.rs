@@ -28,6 +28,14 @@ pub enum DtpError {
     /// The request cannot be carried out (e.g. TYPE A in MODE E): 504.
     #[error("{0}")]
     Unsupported(String),
+    /// A remote data node failed the transfer or was lost (a striped frontend's DTP).
+    #[error("{message}")]
+    Remote {
+        /// The reply code to send.
+        code: u16,
+        /// What happened, naming the node.
+        message: String,
+    },
 }
 
 impl DtpError {
@@ -38,6 +46,7 @@ impl DtpError {
             DtpError::Connect(_) | DtpError::NoDataChannel => 425,
             DtpError::Connection(_) | DtpError::Protocol(_) | DtpError::IdleTimeout(_) => 426,
             DtpError::Unsupported(_) => 504,
+            DtpError::Remote { code, .. } => *code,
         }
     }
 }

@@ -45,6 +45,12 @@ impl DataConn {
         })
     }
 
+    /// Wraps a TCP connection made elsewhere (e.g. a striped server's IPC link, which then runs
+    /// the same GSI handshake as a data connection).
+    pub fn from_stream(stream: TcpStream) -> Result<DataConn, NetError> {
+        DataConn::from_tcp(stream, &SocketTuning::default())
+    }
+
     /// Authenticates the connection with GSI (DCAU A/S): the handshake, with us as initiator
     /// when we connected, then the check of who the peer is. Under PROT S/P every byte after
     /// it travels in TLS records; under PROT C the connection carries clear data again.

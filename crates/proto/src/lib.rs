@@ -7,6 +7,7 @@
 
 mod civil;
 pub mod command;
+pub mod frame;
 pub mod hostport;
 pub mod line;
 pub mod markers;

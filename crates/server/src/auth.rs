@@ -104,6 +104,32 @@ impl PasswordDb {
     }
 }
 
+/// `storage` as seen by `account`: on a root server its file operations then run on that
+/// account's identity thread (`ferry_storage::identity`); without an account, or where the
+/// process cannot switch users, `storage` itself.
+pub(crate) async fn storage_as(
+    storage: std::sync::Arc<dyn ferry_storage::Storage>,
+    account: Option<String>,
+) -> Result<std::sync::Arc<dyn ferry_storage::Storage>, ferry_storage::StorageError> {
+    let Some(account) = account.filter(|_| ferry_storage::Identity::can_switch()) else {
+        return Ok(storage);
+    };
+    tokio::task::spawn_blocking(move || {
+        let id = ferry_storage::Identity::lookup(&account)?;
+        if id.uid == 0 {
+            return Ok(storage);
+        }
+        let s: std::sync::Arc<dyn ferry_storage::Storage> =
+            std::sync::Arc::new(ferry_storage::AsUser::new(storage, id)?);
+        Ok(s)
+    })
+    .await
+    .map_err(|e| ferry_storage::StorageError::Io {
+        path: "identity lookup".into(),
+        source: std::io::Error::other(e.to_string()),
+    })?
+}
+
 /// Whether `name` is acceptable as a user name in a password file.
 pub fn valid_user_name(name: &str) -> bool {
     !name.is_empty()

@@ -57,6 +57,22 @@ pub struct ServerConfig {
     /// Started as root: the account anonymous sessions work as (Globus' `-anonymous-user`).
     /// `None` serves them as the server's own user.
     pub anonymous_user: Option<String>,
+    /// Run as a data node of a striped server: take transfer descriptions from frontends over
+    /// the authenticated IPC link instead of serving FTP clients.
+    pub data_node: bool,
+    /// Striped frontend: the data nodes (`host:port`) that move this server's data.
+    pub remote_nodes: Vec<String>,
+    /// Shared secret authenticating the IPC link (TLS 1.3 with a key derived from it), for
+    /// frontends and data nodes without GSI. With `gsi` and no secret, the link is GSI TLS with
+    /// the host credentials.
+    pub ipc_secret_file: Option<PathBuf>,
+    /// GSI IPC: the subject the other end must have (`None`: the same as our host credential).
+    pub ipc_subject: Option<String>,
+    /// Data node: addresses or networks (`10.0.0.0/8`) that may connect; empty = any that
+    /// authenticates.
+    pub ipc_allow_from: Vec<String>,
+    /// Frontend: seconds to wait for a data node to connect and authenticate.
+    pub ipc_connect_timeout: u64,
 }
 
 impl Default for ServerConfig {
@@ -83,6 +99,12 @@ impl Default for ServerConfig {
             gridmap: None,
             run_as_user: true,
             anonymous_user: None,
+            data_node: false,
+            remote_nodes: Vec::new(),
+            ipc_secret_file: None,
+            ipc_subject: None,
+            ipc_allow_from: Vec::new(),
+            ipc_connect_timeout: 5,
         }
     }
 }
@@ -127,6 +149,25 @@ impl ServerConfig {
 
     /// Checks the values together.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        let striped = self.data_node || !self.remote_nodes.is_empty();
+        if self.data_node && !self.remote_nodes.is_empty() {
+            return Err(ConfigError::Invalid(
+                "--data-node and --remote-nodes exclude each other".into(),
+            ));
+        }
+        if striped && self.ipc_secret_file.is_none() && !self.gsi {
+            return Err(ConfigError::Invalid(
+                "the link between frontend and data nodes must be authenticated: pass \
+                 --ipc-secret-file FILE (the same secret on every node), or --gsi"
+                    .into(),
+            ));
+        }
+        for a in &self.ipc_allow_from {
+            crate::striped::AllowFrom::parse(a).map_err(ConfigError::Invalid)?;
+        }
+        if self.data_node {
+            return Ok(());
+        }
         if !self.anonymous && self.password_file.is_none() && !self.gsi {
             return Err(ConfigError::Invalid(
                 "no way to log in: pass --gsi, --anonymous or --password-file FILE".into(),

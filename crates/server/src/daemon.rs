@@ -29,13 +29,24 @@ pub(crate) struct ServerContext {
     pub(crate) next_transfer: AtomicU64,
     /// The host credential, trusted CAs and authorization, when GSI is on.
     pub(crate) gsi: Option<crate::gsi::GsiServer>,
+    /// Striped frontend: the data nodes that move the data.
+    pub(crate) nodes: Option<Arc<crate::striped::frontend::NodeSet>>,
+}
+
+/// What a bound server does with its connections.
+#[derive(Debug)]
+enum Role {
+    /// Serves FTP clients (a single node, or a striped frontend).
+    Pi(Arc<ServerContext>),
+    /// Serves a striped frontend's IPC links.
+    Node(Arc<crate::striped::node::NodeContext>),
 }
 
 /// A bound, ready server.
 #[derive(Debug)]
 pub struct Server {
     listener: TcpListener,
-    ctx: Arc<ServerContext>,
+    role: Role,
 }
 
 /// Why a server cannot start.
@@ -67,6 +78,9 @@ pub enum StartError {
     /// The GSI credential, CAs or grid-mapfile cannot be used.
     #[error("GSI: {0}")]
     Gsi(#[from] ferry_gsi::GsiError),
+    /// The link to data nodes (or from a frontend) cannot be set up.
+    #[error("striping: {0}")]
+    Ipc(String),
     /// The control address cannot be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -102,8 +116,13 @@ impl Server {
             ),
             None => None,
         };
-        let gsi = if config.gsi {
+        let gsi = if config.gsi && !config.data_node {
             Some(crate::gsi::GsiServer::load(&config)?)
+        } else {
+            None
+        };
+        let ipc = if config.data_node || !config.remote_nodes.is_empty() {
+            Some(crate::striped::ipc::IpcAuth::from_config(&config).map_err(StartError::Ipc)?)
         } else {
             None
         };
@@ -118,6 +137,38 @@ impl Server {
             ferry_dtp::IO_CHUNK.min(config.block_size.map_or(usize::MAX, |b| b as usize)),
             64,
         );
+        if config.data_node {
+            let host = if config.gsi {
+                Some(crate::gsi::load_host(&config)?)
+            } else {
+                None
+            };
+            let allow =
+                crate::striped::AllowFrom::new(&config.ipc_allow_from).map_err(StartError::Ipc)?;
+            let auth = ipc.ok_or_else(|| StartError::Ipc("no IPC authentication".into()))?;
+            tracing::info!(listen = %config.listen, ?auth, "data node ready");
+            let ctx = Arc::new(crate::striped::node::NodeContext {
+                config,
+                storage_rw,
+                storage_ro,
+                pool,
+                auth,
+                allow,
+                host,
+            });
+            return Ok(Server {
+                listener,
+                role: Role::Node(ctx),
+            });
+        }
+        let nodes = ipc.map(|auth| {
+            tracing::info!(nodes = ?config.remote_nodes, "striped frontend");
+            Arc::new(crate::striped::frontend::NodeSet::new(
+                config.remote_nodes.clone(),
+                auth,
+                std::time::Duration::from_secs(config.ipc_connect_timeout.max(1)),
+            ))
+        });
         let ctx = Arc::new(ServerContext {
             config,
             storage_rw,
@@ -129,8 +180,12 @@ impl Server {
             connections: AtomicUsize::new(0),
             next_transfer: AtomicU64::new(1),
             gsi,
+            nodes,
         });
-        Ok(Server { listener, ctx })
+        Ok(Server {
+            listener,
+            role: Role::Pi(ctx),
+        })
     }
 
     /// The bound control address.
@@ -140,6 +195,10 @@ impl Server {
 
     /// Accepts control connections until the task is dropped.
     pub async fn run(self) -> std::io::Result<()> {
+        let ctx = match self.role {
+            Role::Pi(ctx) => ctx,
+            Role::Node(node) => return crate::striped::node::serve(self.listener, node).await,
+        };
         loop {
             let (mut stream, peer) = match self.listener.accept().await {
                 Ok(x) => x,
@@ -150,7 +209,7 @@ impl Server {
                     continue;
                 }
             };
-            let ctx = Arc::clone(&self.ctx);
+            let ctx = Arc::clone(&ctx);
             let n = ctx.connections.fetch_add(1, Ordering::AcqRel) + 1;
             if n > ctx.config.connections_max {
                 ctx.connections.fetch_sub(1, Ordering::AcqRel);

@@ -39,22 +39,8 @@ impl GsiServer {
     /// Loads the host credential, the trusted CAs and the grid-mapfile named by `config`
     /// (or the GSI environment and default paths).
     pub(crate) fn load(config: &ServerConfig) -> Result<GsiServer, GsiError> {
-        let credential = match (&config.host_cert, &config.host_key) {
-            (Some(c), Some(k)) => Credential::load_cert_key(c, k, None)?,
-            (Some(c), None) => Credential::load_cert_key(c, c, None)?,
-            (None, _) => Credential::find_host(&process_env)?.0,
-        };
-        if credential.seconds_left()? <= 0 {
-            return Err(GsiError::Validity(format!(
-                "the host credential {} has expired",
-                credential.subject()
-            )));
-        }
-        let dir = config
-            .cert_dir
-            .clone()
-            .unwrap_or_else(|| TrustStore::default_dir(&process_env));
-        let trust = Arc::new(TrustStore::load(&dir)?);
+        let (credential, trust) = load_host(config)?;
+        let dir = trust.dir().to_path_buf();
         let gridmap = config
             .gridmap
             .clone()
@@ -91,6 +77,27 @@ impl GsiServer {
             Arc::clone(&self.trust),
         ))
     }
+}
+
+/// The host credential (checked for expiry) and the trusted CAs `config` names: all a data
+/// node needs of GSI (it authorizes no users).
+pub(crate) fn load_host(config: &ServerConfig) -> Result<(Credential, Arc<TrustStore>), GsiError> {
+    let credential = match (&config.host_cert, &config.host_key) {
+        (Some(c), Some(k)) => Credential::load_cert_key(c, k, None)?,
+        (Some(c), None) => Credential::load_cert_key(c, c, None)?,
+        (None, _) => Credential::find_host(&process_env)?.0,
+    };
+    if credential.seconds_left()? <= 0 {
+        return Err(GsiError::Validity(format!(
+            "the host credential {} has expired",
+            credential.subject()
+        )));
+    }
+    let dir = config
+        .cert_dir
+        .clone()
+        .unwrap_or_else(|| TrustStore::default_dir(&process_env));
+    Ok((credential, Arc::new(TrustStore::load(&dir)?)))
 }
 
 /// An established security context, shared by the session's reading and writing halves.

@@ -8,6 +8,7 @@ pub mod config;
 mod daemon;
 mod gsi;
 mod session;
+mod striped;
 mod translog;
 
 pub use config::ServerConfig;

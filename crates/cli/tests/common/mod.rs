@@ -15,6 +15,7 @@ pub mod guc;
 pub mod process;
 pub mod sandbox;
 pub mod server;
+pub mod striping;
 
 pub use ferry::{run_ferry, run_ferry_with_input, spawn_ferry, FerryOutput, FerryProcess};
 pub use files::{

@@ -3,6 +3,8 @@
 use std::sync::Arc;
 
 use ferry_dtp::{ChannelSetup, Dtp};
+
+use super::Mover;
 use ferry_proto::command::{
     Dcau, EpsvArg, Protection, Structure, TransferMode, TransferType, TrevEvent,
 };
@@ -194,7 +196,7 @@ impl Session {
                 self.reply(226, "Abort successful; no transfer in progress.")
                     .await
             }
-            Command::Stat(None) => self.reply(212, "GridFTP server status.").await,
+            Command::Stat(None) => self.cmd_status().await,
             Command::Retr(_)
             | Command::Stor(_)
             | Command::Stou(_)
@@ -362,43 +364,49 @@ impl Session {
         } else {
             None
         };
-        let storage: Arc<dyn ferry_storage::Storage> = match account
-            .filter(|_| ferry_storage::Identity::can_switch())
-        {
-            Some(account) => {
-                let switched = tokio::task::spawn_blocking({
-                    let (account, storage) = (account.clone(), Arc::clone(&storage));
-                    move || {
-                        let id = ferry_storage::Identity::lookup(&account)?;
-                        if id.uid == 0 {
-                            return Ok(storage);
-                        }
-                        let s: Arc<dyn ferry_storage::Storage> =
-                            Arc::new(ferry_storage::AsUser::new(storage, id)?);
-                        Ok::<_, ferry_storage::StorageError>(s)
-                    }
-                })
-                .await;
-                match switched {
-                    Ok(Ok(s)) => s,
-                    Ok(Err(e)) => {
-                        tracing::warn!(peer = %self.peer, user = %name, account = %account, error = %e, "cannot run as the account");
-                        return self
-                            .reply(
-                                530,
-                                format!("Login incorrect. : cannot run as {account}: {e}"),
-                            )
-                            .await;
-                    }
-                    Err(e) => return self.reply(530, format!("Login incorrect. : {e}")).await,
-                }
+        let storage = match crate::auth::storage_as(storage, account.clone()).await {
+            Ok(s) => s,
+            Err(e) => {
+                let account = account.unwrap_or_default();
+                tracing::warn!(peer = %self.peer, user = %name, account = %account, error = %e, "cannot run as the account");
+                return self
+                    .reply(
+                        530,
+                        format!("Login incorrect. : cannot run as {account}: {e}"),
+                    )
+                    .await;
             }
-            None => storage,
         };
-        let mut dtp = Dtp::new(Arc::clone(&storage), Arc::clone(&self.ctx.pool), read_only);
-        if self.gsi_identity.is_some() {
-            dtp.set_security(self.data_security());
-        }
+        let dtp = match &self.ctx.nodes {
+            Some(nodes) => {
+                let delegated_pem = match &self.delegated {
+                    Some(c) => match c.to_proxy_pem() {
+                        Ok(p) => Some(String::from_utf8_lossy(&p).into_owned()),
+                        Err(e) => {
+                            tracing::warn!(peer = %self.peer, error = %e, "cannot pass the delegated credential to data nodes");
+                            None
+                        }
+                    },
+                    None => None,
+                };
+                let login = crate::striped::frontend::NodeLogin {
+                    account: account.clone(),
+                    read_only,
+                    delegated_pem,
+                };
+                Mover::Remote(Box::new(crate::striped::frontend::RemoteDtp::new(
+                    Arc::clone(nodes),
+                    login,
+                )))
+            }
+            None => {
+                let mut dtp = Dtp::new(Arc::clone(&storage), Arc::clone(&self.ctx.pool), read_only);
+                if self.gsi_identity.is_some() {
+                    dtp.set_security(self.data_security());
+                }
+                Mover::Local(dtp)
+            }
+        };
         tracing::info!(peer = %self.peer, user = %name, read_only, "logged in");
         self.login = Some(Login {
             name: name.clone(),
@@ -407,6 +415,27 @@ impl Session {
             dtp,
         });
         self.reply(230, format!("User {name} logged in.")).await
+    }
+
+    /// `STAT`: the server's status; a striped frontend lists its data nodes and which of them
+    /// did not answer when last tried.
+    async fn cmd_status(&mut self) -> Io {
+        let Some(nodes) = self.ctx.nodes.clone() else {
+            return self.reply(212, "GridFTP server status.").await;
+        };
+        let missing = nodes.missing();
+        let mut lines = vec![format!(
+            "GridFTP server status: striped frontend, {} data nodes.",
+            nodes.names().len()
+        )];
+        for n in nodes.names() {
+            match missing.iter().find(|(m, _)| m == n) {
+                Some((_, why)) => lines.push(format!(" data node {n}: not reachable ({why})")),
+                None => lines.push(format!(" data node {n}: ok")),
+            }
+        }
+        lines.push("End of status.".into());
+        self.send(&Reply::multi(212, lines)).await
     }
 
     async fn cmd_opts(&mut self, opts: Opts) -> Io {
@@ -471,14 +500,34 @@ impl Session {
         let Some(login) = self.login.as_mut() else {
             return Ok(());
         };
-        let addr = match login.dtp.channel().open_passive(ip, range, tuning) {
-            Ok(a) => a,
-            Err(e) => {
-                return self
-                    .reply(425, format!("Cannot open passive listener: {e}"))
-                    .await
+        let addrs = match &mut login.dtp {
+            Mover::Local(dtp) => match dtp.channel().open_passive(ip, range, tuning) {
+                Ok(a) => vec![a],
+                Err(e) => {
+                    return self
+                        .reply(425, format!("Cannot open passive listener: {e}"))
+                        .await
+                }
+            },
+            Mover::Remote(r) => {
+                let striped = matches!(kind, PassiveKind::Spas { .. });
+                match r.passive(striped, tuning).await {
+                    Ok(a) => a,
+                    Err(e) => {
+                        self.channel = None;
+                        return self
+                            .reply(425, format!("Cannot open passive listener: {e}"))
+                            .await;
+                    }
+                }
             }
         };
+        let addr = addrs[0];
+        if matches!(kind, PassiveKind::Pasv) && addr.is_ipv6() {
+            return self
+                .reply(522, "Network protocol not supported; use EPSV.")
+                .await;
+        }
         self.channel = Some(ChannelSetup::Passive);
         let hp = HostPort(addr);
         match kind {
@@ -486,25 +535,32 @@ impl Session {
                 let text = hp.pasv_reply_text().unwrap_or_default();
                 self.reply(227, text).await
             }
+            PassiveKind::Epsv if addr.ip() != ip => {
+                // EPSV names only a port: the client would dial this host, not the node.
+                self.channel = None;
+                self.reply(
+                    425,
+                    format!("EPSV cannot name data node {addr}; use SPAS, PASV or PORT."),
+                )
+                .await
+            }
             PassiveKind::Epsv => {
                 self.reply(229, HostPort::epsv_reply_text(addr.port()))
                     .await
             }
             PassiveKind::Spas { v6 } => {
-                let line = if v6 || addr.is_ipv6() {
-                    hp.to_eprt_form()
-                } else {
-                    hp.to_port_form().unwrap_or_else(|| hp.to_eprt_form())
-                };
-                let reply = Reply::multi(
-                    229,
-                    vec![
-                        "Entering Striped Passive Mode.".into(),
-                        format!(" {line}"),
-                        "End".into(),
-                    ],
-                );
-                self.send(&reply).await
+                let mut lines = vec!["Entering Striped Passive Mode.".to_string()];
+                for a in &addrs {
+                    let hp = HostPort(*a);
+                    let line = if v6 || a.is_ipv6() {
+                        hp.to_eprt_form()
+                    } else {
+                        hp.to_port_form().unwrap_or_else(|| hp.to_eprt_form())
+                    };
+                    lines.push(format!(" {line}"));
+                }
+                lines.push("End".into());
+                self.send(&Reply::multi(229, lines)).await
             }
         }
     }
@@ -514,7 +570,18 @@ impl Session {
             return self.reply(501, "Illegal PORT command.").await;
         }
         if let Some(login) = self.login.as_mut() {
-            login.dtp.channel().forget();
+            match &mut login.dtp {
+                Mover::Local(dtp) => dtp.channel().forget(),
+                Mover::Remote(r) => {
+                    r.forget();
+                    if let Err(e) = r.active(list.len()).await {
+                        self.channel = None;
+                        return self
+                            .reply(425, format!("Can't open data connection: {e}"))
+                            .await;
+                    }
+                }
+            }
         }
         self.channel = Some(ChannelSetup::Active(list.iter().map(|h| h.0).collect()));
         self.reply(200, "PORT Command successful.").await
@@ -541,7 +608,7 @@ impl Session {
 
     pub(crate) fn forget_cached_channel(&mut self) {
         if let Some(login) = self.login.as_mut() {
-            login.dtp.channel().forget_cache();
+            login.dtp.forget_cache();
         }
     }
 }

@@ -38,7 +38,50 @@ pub(crate) struct Login {
     pub(crate) name: String,
     pub(crate) storage: Arc<dyn Storage>,
     pub(crate) read_only: bool,
-    pub(crate) dtp: Dtp,
+    pub(crate) dtp: Mover,
+}
+
+/// What moves a session's data: its own DTP, or (striped frontend) DTPs on the data nodes.
+/// The PI builds the same transfer description for both.
+#[derive(Debug)]
+pub(crate) enum Mover {
+    Local(Dtp),
+    Remote(Box<crate::striped::frontend::RemoteDtp>),
+}
+
+impl Mover {
+    pub(crate) fn will_reuse(&self, desc: &ferry_dtp::TransferDescription) -> bool {
+        match self {
+            Mover::Local(d) => d.will_reuse(desc),
+            Mover::Remote(r) => r.will_reuse(desc),
+        }
+    }
+
+    pub(crate) async fn run(
+        &mut self,
+        desc: &ferry_dtp::TransferDescription,
+        events: &tokio::sync::mpsc::Sender<ferry_dtp::DtpEvent>,
+    ) -> Result<ferry_dtp::TransferOutcome, ferry_dtp::DtpError> {
+        match self {
+            Mover::Local(d) => d.run(desc, events).await,
+            Mover::Remote(r) => r.run(desc, events).await,
+        }
+    }
+
+    pub(crate) fn bytes_moved(&self) -> u64 {
+        match self {
+            Mover::Local(d) => d.bytes_moved(),
+            Mover::Remote(r) => r.bytes_moved(),
+        }
+    }
+
+    /// Drops cached data connections (a buffer or security change, an abort).
+    pub(crate) fn forget_cache(&mut self) {
+        match self {
+            Mover::Local(d) => d.channel().forget_cache(),
+            Mover::Remote(r) => r.forget_cache(),
+        }
+    }
 }
 
 /// The control connection's reading side: bytes → lines, plus lines queued during transfers.

@@ -46,6 +46,7 @@ impl Session {
             return Err(Reply::new(530, "Please login with USER and PASS."));
         };
         let read_only = login.read_only;
+        let remote = matches!(login.dtp, super::Mover::Remote(_));
         let storage = std::sync::Arc::clone(&login.storage);
         let restart = match &self.restart {
             None => RangeSet::new(),
@@ -139,6 +140,22 @@ impl Session {
                 perf_ms: self.retr_markers_s.and_then(nonzero_ms),
             },
             _ => MarkerIntervals::default(),
+        };
+        // Data nodes write one file together: it is created (and truncated) once, here, before
+        // any of them starts, never by each node on its own.
+        let (truncate, create_new) = match remote {
+            true if direction == Direction::Receive => {
+                if (truncate || create_new) && restart.is_empty() {
+                    let opts = ferry_storage::WriteOptions {
+                        create: true,
+                        truncate,
+                        create_new,
+                    };
+                    storage.open_write(&path, opts).map_err(storage_err)?;
+                }
+                (false, false)
+            }
+            _ => (truncate, create_new),
         };
         let id = self
             .ctx
@@ -284,8 +301,12 @@ impl Session {
         }
         let elapsed = started.elapsed();
         let moved = self.login.as_ref().map_or(0, |l| l.dtp.bytes_moved());
+        let note = match self.login.as_ref().map(|l| &l.dtp) {
+            Some(super::Mover::Remote(r)) => r.nodes().missing_note(),
+            _ => String::new(),
+        };
         let (code, text, bytes, streams) = match &result {
-            Ok(o) => (226, "Transfer Complete.".to_string(), o.bytes, o.streams),
+            Ok(o) => (226, format!("Transfer Complete.{note}"), o.bytes, o.streams),
             Err(e) => (e.reply_code(), e.to_string(), moved, 0),
         };
         self.log_transfer(
@@ -298,7 +319,7 @@ impl Session {
         );
         if aborted {
             if let Some(login) = self.login.as_mut() {
-                login.dtp.channel().forget_cache();
+                login.dtp.forget_cache();
             }
             self.reply(426, "Transfer aborted.").await?;
             return self.reply(226, "Abort successful.").await;

@@ -1,0 +1,556 @@
+//! The frontend's side of striping: a session's stand-in for its DTP that hands each transfer
+//! to the data nodes and merges what they report.
+//!
+//! Every session opens its own link to each node it uses (so a node's listener and cached data
+//! connections follow the session's data channel, as in Globus, where a node forks a process
+//! per frontend session). Links open lazily at SPAS/PASV/SPOR/PORT; a node that does not
+//! answer is left out of that data channel and named in replies, and is tried again at the next
+//! one, so a node that comes back is used without restarting the frontend.
+//!
+//! A transfer is node `j` of `N` running the same description with `stripe = {j, N}`: as a
+//! receiver it takes whatever its listener gets; as a sender it serves the receiving stripes
+//! `r ≡ j (mod N)` of the layout (`ferry_proto::stripe`). Restart markers from every node are
+//! relayed as they come (each covers bytes that node has written, so their union is exactly
+//! what is safe), performance markers carry the node's stripe index and the stripe count. A
+//! node that fails or is lost fails the transfer with a reply naming it; the others are
+//! stopped (their links are dropped).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ferry_dtp::{
+    ChannelSecurity, ChannelSetup, Direction, DtpError, DtpEvent, StripeInfo, TransferDescription,
+    TransferOutcome,
+};
+use ferry_net::SocketTuning;
+use ferry_proto::command::TransferMode;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use super::ipc::{FromNode, IpcAuth, Link, ToNode, IPC_VERSION};
+
+/// Nodes report progress at least this often during a transfer, so a silent one is noticed.
+const HEARTBEAT_MS: u64 = 2_000;
+/// Silence after which a node counts as lost.
+const LOST_AFTER: Duration = Duration::from_secs(15);
+
+/// The frontend's data nodes, shared by its sessions.
+pub(crate) struct NodeSet {
+    nodes: Vec<String>,
+    auth: IpcAuth,
+    timeout: Duration,
+    /// Why each node was last unreachable (`None`: it answered last time).
+    down: Mutex<Vec<Option<String>>>,
+    /// Where the next one-node data channel starts looking (spreads PASV sessions).
+    next: AtomicU64,
+}
+
+impl std::fmt::Debug for NodeSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeSet")
+            .field("nodes", &self.nodes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodeSet {
+    pub(crate) fn new(nodes: Vec<String>, auth: IpcAuth, timeout: Duration) -> NodeSet {
+        let down = Mutex::new(vec![None; nodes.len()]);
+        NodeSet {
+            nodes,
+            auth,
+            timeout,
+            down,
+            next: AtomicU64::new(0),
+        }
+    }
+
+    /// Configured nodes.
+    pub(crate) fn names(&self) -> &[String] {
+        &self.nodes
+    }
+
+    /// The nodes that did not answer last time, with why.
+    pub(crate) fn missing(&self) -> Vec<(String, String)> {
+        let down = self.down.lock().map(|d| d.clone()).unwrap_or_default();
+        self.nodes
+            .iter()
+            .zip(down)
+            .filter_map(|(n, d)| d.map(|why| (n.clone(), why)))
+            .collect()
+    }
+
+    /// `" Data nodes not reachable: a (why); b (why)."`, or empty when all answer.
+    pub(crate) fn missing_note(&self) -> String {
+        let m = self.missing();
+        if m.is_empty() {
+            return String::new();
+        }
+        let list: Vec<String> = m.iter().map(|(n, w)| format!("{n} ({w})")).collect();
+        format!(" Data nodes not reachable: {}.", list.join("; "))
+    }
+
+    fn mark(&self, i: usize, why: Option<String>) {
+        if let Ok(mut d) = self.down.lock() {
+            if let Some(slot) = d.get_mut(i) {
+                if why.is_some() && slot.is_none() {
+                    tracing::warn!(node = %self.nodes[i], why = why.as_deref().unwrap_or(""), "data node unreachable");
+                } else if why.is_none() && slot.is_some() {
+                    tracing::info!(node = %self.nodes[i], "data node back");
+                }
+                *slot = why;
+            }
+        }
+    }
+}
+
+/// What a session tells each node when it links up.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeLogin {
+    pub(crate) account: Option<String>,
+    pub(crate) read_only: bool,
+    pub(crate) delegated_pem: Option<String>,
+}
+
+/// One session's DTP on remote data nodes.
+pub(crate) struct RemoteDtp {
+    set: Arc<NodeSet>,
+    login: NodeLogin,
+    links: Vec<Option<Link>>,
+    /// Nodes of the current data channel, in stripe order.
+    using: Vec<usize>,
+    /// Setup of the connections the nodes cached after the last transfer.
+    cached: Option<(Direction, ChannelSetup, ChannelSecurity)>,
+    /// The next run makes the nodes drop cached connections (SBUF, DCAU, PROT changed).
+    forget_cache: bool,
+    moved: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for RemoteDtp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteDtp")
+            .field("using", &self.using)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RemoteDtp {
+    pub(crate) fn new(set: Arc<NodeSet>, login: NodeLogin) -> RemoteDtp {
+        let links = set.nodes.iter().map(|_| None).collect();
+        RemoteDtp {
+            set,
+            login,
+            links,
+            using: Vec::new(),
+            cached: None,
+            forget_cache: false,
+            moved: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The node set.
+    pub(crate) fn nodes(&self) -> &NodeSet {
+        &self.set
+    }
+
+    /// Links up with every node not yet linked (in parallel) and returns those that answer.
+    async fn link_all(&mut self) -> Vec<usize> {
+        let mut set = JoinSet::new();
+        for (i, l) in self.links.iter().enumerate() {
+            if l.is_none() {
+                let (node, nodes, login) = (
+                    self.set.nodes[i].clone(),
+                    Arc::clone(&self.set),
+                    self.login.clone(),
+                );
+                set.spawn(async move { (i, hello(&node, &nodes, &login).await) });
+            }
+        }
+        while let Some(joined) = set.join_next().await {
+            let Ok((i, r)) = joined else { continue };
+            match r {
+                Ok(link) => {
+                    self.set.mark(i, None);
+                    self.links[i] = Some(link);
+                }
+                Err(e) => self.set.mark(i, Some(e)),
+            }
+        }
+        (0..self.links.len())
+            .filter(|i| self.links[*i].is_some())
+            .collect()
+    }
+
+    /// Links up with one node, trying them in turn from a rotating start.
+    async fn link_one(&mut self) -> Option<usize> {
+        let n = self.links.len();
+        let start = self.set.next.fetch_add(1, Ordering::Relaxed) as usize;
+        for k in 0..n {
+            let i = (start + k) % n;
+            if self.links[i].is_some() {
+                return Some(i);
+            }
+            match hello(&self.set.nodes[i], &self.set, &self.login).await {
+                Ok(link) => {
+                    self.set.mark(i, None);
+                    self.links[i] = Some(link);
+                    return Some(i);
+                }
+                Err(e) => self.set.mark(i, Some(e)),
+            }
+        }
+        None
+    }
+
+    fn none_reachable(&self) -> String {
+        let why = self.set.missing_note();
+        format!("No data node is reachable.{why}")
+    }
+
+    /// `SPAS` (`striped`: one listener on every node) or `PASV`/`EPSV` (one node): the
+    /// listeners' addresses in stripe order.
+    pub(crate) async fn passive(
+        &mut self,
+        striped: bool,
+        tuning: SocketTuning,
+    ) -> Result<Vec<SocketAddr>, String> {
+        self.cached = None;
+        self.using.clear();
+        let candidates = if striped {
+            self.link_all().await
+        } else {
+            self.link_one().await.into_iter().collect()
+        };
+        let mut addrs = Vec::new();
+        for i in candidates {
+            let r = self.ask(i, &ToNode::Passive { tuning }).await;
+            match r {
+                Ok(FromNode::Passive(a)) => {
+                    self.using.push(i);
+                    addrs.push(a);
+                }
+                Ok(FromNode::PassiveFailed(e)) => {
+                    tracing::warn!(node = %self.set.nodes[i], "passive listener failed: {e}");
+                }
+                Ok(other) => self.lost(i, format!("unexpected answer {other:?}")),
+                Err(e) => self.lost(i, e),
+            }
+        }
+        if addrs.is_empty() {
+            return Err(self.none_reachable());
+        }
+        Ok(addrs)
+    }
+
+    /// `PORT`/`SPOR` with `count` addresses: every reachable node takes part when there are
+    /// several receiving stripes, one node otherwise.
+    pub(crate) async fn active(&mut self, count: usize) -> Result<(), String> {
+        self.cached = None;
+        self.using.clear();
+        let candidates = if count > 1 {
+            self.link_all().await
+        } else {
+            self.link_one().await.into_iter().collect()
+        };
+        for i in candidates {
+            match self.ask(i, &ToNode::Forget).await {
+                Ok(FromNode::Ok) => self.using.push(i),
+                Ok(other) => self.lost(i, format!("unexpected answer {other:?}")),
+                Err(e) => self.lost(i, e),
+            }
+        }
+        if self.using.is_empty() {
+            return Err(self.none_reachable());
+        }
+        Ok(())
+    }
+
+    /// Sends one request and reads its answer.
+    async fn ask(&mut self, i: usize, msg: &ToNode) -> Result<FromNode, String> {
+        let link = self.links[i].as_mut().ok_or("not linked")?;
+        let work = async {
+            link.wr.send(msg).await.map_err(|e| e.to_string())?;
+            match link.rd.recv::<FromNode>().await {
+                Ok(Some(m)) => Ok(m),
+                Ok(None) => Err("closed the link".to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        tokio::time::timeout(self.set.timeout, work)
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {} s", self.set.timeout.as_secs())))
+    }
+
+    /// Drops node `i`'s link after it failed and remembers why.
+    fn lost(&mut self, i: usize, why: String) {
+        self.links[i] = None;
+        self.using.retain(|u| *u != i);
+        self.set.mark(i, Some(why));
+    }
+
+    /// Forgets the data channel (the nodes' listeners go with their next setup).
+    pub(crate) fn forget(&mut self) {
+        self.cached = None;
+        self.using.clear();
+    }
+
+    /// Makes the next transfer open fresh data connections.
+    pub(crate) fn forget_cache(&mut self) {
+        self.cached = None;
+        self.forget_cache = true;
+    }
+
+    /// Whether the nodes will run `desc` on cached connections.
+    pub(crate) fn will_reuse(&self, desc: &TransferDescription) -> bool {
+        desc.mode == TransferMode::Extended
+            && !self.forget_cache
+            && self.cached.as_ref().is_some_and(|(d, c, s)| {
+                *d == desc.direction && *c == desc.channel && *s == desc.security
+            })
+    }
+
+    /// Payload bytes the nodes reported for the last transfer.
+    pub(crate) fn bytes_moved(&self) -> u64 {
+        self.moved.load(Ordering::Relaxed)
+    }
+
+    /// Runs `desc` on the data channel's nodes, relaying their markers to `events`.
+    pub(crate) async fn run(
+        &mut self,
+        desc: &TransferDescription,
+        events: &mpsc::Sender<DtpEvent>,
+    ) -> Result<TransferOutcome, DtpError> {
+        let started = Instant::now();
+        let reused = self.will_reuse(desc);
+        self.cached = None;
+        self.moved = Arc::new(AtomicU64::new(0));
+        if self.using.is_empty() {
+            return Err(DtpError::NoDataChannel);
+        }
+        // Stream mode and listings move one stream: the first node alone.
+        let striped = desc.mode == TransferMode::Extended
+            && matches!(desc.source, ferry_dtp::TransferSource::File);
+        let using: Vec<usize> = if striped {
+            self.using.clone()
+        } else {
+            self.using[..1].to_vec()
+        };
+        let count = using.len() as u32;
+        let forget_cache = std::mem::take(&mut self.forget_cache);
+        let per_node: Arc<Vec<AtomicU64>> =
+            Arc::new((0..using.len()).map(|_| AtomicU64::new(0)).collect());
+        let mut tasks = JoinSet::new();
+        for (pos, &i) in using.iter().enumerate() {
+            let Some(link) = self.links[i].take() else {
+                self.lost(i, "not linked".into());
+                return Err(node_error(&self.set.nodes[i], 425, "not linked"));
+            };
+            let mut d = desc.clone();
+            d.stripe = StripeInfo {
+                index: pos as u32,
+                count,
+            };
+            // A heartbeat: nodes report at least every HEARTBEAT_MS, so a silent node is lost.
+            let wanted_perf = desc.markers.perf_ms;
+            d.markers.perf_ms = Some(wanted_perf.map_or(HEARTBEAT_MS, |p| p.min(HEARTBEAT_MS)));
+            let job = NodeJob {
+                node: i,
+                pos,
+                count,
+                events: events.clone(),
+                forward_perf: wanted_perf,
+                per_node: Arc::clone(&per_node),
+                moved: Arc::clone(&self.moved),
+            };
+            tasks.spawn(job.run(link, d, forget_cache));
+        }
+        let mut bytes = 0u64;
+        let mut streams = 0u32;
+        let mut failure: Option<DtpError> = None;
+        while let Some(joined) = tasks.join_next().await {
+            let Ok((i, link, result)) = joined else {
+                continue;
+            };
+            let name = self.set.nodes[i].clone();
+            match (link, result) {
+                (Some(link), Ok((b, s))) => {
+                    self.links[i] = Some(link);
+                    bytes += b;
+                    streams += s;
+                }
+                (link, Err(NodeFailure::Failed { code, text })) => {
+                    // The node is fine; the transfer is not.
+                    self.links[i] = link;
+                    failure.get_or_insert(node_error(&name, code, &text));
+                    tasks.abort_all();
+                }
+                (link, result) => {
+                    let why = match result {
+                        Err(NodeFailure::Lost(w)) => w,
+                        _ if link.is_none() => "closed the link".into(),
+                        _ => "unexpected state".into(),
+                    };
+                    self.lost(i, why.clone());
+                    // 426: the data path broke, and a retry (with the restart markers so far)
+                    // can finish on the nodes that remain.
+                    failure.get_or_insert(DtpError::Remote {
+                        code: 426,
+                        message: format!("Data node {name} lost during the transfer: {why}"),
+                    });
+                    tasks.abort_all();
+                }
+            }
+        }
+        if let Some(e) = failure {
+            // Nodes whose tasks were stopped lost their links (and with them the transfer);
+            // the others keep theirs but not their cached connections.
+            self.using.retain(|i| self.links[*i].is_some());
+            self.forget_cache = true;
+            return Err(e);
+        }
+        if desc.mode == TransferMode::Extended {
+            self.cached = Some((desc.direction, desc.channel.clone(), desc.security.clone()));
+        }
+        Ok(TransferOutcome {
+            bytes,
+            streams,
+            duration: started.elapsed(),
+            reused,
+        })
+    }
+}
+
+fn node_error(name: &str, code: u16, text: &str) -> DtpError {
+    DtpError::Remote {
+        code,
+        message: format!("Data node {name}: {text}"),
+    }
+}
+
+/// Connects to a node and introduces the session.
+async fn hello(node: &str, set: &NodeSet, login: &NodeLogin) -> Result<Link, String> {
+    let mut link = Link::connect(node, &set.auth, set.timeout).await?;
+    let msg = ToNode::Hello {
+        version: IPC_VERSION,
+        account: login.account.clone(),
+        read_only: login.read_only,
+        delegated_pem: login.delegated_pem.clone(),
+    };
+    let answer = async {
+        link.wr.send(&msg).await.map_err(|e| e.to_string())?;
+        link.rd.recv::<FromNode>().await.map_err(|e| e.to_string())
+    };
+    match tokio::time::timeout(set.timeout, answer).await {
+        Ok(Ok(Some(FromNode::Ready))) => Ok(link),
+        Ok(Ok(Some(FromNode::Refused(why)))) => Err(format!("refused the session: {why}")),
+        Ok(Ok(Some(other))) => Err(format!("unexpected answer {other:?}")),
+        Ok(Ok(None)) => Err("closed the link (wrong IPC secret or not allowed?)".into()),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(format!("no answer within {} s", set.timeout.as_secs())),
+    }
+}
+
+enum NodeFailure {
+    /// The node ran the transfer and it failed.
+    Failed { code: u16, text: String },
+    /// The link broke or went silent.
+    Lost(String),
+}
+
+/// One node's part of a transfer, on its own task.
+struct NodeJob {
+    node: usize,
+    pos: usize,
+    count: u32,
+    events: mpsc::Sender<DtpEvent>,
+    forward_perf: Option<u64>,
+    per_node: Arc<Vec<AtomicU64>>,
+    moved: Arc<AtomicU64>,
+}
+
+type NodeResult = (usize, Option<Link>, Result<(u64, u32), NodeFailure>);
+
+impl NodeJob {
+    async fn run(
+        self,
+        mut link: Link,
+        desc: TransferDescription,
+        forget_cache: bool,
+    ) -> NodeResult {
+        let msg = ToNode::Run {
+            desc: Box::new(desc),
+            forget_cache,
+        };
+        if let Err(e) = link.wr.send(&msg).await {
+            return (self.node, None, Err(NodeFailure::Lost(e.to_string())));
+        }
+        let mut last_perf = Instant::now();
+        loop {
+            let m = match tokio::time::timeout(LOST_AFTER, link.rd.recv::<FromNode>()).await {
+                Err(_) => {
+                    let why = format!("silent for {} s", LOST_AFTER.as_secs());
+                    return (self.node, None, Err(NodeFailure::Lost(why)));
+                }
+                Ok(Err(e)) => return (self.node, None, Err(NodeFailure::Lost(e.to_string()))),
+                Ok(Ok(None)) => {
+                    let why = "closed the link".to_string();
+                    return (self.node, None, Err(NodeFailure::Lost(why)));
+                }
+                Ok(Ok(Some(m))) => m,
+            };
+            match m {
+                FromNode::Restart(r) => {
+                    let _ = self.events.send(DtpEvent::Restart(r)).await;
+                }
+                FromNode::Perf {
+                    bytes,
+                    timestamp_tenths,
+                } => {
+                    self.record(bytes);
+                    let due = self.forward_perf.is_some_and(|ms| {
+                        last_perf.elapsed() + Duration::from_millis(50) >= Duration::from_millis(ms)
+                    });
+                    if due {
+                        last_perf = Instant::now();
+                        let _ = self
+                            .events
+                            .send(DtpEvent::Perf {
+                                stripe_index: self.pos as u32,
+                                stripe_count: self.count,
+                                bytes,
+                                timestamp_tenths,
+                            })
+                            .await;
+                    }
+                }
+                FromNode::Finished { bytes, streams } => {
+                    self.record(bytes);
+                    return (self.node, Some(link), Ok((bytes, streams)));
+                }
+                FromNode::Failed { code, text } => {
+                    return (
+                        self.node,
+                        Some(link),
+                        Err(NodeFailure::Failed { code, text }),
+                    );
+                }
+                other => {
+                    let why = format!("unexpected message {other:?}");
+                    return (self.node, None, Err(NodeFailure::Lost(why)));
+                }
+            }
+        }
+    }
+
+    /// Keeps the total of every node's latest byte count.
+    fn record(&self, bytes: u64) {
+        let old = self.per_node[self.pos].swap(bytes, Ordering::Relaxed);
+        if bytes >= old {
+            self.moved.fetch_add(bytes - old, Ordering::Relaxed);
+        } else {
+            self.moved.fetch_sub(old - bytes, Ordering::Relaxed);
+        }
+    }
+}

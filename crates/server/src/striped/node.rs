@@ -1,0 +1,235 @@
+//! `ferry serve --data-node`: a DTP that a striped frontend drives over the IPC link.
+//!
+//! Each frontend session opens one link to each node it uses; the node keeps one `Dtp` per link
+//! (its passive listener and cached data connections live as long as the frontend session's
+//! data channel), runs the transfer descriptions it is sent against its own storage and streams
+//! the DTP's events back. A closed link stops whatever it was running.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferry_dtp::{BufferPool, Dtp, DtpEvent};
+use ferry_gsi::{Credential, DataSecurity, TrustStore};
+use ferry_storage::Storage;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+use super::ipc::{FromNode, IpcAuth, Link, LinkReader, LinkWriter, ToNode, IPC_VERSION};
+use super::AllowFrom;
+use crate::config::ServerConfig;
+
+/// How long a frontend has to finish the handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// What every link of a data node shares.
+pub(crate) struct NodeContext {
+    pub(crate) config: ServerConfig,
+    pub(crate) storage_rw: Arc<dyn Storage>,
+    pub(crate) storage_ro: Arc<dyn Storage>,
+    pub(crate) pool: Arc<BufferPool>,
+    pub(crate) auth: IpcAuth,
+    pub(crate) allow: AllowFrom,
+    /// Host credential and CAs (GSI nodes): data connections under DCAU use them.
+    pub(crate) host: Option<(Credential, Arc<TrustStore>)>,
+}
+
+impl std::fmt::Debug for NodeContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeContext")
+            .field("auth", &self.auth)
+            .field("allow", &self.allow)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Accepts frontends until the task is dropped.
+pub(crate) async fn serve(listener: TcpListener, ctx: Arc<NodeContext>) -> std::io::Result<()> {
+    loop {
+        let (tcp, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        if !ctx.allow.allows(peer.ip()) {
+            tracing::warn!(%peer, "IPC connection refused: not in --ipc-allow-from");
+            continue;
+        }
+        let ctx = Arc::clone(&ctx);
+        tokio::spawn(async move {
+            let link = match Link::accept(tcp, &ctx.auth, HANDSHAKE_TIMEOUT).await {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(%peer, "IPC link refused: {e}");
+                    return;
+                }
+            };
+            tracing::info!(%peer, "frontend connected");
+            match session(link, &ctx).await {
+                Ok(()) => tracing::info!(%peer, "frontend session ended"),
+                Err(e) => tracing::info!(%peer, "frontend session ended: {e}"),
+            }
+        });
+    }
+}
+
+async fn session(link: Link, ctx: &NodeContext) -> std::io::Result<()> {
+    let Link {
+        mut rd,
+        mut wr,
+        local,
+    } = link;
+    let Some(ToNode::Hello {
+        version,
+        account,
+        read_only,
+        delegated_pem,
+    }) = rd.recv::<ToNode>().await?
+    else {
+        return Err(protocol("the first message was not Hello"));
+    };
+    if version != IPC_VERSION {
+        let why = format!("IPC version {version} is not this node's {IPC_VERSION}; run the same ferry on frontend and nodes");
+        wr.send(&FromNode::Refused(why)).await?;
+        return Ok(());
+    }
+    let base = if read_only {
+        Arc::clone(&ctx.storage_ro)
+    } else {
+        Arc::clone(&ctx.storage_rw)
+    };
+    let storage = match crate::auth::storage_as(base, account.clone()).await {
+        Ok(s) => s,
+        Err(e) => {
+            let who = account.unwrap_or_default();
+            wr.send(&FromNode::Refused(format!("cannot run as {who}: {e}")))
+                .await?;
+            return Ok(());
+        }
+    };
+    let mut dtp = Dtp::new(storage, Arc::clone(&ctx.pool), read_only);
+    match data_security(ctx, delegated_pem.as_deref()) {
+        Ok(sec) => dtp.set_security(sec),
+        Err(e) => {
+            wr.send(&FromNode::Refused(format!("delegated credential: {e}")))
+                .await?;
+            return Ok(());
+        }
+    }
+    wr.send(&FromNode::Ready).await?;
+    let data_ip = canonical(local.ip());
+    while let Some(msg) = rd.recv::<ToNode>().await? {
+        match msg {
+            ToNode::Passive { tuning } => {
+                let reply = match dtp
+                    .channel()
+                    .open_passive(data_ip, ctx.config.port_range, tuning)
+                {
+                    Ok(a) => FromNode::Passive(a),
+                    Err(e) => FromNode::PassiveFailed(e.to_string()),
+                };
+                wr.send(&reply).await?;
+            }
+            ToNode::Forget => {
+                dtp.channel().forget();
+                wr.send(&FromNode::Ok).await?;
+            }
+            ToNode::Run { desc, forget_cache } => {
+                if forget_cache {
+                    dtp.channel().forget_cache();
+                }
+                run(&mut dtp, &desc, &mut rd, &mut wr).await?;
+            }
+            ToNode::Hello { .. } => return Err(protocol("Hello sent twice")),
+        }
+    }
+    Ok(())
+}
+
+/// Runs one transfer, relaying its events; a message or a closed link from the frontend while
+/// it runs stops it (the frontend sends nothing mid-transfer unless it gave up).
+async fn run(
+    dtp: &mut Dtp,
+    desc: &ferry_dtp::TransferDescription,
+    rd: &mut LinkReader,
+    wr: &mut LinkWriter,
+) -> std::io::Result<()> {
+    let (tx, mut rx) = mpsc::channel::<DtpEvent>(64);
+    let result = {
+        let fut = dtp.run(desc, &tx);
+        tokio::pin!(fut);
+        loop {
+            tokio::select! {
+                r = &mut fut => break r,
+                Some(ev) = rx.recv() => wr.send(&event(ev)).await?,
+                m = rd.recv::<ToNode>() => {
+                    return match m? {
+                        None => Err(std::io::ErrorKind::ConnectionAborted.into()),
+                        Some(_) => Err(protocol("a message arrived during a transfer")),
+                    };
+                }
+            }
+        }
+    };
+    while let Ok(ev) = rx.try_recv() {
+        wr.send(&event(ev)).await?;
+    }
+    let reply = match result {
+        Ok(o) => FromNode::Finished {
+            bytes: o.bytes,
+            streams: o.streams,
+        },
+        Err(e) => {
+            tracing::info!(path = %desc.path, error = %e, "striped transfer failed on this node");
+            FromNode::Failed {
+                code: e.reply_code(),
+                text: e.to_string(),
+            }
+        }
+    };
+    wr.send(&reply).await
+}
+
+fn event(ev: DtpEvent) -> FromNode {
+    match ev {
+        DtpEvent::Restart(r) => FromNode::Restart(r),
+        DtpEvent::Perf {
+            bytes,
+            timestamp_tenths,
+            ..
+        } => FromNode::Perf {
+            bytes,
+            timestamp_tenths,
+        },
+    }
+}
+
+/// The credential DCAU A/S connections present: the one the client delegated to the frontend,
+/// else this node's host credential; `None` on a node without GSI (DCAU then fails with the
+/// DTP's own message).
+fn data_security(
+    ctx: &NodeContext,
+    delegated_pem: Option<&str>,
+) -> Result<Option<Arc<DataSecurity>>, String> {
+    let Some((host, trust)) = &ctx.host else {
+        return Ok(None);
+    };
+    let cred = match delegated_pem {
+        Some(pem) => Credential::from_proxy_pem(pem.as_bytes()).map_err(|e| e.to_string())?,
+        None => host.clone(),
+    };
+    DataSecurity::new(cred, Arc::clone(trust))
+        .map(|s| Some(Arc::new(s)))
+        .map_err(|e| e.to_string())
+}
+
+fn canonical(ip: IpAddr) -> IpAddr {
+    ip.to_canonical()
+}
+
+fn protocol(what: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, format!("IPC: {what}"))
+}
