@@ -142,11 +142,21 @@ fn globus_url_copy_stripe_gets_and_puts_through_a_ferry_striped_server() {
     let cluster = FerryCluster::start(&data, &["127.0.0.2", "127.0.0.3", "127.0.0.4"]);
 
     // Put: SPAS lists three nodes and globus-url-copy stripes over them (1 MiB blocks); each
-    // node's range markers hold only its own stripe's blocks.
+    // node's range markers hold only its own stripe's blocks. (Without -sbs globus-url-copy
+    // connects to every node but sends all blocks to the first: its put has no layout then.)
     let put = data.join("put.bin");
     let src_url = format!("file://{}", data.join("src.bin").display());
     let log = ok(
-        &guc(&["-dbg", "-stripe", "-p", "2", &src_url, &cluster.url("put.bin")]),
+        &guc(&[
+            "-dbg",
+            "-stripe",
+            "-sbs",
+            "1048576",
+            "-p",
+            "2",
+            &src_url,
+            &cluster.url("put.bin"),
+        ]),
         "guc -stripe put",
     );
     same(&put, &bytes, "guc -stripe put");
@@ -161,7 +171,19 @@ fn globus_url_copy_stripe_gets_and_puts_through_a_ferry_striped_server() {
         .count();
     assert_eq!(listed, 3, "one SPAS address per data node:\n{log}");
     let stripes = marker_stripes(&log, Layout::Blocked { block: 1 << 20 }, 3);
-    assert!(stripes.len() >= 2, "markers from several nodes:\n{log}");
+    assert_eq!(stripes.len(), 3, "markers from every node:\n{log}");
+    let plain = data.join("put-plain.bin");
+    ok(
+        &guc(&[
+            "-stripe",
+            "-p",
+            "2",
+            &src_url,
+            &cluster.url("put-plain.bin"),
+        ]),
+        "guc -stripe put without -sbs",
+    );
+    same(&plain, &bytes, "guc -stripe put without -sbs");
 
     // Get: globus-url-copy sends PORT, and one node sends it all (as Globus' frontend does).
     let got = data.join("got.bin");
@@ -194,7 +216,10 @@ fn globus_url_copy_stripe_gets_and_puts_through_a_ferry_striped_server() {
     same(&put2, &bytes, "ferry copy --stripe put");
     let got2 = data.join("got2.bin");
     ok(
-        &guc(&[&cluster.url("put2.bin"), &format!("file://{}", got2.display())]),
+        &guc(&[
+            &cluster.url("put2.bin"),
+            &format!("file://{}", got2.display()),
+        ]),
         "guc stream-mode get",
     );
     same(&got2, &bytes, "stream-mode get through a node");
@@ -318,7 +343,10 @@ fn a_frontend_with_a_node_down_still_serves_names_it_and_uses_it_again_when_it_r
         replies[2].contains(&format!("data node {down}: not reachable")),
         "{replies:?}"
     );
-    let ls = ok(&ferry(&["ls", &cluster.url("")]), "ferry ls with a node down");
+    let ls = ok(
+        &ferry(&["ls", &cluster.url("")]),
+        "ferry ls with a node down",
+    );
     assert!(ls.contains("src.bin"), "{ls}");
 
     // A striped put and a get work on the nodes that remain; the 226 names the missing node.
@@ -357,7 +385,11 @@ fn a_frontend_with_a_node_down_still_serves_names_it_and_uses_it_again_when_it_r
         ]),
         "put after the node returned",
     );
-    same(&data.join("three.bin"), &bytes, "put after the node returned");
+    same(
+        &data.join("three.bin"),
+        &bytes,
+        "put after the node returned",
+    );
 }
 
 #[test]
@@ -374,7 +406,7 @@ fn a_data_node_lost_mid_transfer_fails_it_by_name_and_the_retry_resumes() {
     let lost = format!("{}:{}", cluster.nodes[2].0, cluster.nodes[2].1);
     let dst = data.join("dst.bin");
 
-    let mut client = Command::new(env!("CARGO_BIN_EXE_ferry"))
+    let client = Command::new(env!("CARGO_BIN_EXE_ferry"))
         .args(["copy", "--json", "--stripe"])
         .arg(data.join("src.bin"))
         .arg(cluster.url("dst.bin"))
@@ -389,7 +421,11 @@ fn a_data_node_lost_mid_transfer_fails_it_by_name_and_the_retry_resumes() {
         std::thread::sleep(Duration::from_millis(1));
     }
     let pid = client.id().to_string();
-    assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
     cluster.kill_node(2);
     // The frontend notices the lost link at once and fails the transfer by the node's name.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -397,7 +433,11 @@ fn a_data_node_lost_mid_transfer_fails_it_by_name_and_the_retry_resumes() {
         assert!(Instant::now() < deadline, "{}", cluster.frontend_log());
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap()
+        .success());
     let out = client.wait_with_output().unwrap();
     let text = ok(&out, "ferry copy across a node loss");
     same(&dst, &bytes, "after the node loss and retry");
@@ -406,4 +446,280 @@ fn a_data_node_lost_mid_transfer_fails_it_by_name_and_the_retry_resumes() {
         "the failure names the node:\n{text}"
     );
     assert!(text.contains("\"retry\""), "it was retried:\n{text}");
+}
+
+/// Runs `ferry serve` with `args` (stderr to `log`), waiting until it listens on `ip:port`.
+fn serve(args: &[String], ip: &str, port: u16, log: &Path) -> common::striping::Procs {
+    let child = Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .arg("serve")
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    let procs = common::striping::Procs(vec![child]);
+    common::striping::wait_listening(ip, port, "ferry serve");
+    procs
+}
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+#[test]
+fn a_gsi_striped_server_links_nodes_with_host_credentials_and_encrypts_every_stripe() {
+    require!(false);
+    if tool("grid-proxy-init").is_none() {
+        eprintln!("skipping: needs grid-proxy-init (globus-proxy-utils)");
+        return;
+    }
+    use common::striping::free_port;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca");
+    ok(
+        &ferry(&[
+            "ca",
+            ca.to_str().unwrap(),
+            "--host",
+            "localhost",
+            "--user",
+            "Striped User:nobody",
+        ]),
+        "ferry ca",
+    );
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let bytes = pattern(13 * (1 << 20) + 17);
+    std::fs::write(root.join("src.bin"), &bytes).unwrap();
+    std::fs::set_permissions(root.join("src.bin"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let host = ca.join("hosts/localhost");
+    let gsi = |extra: &[&str]| -> Vec<String> {
+        let mut v = s(&["--gsi", "--root", root.to_str().unwrap()]);
+        v.extend(s(&[
+            "--host-cert",
+            host.join("hostcert.pem").to_str().unwrap(),
+            "--host-key",
+            host.join("hostkey.pem").to_str().unwrap(),
+            "--cert-dir",
+            ca.join("certificates").to_str().unwrap(),
+        ]));
+        v.extend(s(extra));
+        v
+    };
+    let mut procs = Vec::new();
+    let mut nodes = Vec::new();
+    for ip in ["127.0.0.2", "127.0.0.3"] {
+        let port = free_port(ip);
+        let addr = format!("{ip}:{port}");
+        let log = dir.path().join(format!("node-{ip}.log"));
+        procs.push(serve(
+            &gsi(&["--data-node", "--listen", &addr]),
+            ip,
+            port,
+            &log,
+        ));
+        nodes.push(addr);
+    }
+    let port = free_port("127.0.0.1");
+    let gridmap = ca.join("grid-mapfile");
+    procs.push(serve(
+        &gsi(&[
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--gridmap",
+            gridmap.to_str().unwrap(),
+            "--remote-nodes",
+            &nodes.join(","),
+        ]),
+        "127.0.0.1",
+        port,
+        &dir.path().join("frontend.log"),
+    ));
+    let proxy = dir.path().join("x509up");
+    let u = ca.join("users/Striped User");
+    let st = Command::new(tool("grid-proxy-init").unwrap())
+        .args(["-q", "-rfc", "-cert"])
+        .arg(u.join("usercert.pem"))
+        .arg("-key")
+        .arg(u.join("userkey.pem"))
+        .arg("-certdir")
+        .arg(ca.join("certificates"))
+        .arg("-out")
+        .arg(&proxy)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let guc_gsi = |args: &[&str]| {
+        Command::new("timeout")
+            .arg("120")
+            .arg(tool("globus-url-copy").unwrap())
+            .env("X509_CERT_DIR", ca.join("certificates"))
+            .env("X509_USER_PROXY", &proxy)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let url = |p: &str| format!("gsiftp://localhost:{port}/{p}");
+    let src = format!("file://{}", root.join("src.bin").display());
+    for (level, flag) in [("dcau", None), ("dcpriv", Some("-dcpriv"))] {
+        let mut args = vec!["-stripe", "-sbs", "1048576", "-p", "2"];
+        args.extend(flag);
+        let name = format!("put-{level}.bin");
+        let remote = url(&name);
+        let mut put = args.clone();
+        put.extend([src.as_str(), &remote]);
+        ok(&guc_gsi(&put), &format!("GSI striped put, {level}"));
+        same(
+            &root.join(&name),
+            &bytes,
+            &format!("GSI striped put, {level}"),
+        );
+        if common::striping::is_root() {
+            use std::os::unix::fs::MetadataExt;
+            let owner = std::fs::metadata(root.join(&name)).unwrap().uid();
+            assert_eq!(
+                owner, 65534,
+                "the nodes wrote as the mapped account (nobody)"
+            );
+        }
+        let got = dir.path().join(format!("got-{level}.bin"));
+        let mut get = args.clone();
+        let dst = format!("file://{}", got.display());
+        get.extend([remote.as_str(), &dst]);
+        ok(&guc_gsi(&get), &format!("GSI striped get, {level}"));
+        same(&got, &bytes, &format!("GSI striped get, {level}"));
+    }
+}
+
+#[test]
+fn nodes_refuse_frontends_without_the_secret_or_from_other_addresses() {
+    require!(false);
+    use common::striping::free_port;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("good"),
+        "the cluster's shared secret, long enough",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("bad"),
+        "some other secret that is long enough",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("short"), "too short").unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let secret = |f: &str| dir.path().join(f).to_str().unwrap().to_string();
+
+    // A node that only takes frontends from 127.0.0.9, and one with the good secret.
+    let (p1, p2) = (free_port("127.0.0.2"), free_port("127.0.0.3"));
+    let root_s = root.to_str().unwrap();
+    let _n1 = serve(
+        &s(&[
+            "--data-node",
+            "--listen",
+            &format!("127.0.0.2:{p1}"),
+            "--root",
+            root_s,
+            "--ipc-secret-file",
+            &secret("good"),
+            "--ipc-allow-from",
+            "127.0.0.9",
+        ]),
+        "127.0.0.2",
+        p1,
+        &dir.path().join("n1.log"),
+    );
+    let _n2 = serve(
+        &s(&[
+            "--data-node",
+            "--listen",
+            &format!("127.0.0.3:{p2}"),
+            "--root",
+            root_s,
+            "--ipc-secret-file",
+            &secret("good"),
+        ]),
+        "127.0.0.3",
+        p2,
+        &dir.path().join("n2.log"),
+    );
+    let nodes = format!("127.0.0.2:{p1},127.0.0.3:{p2}");
+    let frontend = |key: &str, log: &str| {
+        let port = free_port("127.0.0.1");
+        let p = serve(
+            &s(&[
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--root",
+                root_s,
+                "--anonymous",
+                "--remote-nodes",
+                &nodes,
+                "--ipc-secret-file",
+                &secret(key),
+                "--ipc-connect-timeout",
+                "2",
+            ]),
+            "127.0.0.1",
+            port,
+            &dir.path().join(log),
+        );
+        (p, port)
+    };
+    // With the wrong secret no node links: SPAS fails and says why for each.
+    let (_bad, bad_port) = frontend("bad", "bad.log");
+    let r = dialogue(bad_port, &["SPAS"]);
+    assert!(r[0].starts_with("425"), "{r:?}");
+    assert!(r[0].contains(&format!("127.0.0.3:{p2}")), "{r:?}");
+    let n2_log = std::fs::read_to_string(dir.path().join("n2.log")).unwrap();
+    assert!(n2_log.contains("IPC link refused"), "{n2_log}");
+    // With the right secret only the node that allows 127.0.0.1 links.
+    let (_good, good_port) = frontend("good", "good.log");
+    let r = dialogue(good_port, &["SPAS", "STAT"]);
+    let listed: Vec<&str> = r[0]
+        .lines()
+        .filter(|l| l.trim().starts_with("127,0,0,"))
+        .collect();
+    assert_eq!(listed.len(), 1, "{r:?}");
+    assert!(listed[0].trim().starts_with("127,0,0,3,"), "{r:?}");
+    assert!(
+        r[1].contains(&format!("data node 127.0.0.2:{p1}: not reachable")),
+        "{r:?}"
+    );
+    let n1_log = std::fs::read_to_string(dir.path().join("n1.log")).unwrap();
+    assert!(n1_log.contains("not in --ipc-allow-from"), "{n1_log}");
+    // A secret shorter than 16 bytes is refused at start.
+    let out = ferry(&[
+        "serve",
+        "--data-node",
+        "--listen",
+        "127.0.0.2:0",
+        "--root",
+        root_s,
+        "--ipc-secret-file",
+        &secret("short"),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("too short"),
+        "{out:?}"
+    );
+    // And a data node or frontend without any IPC authentication does not start.
+    let out = ferry(&[
+        "serve",
+        "--data-node",
+        "--listen",
+        "127.0.0.2:0",
+        "--root",
+        root_s,
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("must be authenticated"),
+        "{out:?}"
+    );
 }

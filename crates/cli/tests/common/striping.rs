@@ -141,7 +141,6 @@ pub fn pattern(n: usize) -> Vec<u8> {
         .collect()
 }
 
-
 /// A striped ferry server: a frontend on 127.0.0.1 (`--remote-nodes`) and one `--data-node`
 /// per address given, all serving `root` (anonymous, writable) and sharing an IPC secret.
 pub struct FerryCluster {
@@ -184,9 +183,19 @@ impl FerryCluster {
         let list: Vec<String> = c.nodes.iter().map(|(ip, p)| format!("{ip}:{p}")).collect();
         let log = std::fs::File::create(&c.frontend_log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_ferry"))
-            .args(["serve", "--listen", &format!("127.0.0.1:{}", c.port), "--root"])
+            .args([
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{}", c.port),
+                "--root",
+            ])
             .arg(&c.root)
-            .args(["--anonymous", "--anonymous-write", "--remote-nodes", &list.join(",")])
+            .args([
+                "--anonymous",
+                "--anonymous-write",
+                "--remote-nodes",
+                &list.join(","),
+            ])
             .arg("--ipc-secret-file")
             .arg(c.secret_dir.path().join("secret"))
             .args(["--ipc-connect-timeout", "2"])
@@ -204,7 +213,13 @@ impl FerryCluster {
     pub fn start_node(&mut self, i: usize) {
         let (ip, port) = self.nodes[i].clone();
         let child = Command::new(env!("CARGO_BIN_EXE_ferry"))
-            .args(["serve", "--data-node", "--listen", &format!("{ip}:{port}"), "--root"])
+            .args([
+                "serve",
+                "--data-node",
+                "--listen",
+                &format!("{ip}:{port}"),
+                "--root",
+            ])
             .arg(&self.root)
             .arg("--ipc-secret-file")
             .arg(self.secret_dir.path().join("secret"))
@@ -238,7 +253,11 @@ impl FerryCluster {
 
 impl Drop for FerryCluster {
     fn drop(&mut self) {
-        for c in self.node_procs.iter_mut().chain(std::iter::once(&mut self.frontend)) {
+        for c in self
+            .node_procs
+            .iter_mut()
+            .chain(std::iter::once(&mut self.frontend))
+        {
             if let Some(mut c) = c.take() {
                 let _ = c.kill();
                 let _ = c.wait();

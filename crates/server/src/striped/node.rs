@@ -178,10 +178,17 @@ async fn run(
         wr.send(&event(ev)).await?;
     }
     let reply = match result {
-        Ok(o) => FromNode::Finished {
-            bytes: o.bytes,
-            streams: o.streams,
-        },
+        Ok(o) => {
+            tracing::info!(
+                path = %desc.path, direction = ?desc.direction, stripe = desc.stripe.index,
+                stripes = desc.stripe.count, bytes = o.bytes, streams = o.streams,
+                secs = o.duration.as_secs_f64(), "striped transfer done on this node"
+            );
+            FromNode::Finished {
+                bytes: o.bytes,
+                streams: o.streams,
+            }
+        }
         Err(e) => {
             tracing::info!(path = %desc.path, error = %e, "striped transfer failed on this node");
             FromNode::Failed {
