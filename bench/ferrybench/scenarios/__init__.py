@@ -6,7 +6,7 @@ globus-url-copy + globus-gridftp-server) and ferry's restart after a server cras
 """
 
 from . import iperf, mem, disk, idle  # noqa: F401  (importing registers them)
-from . import client_mem, client_disk, small_files, restart, netlab, wan, security  # noqa: F401
+from . import client_mem, client_disk, small_files, restart, netlab, wan, security, striping  # noqa: F401
 from .registry import SCENARIOS
 
 __all__ = ["SCENARIOS"]

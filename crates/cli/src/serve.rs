@@ -95,6 +95,11 @@ pub(crate) struct ServeArgs {
     /// 10.0.0.1,192.168.0.0/24). [default: any that authenticates]
     #[arg(long, value_name = "ADDR|NET,...", value_delimiter = ',')]
     ipc_allow_from: Vec<String>,
+    /// Passive data listeners (PASV/EPSV/SPAS, a data node's too) bind to and advertise this
+    /// address, for hosts whose data network is not their control network. [default: the
+    /// address the control connection or IPC link arrived on]
+    #[arg(long, value_name = "IP")]
+    data_interface: Option<std::net::IpAddr>,
     /// Frontend: seconds a data node has to connect and authenticate. [default: 5]
     #[arg(long, value_name = "SECONDS")]
     ipc_connect_timeout: Option<u64>,
@@ -173,6 +178,9 @@ impl ServeArgs {
         }
         if !self.ipc_allow_from.is_empty() {
             c.ipc_allow_from = self.ipc_allow_from;
+        }
+        if self.data_interface.is_some() {
+            c.data_interface = self.data_interface;
         }
         if let Some(v) = self.ipc_connect_timeout {
             c.ipc_connect_timeout = v;

@@ -614,7 +614,8 @@ fn nodes_refuse_frontends_without_the_secret_or_from_other_addresses() {
     std::fs::create_dir(&root).unwrap();
     let secret = |f: &str| dir.path().join(f).to_str().unwrap().to_string();
 
-    // A node that only takes frontends from 127.0.0.9, and one with the good secret.
+    // A node that only takes frontends from 127.0.0.9, and one with the good secret whose data
+    // listeners are on another address.
     let (p1, p2) = (free_port("127.0.0.2"), free_port("127.0.0.3"));
     let root_s = root.to_str().unwrap();
     let _n1 = serve(
@@ -642,6 +643,8 @@ fn nodes_refuse_frontends_without_the_secret_or_from_other_addresses() {
             root_s,
             "--ipc-secret-file",
             &secret("good"),
+            "--data-interface",
+            "127.0.0.8",
         ]),
         "127.0.0.3",
         p2,
@@ -685,7 +688,8 @@ fn nodes_refuse_frontends_without_the_secret_or_from_other_addresses() {
         .filter(|l| l.trim().starts_with("127,0,0,"))
         .collect();
     assert_eq!(listed.len(), 1, "{r:?}");
-    assert!(listed[0].trim().starts_with("127,0,0,3,"), "{r:?}");
+    // That node's listener is on its --data-interface, not the address the link came to.
+    assert!(listed[0].trim().starts_with("127,0,0,8,"), "{r:?}");
     assert!(
         r[1].contains(&format!("data node 127.0.0.2:{p1}: not reachable")),
         "{r:?}"

@@ -73,6 +73,10 @@ pub struct ServerConfig {
     pub ipc_allow_from: Vec<String>,
     /// Frontend: seconds to wait for a data node to connect and authenticate.
     pub ipc_connect_timeout: u64,
+    /// Passive listeners (PASV, EPSV, SPAS; a data node's too) bind to and advertise this
+    /// address instead of the one the control connection or IPC link arrived on (Globus'
+    /// `-data-interface`): for hosts whose data network is not their control network.
+    pub data_interface: Option<std::net::IpAddr>,
 }
 
 impl Default for ServerConfig {
@@ -105,6 +109,7 @@ impl Default for ServerConfig {
             ipc_subject: None,
             ipc_allow_from: Vec::new(),
             ipc_connect_timeout: 5,
+            data_interface: None,
         }
     }
 }

@@ -491,6 +491,7 @@ impl Session {
                 .unwrap_or(self.local.ip()),
             v4 => v4,
         };
+        let ip = self.ctx.config.data_interface.unwrap_or(ip);
         if matches!(kind, PassiveKind::Pasv) && ip.is_ipv6() {
             return self
                 .reply(522, "Network protocol not supported; use EPSV.")

@@ -119,6 +119,8 @@ pub(crate) struct RemoteDtp {
     set: Arc<NodeSet>,
     login: NodeLogin,
     links: Vec<Option<Link>>,
+    /// Links being set up since login (so SPAS rarely waits for a handshake).
+    pending: Vec<Option<tokio::task::JoinHandle<Result<Link, String>>>>,
     /// Nodes of the current data channel, in stripe order.
     using: Vec<usize>,
     /// Setup of the connections the nodes cached after the last transfer.
@@ -137,12 +139,23 @@ impl std::fmt::Debug for RemoteDtp {
 }
 
 impl RemoteDtp {
+    /// A session's remote DTP; starts linking up with every node at once (TCP, TLS and Hello
+    /// cost a few round trips each, which a client would otherwise wait for at its first SPAS).
     pub(crate) fn new(set: Arc<NodeSet>, login: NodeLogin) -> RemoteDtp {
         let links = set.nodes.iter().map(|_| None).collect();
+        let pending = (0..set.nodes.len())
+            .map(|i| {
+                let (set, login) = (Arc::clone(&set), login.clone());
+                Some(tokio::spawn(async move {
+                    hello(&set.nodes[i], &set, &login).await
+                }))
+            })
+            .collect();
         RemoteDtp {
             set,
             login,
             links,
+            pending,
             using: Vec::new(),
             cached: None,
             forget_cache: false,
@@ -155,18 +168,31 @@ impl RemoteDtp {
         &self.set
     }
 
-    /// Links up with every node not yet linked (in parallel) and returns those that answer.
+    /// Links up with every node not yet linked (in parallel; links started at login are
+    /// awaited) and returns those that answer.
     async fn link_all(&mut self) -> Vec<usize> {
         let mut set = JoinSet::new();
-        for (i, l) in self.links.iter().enumerate() {
-            if l.is_none() {
-                let (node, nodes, login) = (
-                    self.set.nodes[i].clone(),
-                    Arc::clone(&self.set),
-                    self.login.clone(),
-                );
-                set.spawn(async move { (i, hello(&node, &nodes, &login).await) });
+        for i in 0..self.links.len() {
+            if self.links[i].is_some() {
+                continue;
             }
+            let started = self.pending[i].take();
+            let (node, nodes, login) = (
+                self.set.nodes[i].clone(),
+                Arc::clone(&self.set),
+                self.login.clone(),
+            );
+            set.spawn(async move {
+                let r = match started {
+                    Some(h) => match h.await {
+                        Ok(Ok(link)) => Ok(link),
+                        // Failed at login: try once more now (the node may be back).
+                        _ => hello(&node, &nodes, &login).await,
+                    },
+                    None => hello(&node, &nodes, &login).await,
+                };
+                (i, r)
+            });
         }
         while let Some(joined) = set.join_next().await {
             let Ok((i, r)) = joined else { continue };
@@ -192,7 +218,14 @@ impl RemoteDtp {
             if self.links[i].is_some() {
                 return Some(i);
             }
-            match hello(&self.set.nodes[i], &self.set, &self.login).await {
+            let r = match self.pending[i].take() {
+                Some(h) => match h.await {
+                    Ok(Ok(link)) => Ok(link),
+                    _ => hello(&self.set.nodes[i], &self.set, &self.login).await,
+                },
+                None => hello(&self.set.nodes[i], &self.set, &self.login).await,
+            };
+            match r {
                 Ok(link) => {
                     self.set.mark(i, None);
                     self.links[i] = Some(link);
@@ -223,10 +256,17 @@ impl RemoteDtp {
         } else {
             self.link_one().await.into_iter().collect()
         };
-        let mut addrs = Vec::new();
+        // Every node gets its request before any answer is read: one round trip in all.
+        let mut asked = Vec::new();
         for i in candidates {
-            let r = self.ask(i, &ToNode::Passive { tuning }).await;
-            match r {
+            match self.tell(i, &ToNode::Passive { tuning }).await {
+                Ok(()) => asked.push(i),
+                Err(e) => self.lost(i, e),
+            }
+        }
+        let mut addrs = Vec::new();
+        for i in asked {
+            match self.answer(i).await {
                 Ok(FromNode::Passive(a)) => {
                     self.using.push(i);
                     addrs.push(a);
@@ -254,10 +294,11 @@ impl RemoteDtp {
         } else {
             self.link_one().await.into_iter().collect()
         };
+        // Forget needs no answer: the node handles its messages in order, so the next Run
+        // finds the old listener and connections gone.
         for i in candidates {
-            match self.ask(i, &ToNode::Forget).await {
-                Ok(FromNode::Ok) => self.using.push(i),
-                Ok(other) => self.lost(i, format!("unexpected answer {other:?}")),
+            match self.tell(i, &ToNode::Forget).await {
+                Ok(()) => self.using.push(i),
                 Err(e) => self.lost(i, e),
             }
         }
@@ -267,20 +308,24 @@ impl RemoteDtp {
         Ok(())
     }
 
-    /// Sends one request and reads its answer.
-    async fn ask(&mut self, i: usize, msg: &ToNode) -> Result<FromNode, String> {
+    /// Sends one message to node `i`.
+    async fn tell(&mut self, i: usize, msg: &ToNode) -> Result<(), String> {
         let link = self.links[i].as_mut().ok_or("not linked")?;
-        let work = async {
-            link.wr.send(msg).await.map_err(|e| e.to_string())?;
-            match link.rd.recv::<FromNode>().await {
-                Ok(Some(m)) => Ok(m),
-                Ok(None) => Err("closed the link".to_string()),
-                Err(e) => Err(e.to_string()),
-            }
-        };
-        tokio::time::timeout(self.set.timeout, work)
+        tokio::time::timeout(self.set.timeout, link.wr.send(msg))
             .await
-            .unwrap_or_else(|_| Err(format!("no answer within {} s", self.set.timeout.as_secs())))
+            .map_err(|_| format!("no progress within {} s", self.set.timeout.as_secs()))?
+            .map_err(|e| e.to_string())
+    }
+
+    /// Reads node `i`'s next answer.
+    async fn answer(&mut self, i: usize) -> Result<FromNode, String> {
+        let link = self.links[i].as_mut().ok_or("not linked")?;
+        match tokio::time::timeout(self.set.timeout, link.rd.recv::<FromNode>()).await {
+            Err(_) => Err(format!("no answer within {} s", self.set.timeout.as_secs())),
+            Ok(Ok(Some(m))) => Ok(m),
+            Ok(Ok(None)) => Err("closed the link".to_string()),
+            Ok(Err(e)) => Err(e.to_string()),
+        }
     }
 
     /// Drops node `i`'s link after it failed and remembers why.
@@ -419,6 +464,14 @@ impl RemoteDtp {
             duration: started.elapsed(),
             reused,
         })
+    }
+}
+
+impl Drop for RemoteDtp {
+    fn drop(&mut self) {
+        for h in self.pending.iter().flatten() {
+            h.abort();
+        }
     }
 }
 

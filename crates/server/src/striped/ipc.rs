@@ -58,7 +58,7 @@ pub(crate) enum ToNode {
         /// Socket buffers.
         tuning: SocketTuning,
     },
-    /// Forget the listener and cached connections (PORT/SPOR, a failure elsewhere).
+    /// Forget the listener and cached connections (PORT/SPOR); no answer.
     Forget,
     /// Run one transfer.
     Run {
@@ -76,8 +76,6 @@ pub(crate) enum FromNode {
     Ready,
     /// Hello refused (version, account).
     Refused(String),
-    /// Done (Forget).
-    Ok,
     /// The listener's address.
     Passive(SocketAddr),
     /// Could not open a listener.

@@ -120,7 +120,7 @@ async fn session(link: Link, ctx: &NodeContext) -> std::io::Result<()> {
         }
     }
     wr.send(&FromNode::Ready).await?;
-    let data_ip = canonical(local.ip());
+    let data_ip = ctx.config.data_interface.unwrap_or(canonical(local.ip()));
     while let Some(msg) = rd.recv::<ToNode>().await? {
         match msg {
             ToNode::Passive { tuning } => {
@@ -133,10 +133,7 @@ async fn session(link: Link, ctx: &NodeContext) -> std::io::Result<()> {
                 };
                 wr.send(&reply).await?;
             }
-            ToNode::Forget => {
-                dtp.channel().forget();
-                wr.send(&FromNode::Ok).await?;
-            }
+            ToNode::Forget => dtp.channel().forget(),
             ToNode::Run { desc, forget_cache } => {
                 if forget_cache {
                     dtp.channel().forget_cache();
