@@ -680,6 +680,16 @@ fn nodes_refuse_frontends_without_the_secret_or_from_other_addresses() {
     assert!(r[0].contains(&format!("127.0.0.3:{p2}")), "{r:?}");
     let n2_log = std::fs::read_to_string(dir.path().join("n2.log")).unwrap();
     assert!(n2_log.contains("IPC link refused"), "{n2_log}");
+    // Garbage instead of a TLS handshake is dropped, and the node goes on serving.
+    {
+        let mut junk = TcpStream::connect(("127.0.0.3", p2)).unwrap();
+        junk.set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let _ = junk.write_all(b"USER anonymous\r\nPASS x\r\nSPAS\r\n\x00\xff garbage");
+        let mut buf = [0u8; 64];
+        let n = std::io::Read::read(&mut junk, &mut buf).unwrap_or(0);
+        assert!(n == 0 || !buf[..n].starts_with(b"2"), "a node answered FTP");
+    }
     // With the right secret only the node that allows 127.0.0.1 links.
     let (_good, good_port) = frontend("good", "good.log");
     let r = dialogue(good_port, &["SPAS", "STAT"]);
