@@ -737,3 +737,67 @@ fn nodes_refuse_frontends_without_the_secret_or_from_other_addresses() {
         "{out:?}"
     );
 }
+
+#[test]
+fn a_frontend_refuses_a_node_that_answers_with_a_certificate_instead_of_the_secret() {
+    require!(false);
+    let Some(openssl) = tool("openssl") else {
+        eprintln!("skipping: needs the openssl command");
+        return;
+    };
+    use common::striping::free_port;
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+    let st = Command::new(&openssl)
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args(["-subj", "/CN=impostor", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "{st:?}");
+    // A TLS 1.3 server with a certificate and no idea of the secret poses as a data node.
+    let port = free_port("127.0.0.9");
+    let impostor = Command::new(&openssl)
+        .args(["s_server", "-quiet", "-tls1_3", "-accept"])
+        .arg(format!("127.0.0.9:{port}"))
+        .arg("-cert")
+        .arg(&cert)
+        .arg("-key")
+        .arg(&key)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _impostor = common::striping::Procs(vec![impostor]);
+    common::striping::wait_listening("127.0.0.9", port, "openssl s_server");
+    std::fs::write(
+        dir.path().join("secret"),
+        "the real cluster secret, long enough",
+    )
+    .unwrap();
+    let fport = free_port("127.0.0.1");
+    let _front = serve(
+        &s(&[
+            "--listen",
+            &format!("127.0.0.1:{fport}"),
+            "--root",
+            dir.path().to_str().unwrap(),
+            "--anonymous",
+            "--remote-nodes",
+            &format!("127.0.0.9:{port}"),
+            "--ipc-secret-file",
+            dir.path().join("secret").to_str().unwrap(),
+        ]),
+        "127.0.0.1",
+        fport,
+        &dir.path().join("front.log"),
+    );
+    let r = dialogue(fport, &["SPAS"]);
+    assert!(r[0].starts_with("425"), "{r:?}");
+    assert!(r[0].contains("TLS handshake failed"), "{r:?}");
+}

@@ -183,7 +183,14 @@ impl IpcAuth {
         b.set_ciphersuites("TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256")
             .map_err(e)?;
         b.set_options(SslOptions::NO_TICKET);
-        b.set_verify(SslVerifyMode::NONE);
+        if server {
+            b.set_verify(SslVerifyMode::NONE);
+        } else {
+            // Only the PSK authenticates the node. A TLS 1.3 server that ignores the PSK may
+            // answer with a certificate-based handshake instead; any certificate is refused,
+            // so a peer without the secret cannot pose as a node and be sent credentials.
+            b.set_verify_callback(SslVerifyMode::PEER, |_, _| false);
+        }
         let key = Arc::clone(psk);
         if server {
             b.set_psk_server_callback(move |_ssl, identity, out| {
@@ -223,6 +230,12 @@ impl IpcAuth {
                 r.map_err(|e| {
                     format!("TLS handshake failed ({e}): do both ends have the same IPC secret?")
                 })?;
+                // Belt and braces: a link keyed by the secret carries no certificate.
+                if s.ssl().peer_certificate().is_some() {
+                    return Err(
+                        "the peer authenticated with a certificate, not the IPC secret".into(),
+                    );
+                }
                 Ok(Box::new(s))
             }
             IpcAuth::Gsi(prot) => {
