@@ -801,3 +801,66 @@ fn a_frontend_refuses_a_node_that_answers_with_a_certificate_instead_of_the_secr
     assert!(r[0].starts_with("425"), "{r:?}");
     assert!(r[0].contains("TLS handshake failed"), "{r:?}");
 }
+
+#[test]
+fn a_full_disk_on_the_nodes_fails_the_store_with_452_naming_a_node() {
+    require!(false);
+    if !common::striping::is_root() {
+        eprintln!("skipping: mounting a small file system needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let small = dir.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"])
+        .arg(&small)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipping: cannot mount a tmpfs here");
+        return;
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(small.clone());
+    let src = dir.path().join("src.bin");
+    std::fs::write(&src, pattern(6 << 20)).unwrap();
+    let cluster = FerryCluster::start(&small, &["127.0.0.2", "127.0.0.3"]);
+    let out = ferry(&[
+        "copy",
+        "--stripe",
+        "--retries",
+        "0",
+        src.to_str().unwrap(),
+        &cluster.url("big.bin"),
+    ]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "a 6 MiB file fit in 2 MiB:\n{text}");
+    assert!(text.contains("452"), "{text}");
+    assert!(text.contains("No space left on device"), "{text}");
+    assert!(text.contains("Data node 127.0.0."), "{text}");
+    // The frontend and its nodes go on: a file that fits is stored whole.
+    std::fs::remove_file(small.join("big.bin")).unwrap();
+    let fits = dir.path().join("fits.bin");
+    let bytes = pattern(1 << 20);
+    std::fs::write(&fits, &bytes).unwrap();
+    ok(
+        &ferry(&[
+            "copy",
+            "--stripe",
+            fits.to_str().unwrap(),
+            &cluster.url("fits.bin"),
+        ]),
+        "a store that fits",
+    );
+    same(&small.join("fits.bin"), &bytes, "a store that fits");
+}
