@@ -14,6 +14,7 @@ from ..results import ScenarioResult, Table
 from ..stats import ratio, summarize
 from ..units import fmt, format_size
 from .netlab import NETLAB, TOPOLOGIES, _exec, _lab, _netlab
+from .wan import _wait_port
 from .registry import scenario
 
 MIB = 1 << 20
@@ -68,18 +69,6 @@ def _spawn(lab, host, cmd, log):
     out = open(log, "ab")
     return processes.spawn([NETLAB, "exec", "--lab", lab, host, "--", *cmd], stdout=out,
                            stderr=subprocess.STDOUT)
-
-
-def _wait_port(lab, host, port, proc, what):
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        r = _exec(lab, host, ["ss", "-Hltn", f"sport = :{port}"], check=False)
-        if r.stdout.strip():
-            return
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited {proc.returncode}")
-        time.sleep(0.2)
-    raise RuntimeError(f"{what} did not listen on {port}")
 
 
 class Cluster:

@@ -24,11 +24,12 @@ async fn data_node(root: &std::path::Path, ip: [u8; 4], secret: &std::path::Path
     addr
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_striped_store_reports_markers_per_node() {
+/// A frontend (TestServer) with two data nodes on 127.0.0.2 and .3 over one root; `None` where
+/// those addresses are not local. Keep the returned directories alive for the test.
+async fn two_node_cluster() -> Option<(TestServer, std::path::PathBuf, [tempfile::TempDir; 2])> {
     if std::net::TcpListener::bind("127.0.0.2:0").is_err() {
         eprintln!("skipping: 127.0.0.2 is not a local address here");
-        return;
+        return None;
     }
     let keep = tempfile::tempdir().unwrap();
     let secret = keep.path().join("secret");
@@ -43,6 +44,22 @@ async fn a_striped_store_reports_markers_per_node() {
         c.ipc_secret_file = Some(secret.clone());
     })
     .await;
+    Some((srv, root, [keep, nodes_dir]))
+}
+
+fn spas_addrs(r: &ferry_proto::Reply) -> Vec<SocketAddr> {
+    HostPort::from_spas_reply(&r.lines)
+        .unwrap()
+        .into_iter()
+        .map(|h| h.0)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_striped_store_reports_markers_per_node() {
+    let Some((srv, root, _dirs)) = two_node_cluster().await else {
+        return;
+    };
 
     let data = random_bytes(96_000, 93);
     let mut c = srv.login().await;
@@ -51,14 +68,10 @@ async fn a_striped_store_reports_markers_per_node() {
     expect(&mut c, "TREV PERF 1", 200).await;
     expect(&mut c, "TREV RESTART 1", 200).await;
     let r = expect(&mut c, "SPAS", 229).await;
-    let addrs: Vec<SocketAddr> = HostPort::from_spas_reply(&r.lines)
-        .unwrap()
-        .into_iter()
-        .map(|h| h.0)
-        .collect();
+    let addrs = spas_addrs(&r);
     assert_eq!(addrs.len(), 2, "{r}");
-    assert_eq!(addrs[0].ip(), a.ip(), "{r}");
-    assert_eq!(addrs[1].ip(), b.ip(), "{r}");
+    assert_eq!(addrs[0].ip().to_string(), "127.0.0.2", "{r}");
+    assert_eq!(addrs[1].ip().to_string(), "127.0.0.3", "{r}");
     start_transfer(&mut c, "STOR striped.bin").await;
     let mut s0 = data_connect(addrs[0]).await;
     let mut s1 = data_connect(addrs[1]).await;
@@ -105,35 +118,14 @@ async fn a_striped_store_reports_markers_per_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abor_stops_every_node_and_the_next_striped_store_works() {
-    if std::net::TcpListener::bind("127.0.0.2:0").is_err() {
-        eprintln!("skipping: 127.0.0.2 is not a local address here");
+    let Some((srv, root, _dirs)) = two_node_cluster().await else {
         return;
-    }
-    let keep = tempfile::tempdir().unwrap();
-    let secret = keep.path().join("secret");
-    std::fs::write(&secret, "a secret of the test cluster").unwrap();
-    let nodes_dir = tempfile::tempdir().unwrap();
-    let root = nodes_dir.path().to_path_buf();
-    let a = data_node(&root, [127, 0, 0, 2], &secret).await;
-    let b = data_node(&root, [127, 0, 0, 3], &secret).await;
-    let srv = TestServer::start_with(|c| {
-        c.root = root.clone();
-        c.remote_nodes = vec![a.to_string(), b.to_string()];
-        c.ipc_secret_file = Some(secret.clone());
-    })
-    .await;
+    };
     let mut c = srv.login().await;
     expect(&mut c, "TYPE I", 200).await;
     expect(&mut c, "MODE E", 200).await;
-    let spas = |r: &ferry_proto::Reply| -> Vec<SocketAddr> {
-        HostPort::from_spas_reply(&r.lines)
-            .unwrap()
-            .into_iter()
-            .map(|h| h.0)
-            .collect()
-    };
     let r = expect(&mut c, "SPAS", 229).await;
-    let addrs = spas(&r);
+    let addrs = spas_addrs(&r);
     start_transfer(&mut c, "STOR aborted.bin").await;
     let mut s0 = data_connect(addrs[0]).await;
     let _s1 = data_connect(addrs[1]).await;
@@ -147,7 +139,7 @@ async fn abor_stops_every_node_and_the_next_striped_store_works() {
     // A new data channel: both nodes answer again and a whole store goes through.
     let data = random_bytes(70_000, 94);
     let r = expect(&mut c, "SPAS", 229).await;
-    let addrs = spas(&r);
+    let addrs = spas_addrs(&r);
     assert_eq!(addrs.len(), 2, "{r}");
     start_transfer(&mut c, "STOR after.bin").await;
     let mut s0 = data_connect(addrs[0]).await;
