@@ -47,6 +47,13 @@ async fn two_node_cluster() -> Option<(TestServer, std::path::PathBuf, [tempfile
     Some((srv, root, [keep, nodes_dir]))
 }
 
+/// Sends a transfer command that must end in 425.
+async fn start_transfer_refused(c: &mut ferry_client::ControlClient, line: &str) {
+    c.send(line).await.unwrap();
+    let (_, fin) = final_reply(c).await;
+    assert_eq!(fin.code, 425, "{fin}");
+}
+
 fn spas_addrs(r: &ferry_proto::Reply) -> Vec<SocketAddr> {
     HostPort::from_spas_reply(&r.lines)
         .unwrap()
@@ -135,6 +142,11 @@ async fn abor_stops_every_node_and_the_next_striped_store_works() {
     assert_eq!(r.code, 426, "{r}");
     let r = next_reply(&mut c).await;
     assert_eq!(r.code, 226, "{r}");
+
+    // The aborted data channel is gone: a store on it is refused, and names no node as down.
+    start_transfer_refused(&mut c, "STOR again.bin").await;
+    let r = expect(&mut c, "STAT", 212).await;
+    assert!(!r.to_string().contains("not reachable"), "{r}");
 
     // A new data channel: both nodes answer again and a whole store goes through.
     let data = random_bytes(70_000, 94);

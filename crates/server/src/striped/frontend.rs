@@ -382,6 +382,16 @@ impl RemoteDtp {
         } else {
             self.using[..1].to_vec()
         };
+        if using.iter().any(|i| self.links[*i].is_none()) {
+            // An abort or a failed transfer dropped the links this data channel was set up on.
+            self.using.clear();
+            return Err(DtpError::Remote {
+                code: 425,
+                message: "Can't open data connection: the data channel to the data nodes was \
+                          closed; send SPAS, PASV or PORT again."
+                    .into(),
+            });
+        }
         let count = using.len() as u32;
         let forget_cache = std::mem::take(&mut self.forget_cache);
         let per_node: Arc<Vec<AtomicU64>> =
@@ -389,8 +399,7 @@ impl RemoteDtp {
         let mut tasks = JoinSet::new();
         for (pos, &i) in using.iter().enumerate() {
             let Some(link) = self.links[i].take() else {
-                self.lost(i, "not linked".into());
-                return Err(node_error(&self.set.nodes[i], 425, "not linked"));
+                continue;
             };
             let mut d = desc.clone();
             d.stripe = StripeInfo {
