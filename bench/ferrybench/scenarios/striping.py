@@ -14,7 +14,7 @@ from ..results import ScenarioResult, Table
 from ..stats import ratio, summarize
 from ..units import fmt, format_size
 from .netlab import NETLAB, TOPOLOGIES, _exec, _lab, _netlab
-from .wan import _wait_port
+from .wan import _spawn_in, _wait_port
 from .registry import scenario
 
 MIB = 1 << 20
@@ -65,12 +65,6 @@ def _same(a, b):
     return subprocess.run(["cmp", "-s", a, b]).returncode == 0
 
 
-def _spawn(lab, host, cmd, log):
-    out = open(log, "ab")
-    return processes.spawn([NETLAB, "exec", "--lab", lab, host, "--", *cmd], stdout=out,
-                           stderr=subprocess.STDOUT)
-
-
 class Cluster:
     """Everything started in the lab: ferry and Globus nodes, frontends, single servers."""
 
@@ -106,7 +100,7 @@ class Cluster:
                         GLOBUS_FRONT, "globus frontend")
 
     def _start(self, host, cmd, port, what):
-        p = _spawn(self.lab, host, cmd, os.path.join(self.work, f"{host}-{port}.log"))
+        p = _spawn_in(self.lab, host, cmd, open(os.path.join(self.work, f"{host}-{port}.log"), "ab"))
         self.procs.append(p)
         _wait_port(self.lab, host, port, p, f"{what} in {host}")
         return p

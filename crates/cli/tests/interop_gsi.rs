@@ -150,19 +150,7 @@ fn proxy_from(ca: &Path, user: &str, out: &Path) {
 
 /// grid-proxy-init with a format flag: `-rfc`, `-draft` (GT3) or `-old` (GT2).
 fn proxy_from_as(ca: &Path, user: &str, out: &Path, format: &str) {
-    let u = ca.join("users").join(user);
-    let status = Command::new(tool("grid-proxy-init").unwrap())
-        .args(["-q", format, "-cert"])
-        .arg(u.join("usercert.pem"))
-        .arg("-key")
-        .arg(u.join("userkey.pem"))
-        .arg("-certdir")
-        .arg(ca.join("certificates"))
-        .arg("-out")
-        .arg(out)
-        .status()
-        .unwrap();
-    assert!(status.success(), "grid-proxy-init for {user}");
+    common::grid_proxy_init(ca, user, out, format)
 }
 
 fn guc(site: &Site, proxy: &Path, args: &[&str]) -> Output {

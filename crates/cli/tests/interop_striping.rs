@@ -6,21 +6,20 @@
 //! each stripe received, and the file is compared byte for byte.
 
 use std::net::TcpListener;
-use std::process::Command;
 
 use ferry_proto::stripe::Layout;
 use ferry_proto::RangeSet;
 
 mod common;
 
-use common::striping::{ferry_server, globus_striped, source_dir, tool};
+use common::striping::{ferry, ferry_server, globus_striped, guc, source_dir, tool};
 
 #[test]
 fn third_party_striped_between_ferry_and_a_striped_globus_server() {
-    let Some(guc) = tool("globus-url-copy") else {
+    if tool("globus-url-copy").is_none() {
         eprintln!("skipping: needs globus-url-copy and globus-gridftp-server");
         return;
-    };
+    }
     if tool("globus-gridftp-server").is_none() {
         eprintln!("skipping: needs globus-gridftp-server");
         return;
@@ -42,14 +41,14 @@ fn third_party_striped_between_ferry_and_a_striped_globus_server() {
         // ferry (one node) → Globus (three stripes): ferry gets SPOR with three addresses.
         let dst = data.join(format!("to-globus-{sbs}.bin"));
         // A stripe that never gets its EOF hangs the receiver: fail after two minutes instead.
-        let out = Command::new("timeout")
-            .arg("120")
-            .arg(&guc)
-            .args(["-dbg", "-stripe", "-sbs", sbs])
-            .arg(format!("ftp://127.0.0.1:{fport}/src.bin"))
-            .arg(format!("ftp://127.0.0.1:{gport}{}", dst.display()))
-            .output()
-            .unwrap();
+        let out = guc(&[
+            "-dbg",
+            "-stripe",
+            "-sbs",
+            sbs,
+            &format!("ftp://127.0.0.1:{fport}/src.bin"),
+            &format!("ftp://127.0.0.1:{gport}{}", dst.display()),
+        ]);
         let log = String::from_utf8_lossy(&out.stderr);
         assert!(
             out.status.success(),
@@ -80,17 +79,13 @@ fn third_party_striped_between_ferry_and_a_striped_globus_server() {
 
         // Globus (three stripes) → ferry (one node).
         let name = format!("from-globus-{sbs}.bin");
-        let out = Command::new("timeout")
-            .arg("120")
-            .arg(&guc)
-            .args(["-stripe", "-sbs", sbs])
-            .arg(format!(
-                "ftp://127.0.0.1:{gport}{}",
-                data.join("src.bin").display()
-            ))
-            .arg(format!("ftp://127.0.0.1:{fport}/{name}"))
-            .output()
-            .unwrap();
+        let out = guc(&[
+            "-stripe",
+            "-sbs",
+            sbs,
+            &format!("ftp://127.0.0.1:{gport}{}", data.join("src.bin").display()),
+            &format!("ftp://127.0.0.1:{fport}/{name}"),
+        ]);
         assert!(
             out.status.success(),
             "striped Globus → ferry, -sbs {sbs}: {}",
@@ -149,14 +144,10 @@ fn ferry_copy_stripe_drives_striped_third_party_transfers() {
     ];
     for (tag, args) in runs {
         let to_globus = data.join(format!("{tag}-to-globus.bin"));
-        let out = Command::new("timeout")
-            .arg("120")
-            .arg(env!("CARGO_BIN_EXE_ferry"))
-            .args(&args)
-            .arg(format!("ftp://127.0.0.1:{fport}/src.bin"))
-            .arg(format!("ftp://127.0.0.1:{gport}{}", to_globus.display()))
-            .output()
-            .unwrap();
+        let mut a = args.clone();
+        a.push(format!("ftp://127.0.0.1:{fport}/src.bin"));
+        a.push(format!("ftp://127.0.0.1:{gport}{}", to_globus.display()));
+        let out = ferry(&a);
         assert!(
             out.status.success(),
             "{tag} ferry → striped Globus: {}",
@@ -167,17 +158,13 @@ fn ferry_copy_stripe_drives_striped_third_party_transfers() {
             "{tag}: bytes differ"
         );
         let name = format!("{tag}-from-globus.bin");
-        let out = Command::new("timeout")
-            .arg("120")
-            .arg(env!("CARGO_BIN_EXE_ferry"))
-            .args(&args)
-            .arg(format!(
-                "ftp://127.0.0.1:{gport}{}",
-                data.join("src.bin").display()
-            ))
-            .arg(format!("ftp://127.0.0.1:{fport}/{name}"))
-            .output()
-            .unwrap();
+        let mut a = args.clone();
+        a.push(format!(
+            "ftp://127.0.0.1:{gport}{}",
+            data.join("src.bin").display()
+        ));
+        a.push(format!("ftp://127.0.0.1:{fport}/{name}"));
+        let out = ferry(&a);
         assert!(
             out.status.success(),
             "{tag} striped Globus → ferry: {}",

@@ -15,7 +15,7 @@ use ferry_proto::RangeSet;
 
 mod common;
 
-use common::striping::{globus_striped, pattern, source_dir, tool, FerryCluster};
+use common::striping::{ferry, globus_striped, guc, pattern, source_dir, tool, FerryCluster};
 
 /// Why this machine cannot run these tests, if it cannot.
 fn missing(needs_globus: bool) -> Option<&'static str> {
@@ -38,26 +38,6 @@ macro_rules! require {
             return;
         }
     };
-}
-
-/// globus-url-copy with `args`, killed after two minutes (a stripe that never gets its EOF
-/// would hang it).
-fn guc(args: &[&str]) -> Output {
-    Command::new("timeout")
-        .arg("120")
-        .arg(tool("globus-url-copy").unwrap())
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn ferry(args: &[&str]) -> Output {
-    Command::new("timeout")
-        .arg("120")
-        .arg(env!("CARGO_BIN_EXE_ferry"))
-        .args(args)
-        .output()
-        .unwrap()
 }
 
 fn ok(out: &Output, what: &str) -> String {
@@ -539,20 +519,9 @@ fn a_gsi_striped_server_links_nodes_with_host_credentials_and_encrypts_every_str
         &dir.path().join("frontend.log"),
     ));
     let proxy = dir.path().join("x509up");
-    let u = ca.join("users/Striped User");
-    let st = Command::new(tool("grid-proxy-init").unwrap())
-        .args(["-q", "-rfc", "-cert"])
-        .arg(u.join("usercert.pem"))
-        .arg("-key")
-        .arg(u.join("userkey.pem"))
-        .arg("-certdir")
-        .arg(ca.join("certificates"))
-        .arg("-out")
-        .arg(&proxy)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    common::grid_proxy_init(&ca, "Striped User", &proxy, "-rfc");
     let guc_gsi = |args: &[&str]| {
+        // Bounded like common::striping::guc, with the test's CAs and proxy.
         Command::new("timeout")
             .arg("120")
             .arg(tool("globus-url-copy").unwrap())

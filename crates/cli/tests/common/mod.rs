@@ -64,3 +64,23 @@ fn is_executable(path: &Path) -> bool {
         .map(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
         .unwrap_or(false)
 }
+
+/// grid-proxy-init for `user` of a `ferry ca` directory `ca` (its `users/USER/` credential,
+/// checked against its `certificates/`), written to `out`; `format` is `-rfc`, `-draft` (GT3)
+/// or `-old` (GT2).
+pub fn grid_proxy_init(ca: &Path, user: &str, out: &Path, format: &str) {
+    let tool = find_executable("grid-proxy-init", &["/usr/bin"]).expect("grid-proxy-init");
+    let u = ca.join("users").join(user);
+    let status = std::process::Command::new(tool)
+        .args(["-q", format, "-cert"])
+        .arg(u.join("usercert.pem"))
+        .arg("-key")
+        .arg(u.join("userkey.pem"))
+        .arg("-certdir")
+        .arg(ca.join("certificates"))
+        .arg("-out")
+        .arg(out)
+        .status()
+        .unwrap();
+    assert!(status.success(), "grid-proxy-init for {user}");
+}

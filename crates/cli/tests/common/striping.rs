@@ -2,9 +2,10 @@
 //! Globus docs set it up), a ferry cluster (`ferry serve --remote-nodes` + `--data-node`s) and
 //! a single ferry server, on loopback addresses 127.0.0.x.
 
+use std::ffi::OsStr;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// An installed program (PATH, then the Debian sbin/bin directories).
@@ -264,4 +265,25 @@ impl Drop for FerryCluster {
             }
         }
     }
+}
+
+/// `program args`, killed after two minutes: a stripe that never gets its EOF would hang its
+/// receiver (and the test) for good.
+pub fn run_bounded<S: AsRef<OsStr>>(program: impl AsRef<OsStr>, args: &[S]) -> Output {
+    Command::new("timeout")
+        .arg("120")
+        .arg(program)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// globus-url-copy, bounded.
+pub fn guc<S: AsRef<OsStr>>(args: &[S]) -> Output {
+    run_bounded(tool("globus-url-copy").unwrap(), args)
+}
+
+/// The ferry binary under test, bounded.
+pub fn ferry<S: AsRef<OsStr>>(args: &[S]) -> Output {
+    run_bounded(env!("CARGO_BIN_EXE_ferry"), args)
 }

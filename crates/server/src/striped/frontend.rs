@@ -182,17 +182,7 @@ impl RemoteDtp {
                 Arc::clone(&self.set),
                 self.login.clone(),
             );
-            set.spawn(async move {
-                let r = match started {
-                    Some(h) => match h.await {
-                        Ok(Ok(link)) => Ok(link),
-                        // Failed at login: try once more now (the node may be back).
-                        _ => hello(&node, &nodes, &login).await,
-                    },
-                    None => hello(&node, &nodes, &login).await,
-                };
-                (i, r)
-            });
+            set.spawn(async move { (i, finish_link(started, &node, &nodes, &login).await) });
         }
         while let Some(joined) = set.join_next().await {
             let Ok((i, r)) = joined else { continue };
@@ -218,13 +208,8 @@ impl RemoteDtp {
             if self.links[i].is_some() {
                 return Some(i);
             }
-            let r = match self.pending[i].take() {
-                Some(h) => match h.await {
-                    Ok(Ok(link)) => Ok(link),
-                    _ => hello(&self.set.nodes[i], &self.set, &self.login).await,
-                },
-                None => hello(&self.set.nodes[i], &self.set, &self.login).await,
-            };
+            let started = self.pending[i].take();
+            let r = finish_link(started, &self.set.nodes[i], &self.set, &self.login).await;
             match r {
                 Ok(link) => {
                     self.set.mark(i, None);
@@ -489,6 +474,21 @@ fn node_error(name: &str, code: u16, text: &str) -> DtpError {
         code,
         message: format!("Data node {name}: {text}"),
     }
+}
+
+/// The link a login started, or (none started, or it failed: the node may be back) a new one.
+async fn finish_link(
+    started: Option<tokio::task::JoinHandle<Result<Link, String>>>,
+    node: &str,
+    set: &NodeSet,
+    login: &NodeLogin,
+) -> Result<Link, String> {
+    if let Some(h) = started {
+        if let Ok(Ok(link)) = h.await {
+            return Ok(link);
+        }
+    }
+    hello(node, set, login).await
 }
 
 /// Connects to a node and introduces the session.

@@ -5,7 +5,6 @@
 //! data channel), runs the transfer descriptions it is sent against its own storage and streams
 //! the DTP's events back. A closed link stops whatever it was running.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -120,7 +119,10 @@ async fn session(link: Link, ctx: &NodeContext) -> std::io::Result<()> {
         }
     }
     wr.send(&FromNode::Ready).await?;
-    let data_ip = ctx.config.data_interface.unwrap_or(canonical(local.ip()));
+    let data_ip = ctx
+        .config
+        .data_interface
+        .unwrap_or(local.ip().to_canonical());
     while let Some(msg) = rd.recv::<ToNode>().await? {
         match msg {
             ToNode::Passive { tuning } => {
@@ -228,10 +230,6 @@ fn data_security(
     DataSecurity::new(cred, Arc::clone(trust))
         .map(|s| Some(Arc::new(s)))
         .map_err(|e| e.to_string())
-}
-
-fn canonical(ip: IpAddr) -> IpAddr {
-    ip.to_canonical()
 }
 
 fn protocol(what: &str) -> std::io::Error {
