@@ -448,3 +448,39 @@ async fn a_data_block_that_carries_eod_is_accepted() {
     expect_final(&mut c, 226).await;
     assert!(srv.read("eod.bin") == data);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_one_stream_retr_pairs_blocks_per_write_but_keeps_their_size() {
+    // Large enough that the one-stream sender writes blocks two at a time.
+    let srv = TestServer::start().await;
+    let len = 40 * 1024 * 1024 + 12_345;
+    let data = random_bytes(len, 71);
+    srv.write("big.bin", &data);
+    let mut c = srv.login().await;
+    expect(&mut c, "TYPE I", 200).await;
+    expect(&mut c, "MODE E", 200).await;
+    let listener = port(&mut c).await;
+    // Gaps that blocks straddle, so some writes carry pieces of two ranges.
+    expect(&mut c, "REST 0-1000,262000-263000,10485760-10486000", 350).await;
+    start_transfer(&mut c, "RETR big.bin").await;
+    let mut conn = data_accept(&listener).await;
+    let got = read_mode_e(&mut conn).await;
+    expect_final(&mut c, 226).await;
+    got.assert_blocks_match(&data, 0);
+    let mut want = RangeSet::from_range(1000, 262_000);
+    want.insert(263_000, 10_485_760);
+    want.insert(10_486_000, len as u64);
+    assert_eq!(got.ranges(), want);
+    assert_eq!(got.eof_count, Some(1));
+    assert!(
+        got.blocks.iter().all(|b| b.data.len() <= 256 * 1024),
+        "blocks keep the one-stream size a whole-block reader expects"
+    );
+    // The connection stays cached: a large partial get reuses it, offsets from the section.
+    let r = expect(&mut c, "ERET P 5000 36000001 big.bin", 125).await;
+    assert!(r.text().contains("reusing"), "{r}");
+    let got = read_mode_e(&mut conn).await;
+    expect_final(&mut c, 226).await;
+    got.assert_blocks_match(&data, 5000);
+    assert_eq!(got.ranges(), RangeSet::from_range(0, 36_000_001));
+}
