@@ -782,6 +782,69 @@ fn third_party_restarts_from_markers_after_the_globus_source_is_killed() {
     third_party_restart_after_killing(Victim::Source);
 }
 
+/// One stream, files large enough that the client reads the rest of each on a thread of its
+/// own (and the ferry server sends blocks in pairs): two files on one session, the second on
+/// the connection the first handed back for caching.
+#[test]
+fn large_one_stream_gets_on_one_session_reuse_the_data_connection() {
+    let sandbox = Sandbox::new();
+    let server = ServerUnderTest::start_kind(ServerKind::Ferry, &sandbox.served_dir("root"));
+    let local = sandbox.local_dir("local");
+    let (a, b) = (server.path_of("a.bin"), server.path_of("b.bin"));
+    write_file(&a, &random_bytes(48 * MIB + 17, 81));
+    write_file(&b, &random_bytes(40 * MIB + 3, 82));
+    let dest = format!("{}/", local.display());
+    let args = [
+        "copy",
+        "--json",
+        "-p",
+        "1",
+        "--concurrency",
+        "1",
+        &server.url_for("a.bin"),
+        &server.url_for("b.bin"),
+        &dest,
+    ];
+    let out = run_ferry(&args);
+    out.assert_same_file(&a, &local.join("a.bin"));
+    out.assert_same_file(&b, &local.join("b.bin"));
+    let dialogue = out.dialogue();
+    if !dialogue
+        .lines()
+        .any(|l| l.contains(" < ") && l.contains("reusing existing data connection"))
+    {
+        out.fail("expected the second RETR to reuse the data connection (125)");
+    }
+}
+
+/// The same restart as above with one stream: the client is reading on its own thread when
+/// the ferry server dies, and the retry resumes from the stored ranges.
+#[test]
+fn one_stream_get_restarts_after_the_ferry_server_is_killed_mid_transfer() {
+    let sandbox = Sandbox::new();
+    let mut server = ServerUnderTest::start_kind(ServerKind::Ferry, &sandbox.served_dir("root"));
+    let source = server.path_of("big.bin");
+    write_marked_pattern_file(&source, RESTART_MIB, 54);
+    let dest = sandbox.local_dir("local").join("big.bin");
+    let url = server.url_for("big.bin");
+    let dest_arg = dest.display().to_string();
+    let run = spawn_ferry(&[
+        "copy",
+        "-p",
+        "1",
+        "--tcp-bs",
+        "4096",
+        "--retries",
+        "5",
+        "--json",
+        &url,
+        &dest_arg,
+    ]);
+    let (run, marker) = kill_mid_transfer(run, &dest, &mut server, false);
+    let out = run.wait(Duration::from_secs(300));
+    assert_restarted(&out, &source, &dest, marker, &[server.port()]);
+}
+
 // 6. Checksums.
 
 #[test]

@@ -17,14 +17,16 @@ pub type TransferOptions = FileRequest;
 
 fn local_dtp(block: Option<u32>) -> Result<Dtp, ClientError> {
     let storage: Arc<dyn Storage> = Arc::new(PosixStorage::open(Path::new("/"), false)?);
-    Ok(Dtp::new(
+    let mut dtp = Dtp::new(
         storage,
         BufferPool::new(
             ferry_dtp::IO_CHUNK.min(block.map_or(usize::MAX, |b| b as usize)),
             16,
         ),
         false,
-    ))
+    );
+    dtp.poll_lone_stream(true);
+    Ok(dtp)
 }
 
 /// Uploads `local` to `remote` in MODE E (the server listens).

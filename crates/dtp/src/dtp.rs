@@ -37,6 +37,8 @@ pub struct Dtp {
     cached_security: ChannelSecurity,
     /// Reads the payload bytes the current (or last) transfer has moved, failed ones included.
     moved: Moved,
+    /// A lone receiving stream polls its socket before sleeping (clients; see `receive`).
+    poll_lone_stream: bool,
 }
 
 /// A reader of a transfer's byte counters, kept after the transfer ends.
@@ -66,7 +68,13 @@ impl Dtp {
             security: None,
             cached_security: ChannelSecurity::default(),
             moved: Moved::nothing(),
+            poll_lone_stream: false,
         }
+    }
+
+    /// Lets a single receiving stream poll its socket for a moment before it sleeps.
+    pub fn poll_lone_stream(&mut self, on: bool) {
+        self.poll_lone_stream = on;
     }
 
     /// Sets the credential for DCAU A/S data connections (the server: the delegated one; a
@@ -344,6 +352,7 @@ impl Dtp {
             bytes: Arc::new(AtomicU64::new(0)),
             written: Arc::new(Mutex::new(Vec::new())),
             idle,
+            poll: self.poll_lone_stream && desc.parallelism <= 1,
         });
         let total_bytes = {
             let b = Arc::clone(&job.bytes);

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ferry_net::{DataConn, DataListener, DataProtection};
+use ferry_net::{DataConn, DataListener, DataProtection, DetachedConn};
 use ferry_proto::mode_e::{
     BlockDecoder, BlockHeader, ConnectionTally, Descriptor, TransferTally, HEADER_LEN,
 };
@@ -33,6 +33,8 @@ pub(crate) struct RecvJob {
     /// only its own entry, the marker ticker visits them all.
     pub(crate) written: Arc<Mutex<Vec<Arc<Mutex<RangeSet>>>>>,
     pub(crate) idle: Duration,
+    /// Whether a lone stream polls its socket briefly before sleeping (see [`Poller`]).
+    pub(crate) poll: bool,
 }
 
 impl RecvJob {
@@ -71,7 +73,7 @@ pub(crate) async fn receive_mode_e(
     used += u32::from(first_running);
     let first_reader = async {
         match first {
-            Some(conn) => read_blocks(conn, &job, true).await,
+            Some(conn) => read_blocks(conn, Arc::clone(&job), true).await,
             None => std::future::pending().await,
         }
     };
@@ -79,7 +81,7 @@ pub(crate) async fn receive_mode_e(
     for conn in cached {
         used += 1;
         let job = Arc::clone(&job);
-        set.spawn(async move { read_blocks(conn, &job, true).await });
+        set.spawn(async move { read_blocks(conn, job, true).await });
     }
     let mut tally = TransferTally::default();
     let mut keep = Vec::new();
@@ -102,7 +104,7 @@ pub(crate) async fn receive_mode_e(
                 // The handshake runs on the stream's own task: streams authenticate in parallel.
                 set.spawn(async move {
                     let conn = crate::dtp::secure(conn, false, prot.as_deref(), job.idle).await?;
-                    read_blocks(conn, &job, false).await
+                    read_blocks(conn, job, false).await
                 });
             }
             joined = set.join_next(), if !set.is_empty() => {
@@ -133,53 +135,92 @@ async fn accept(listener: Option<&DataListener>, idle: Duration) -> Result<DataC
 /// Reads blocks from one connection until its EOD; returns it (unless the sender closes it).
 async fn read_blocks(
     mut conn: DataConn,
-    job: &RecvJob,
+    job: Arc<RecvJob>,
     reused: bool,
 ) -> Result<(Option<DataConn>, ConnectionTally), DtpError> {
+    let mut reader = ConnReader::new(&job, reused);
     let mut buf = job.pool.take();
-    let mut decoder = BlockDecoder::new(MAX_BLOCK);
-    let mine = Arc::new(Mutex::new(RangeSet::new()));
-    if let Ok(mut list) = job.written.lock() {
-        list.push(Arc::clone(&mine));
-    }
-    let mut tally = ConnectionTally::default();
-    let mut first = true;
     loop {
-        let mut hb = [0u8; HEADER_LEN];
-        match tokio::time::timeout(job.idle, conn.read_exact(&mut hb)).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                return Err(DtpError::Connection(
-                    "data connection closed before end of data".into(),
-                ))
-            }
-            Ok(Err(e)) => return Err(DtpError::Connection(e.to_string())),
-            Err(_) => return Err(DtpError::IdleTimeout(job.idle.as_secs())),
+        if let Some(keep) = reader.block(&mut conn, &job, &mut buf).await? {
+            return Ok((keep.then_some(conn), reader.tally));
         }
+        if job.poll && reader.received >= OWN_THREAD_AFTER && !conn.is_protected() {
+            drop(buf);
+            return continue_on_own_thread(conn, reader, job).await;
+        }
+    }
+}
+
+/// What one connection's reader carries from block to block.
+struct ConnReader {
+    decoder: BlockDecoder,
+    /// Ranges written from this connection since the last restart marker.
+    mine: Arc<Mutex<RangeSet>>,
+    tally: ConnectionTally,
+    /// No block read yet.
+    first: bool,
+    /// The connection was cached from an earlier transfer.
+    reused: bool,
+    /// Payload bytes read from this connection.
+    received: u64,
+    poller: Poller,
+}
+
+impl ConnReader {
+    fn new(job: &RecvJob, reused: bool) -> ConnReader {
+        let mine = Arc::new(Mutex::new(RangeSet::new()));
+        if let Ok(mut list) = job.written.lock() {
+            list.push(Arc::clone(&mine));
+        }
+        ConnReader {
+            decoder: BlockDecoder::new(MAX_BLOCK),
+            mine,
+            tally: ConnectionTally::default(),
+            first: true,
+            reused,
+            received: 0,
+            poller: Poller::new(false),
+        }
+    }
+
+    /// Reads and stores one block. At the connection's end (its EOD, or the CLOSE that retires
+    /// a surplus cached connection) answers whether the connection may be cached.
+    async fn block(
+        &mut self,
+        conn: &mut DataConn,
+        job: &RecvJob,
+        buf: &mut [u8],
+    ) -> Result<Option<bool>, DtpError> {
+        let mut hb = [0u8; HEADER_LEN];
+        read_exact(conn, &mut hb, job.idle, &mut self.poller).await?;
         let header = BlockHeader::decode(&hb);
-        if reused && first && header.descriptor.has(Descriptor::CLOSE) && header.payload_len() == 0
+        if self.reused
+            && self.first
+            && header.descriptor.has(Descriptor::CLOSE)
+            && header.payload_len() == 0
         {
             // A sender with fewer streams than cached connections retires the surplus with a
             // CLOSE header before using the rest; such a connection is not in its EOD count.
-            return Ok((None, ConnectionTally::default()));
+            return Ok(Some(false));
         }
-        first = false;
-        decoder
+        self.first = false;
+        self.decoder
             .check_header(&header)
             .map_err(|e| DtpError::Protocol(e.to_string()))?;
         let len = header.payload_len();
         let mut got = 0u64;
         while got < len {
             let chunk = (len - got).min(buf.len() as u64) as usize;
-            timed(job.idle, conn.read_exact(&mut buf[..chunk])).await?;
+            read_exact(conn, &mut buf[..chunk], job.idle, &mut self.poller).await?;
             job.file
                 .write_all_at(&buf[..chunk], job.file_offset + header.offset + got)?;
             got += chunk as u64;
             job.bytes.fetch_add(chunk as u64, Ordering::Relaxed);
         }
         if len > 0 {
-            tally.bytes += len;
-            if let Ok(mut r) = mine.lock() {
+            self.received += len;
+            self.tally.bytes += len;
+            if let Ok(mut r) = self.mine.lock() {
                 r.insert(header.offset, header.offset + len);
             }
         }
@@ -188,9 +229,174 @@ async fn read_blocks(
                 .descriptor
                 .has(Descriptor::EOF)
                 .then_some(header.offset);
-            tally.record_eod(eof);
-            let keep = !header.descriptor.has(Descriptor::CLOSE);
-            return Ok((keep.then_some(conn), tally));
+            self.tally.record_eod(eof);
+            return Ok(Some(!header.descriptor.has(Descriptor::CLOSE)));
+        }
+        Ok(None)
+    }
+}
+
+/// A lone receiving stream moves to a thread of its own after this many bytes, so small
+/// transfers never pay for the thread.
+const OWN_THREAD_AFTER: u64 = 32 << 20;
+
+/// Reads the rest of a lone stream on a thread of its own, polling its socket before sleeping.
+///
+/// A receiver that drains its socket faster than the data arrives sleeps once per arriving
+/// burst, and every wake-up is work for the CPU that delivers the data: with the sender on
+/// this host (and in a virtual machine, where waking a halted CPU exits to the hypervisor)
+/// that is much of what separates one stream from the rate the CPUs can copy. Polling spends
+/// this process's idle time instead. It needs its own thread: on the shared runtime another
+/// worker waits in epoll for the socket's events, and each arriving burst would wake it.
+/// The connection returns to the shared runtime at the end, for caching.
+async fn continue_on_own_thread(
+    conn: DataConn,
+    mut reader: ConnReader,
+    job: Arc<RecvJob>,
+) -> Result<(Option<DataConn>, ConnectionTally), DtpError> {
+    let moving = |e: std::io::Error| {
+        DtpError::Connection(format!("moving the data connection to its own thread: {e}"))
+    };
+    let detached = conn.detach().map_err(moving)?;
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    // Dropped when this future is (the transfer was stopped): the thread stops reading.
+    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    reader.poller.on = true;
+    std::thread::Builder::new()
+        .name("ferry-recv".into())
+        .spawn(move || {
+            let _ = done_tx.send(read_on_this_thread(detached, reader, &job, stopped));
+        })
+        .map_err(moving)?;
+    let (detached, tally) = done_rx.await.map_err(|_| {
+        DtpError::Connection("the receiving thread ended without an answer".into())
+    })??;
+    let conn = detached.map(|d| d.attach()).transpose().map_err(moving)?;
+    Ok((conn, tally))
+}
+
+/// The body of [`continue_on_own_thread`]'s thread: its own single-threaded runtime.
+fn read_on_this_thread(
+    detached: DetachedConn,
+    mut reader: ConnReader,
+    job: &RecvJob,
+    stopped: tokio::sync::oneshot::Receiver<()>,
+) -> Result<(Option<DetachedConn>, ConnectionTally), DtpError> {
+    let moving = |e: std::io::Error| {
+        DtpError::Connection(format!("moving the data connection to its own thread: {e}"))
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(moving)?;
+    rt.block_on(async move {
+        let mut conn = detached.attach().map_err(moving)?;
+        let mut buf = job.pool.take();
+        let blocks = async {
+            loop {
+                if let Some(keep) = reader.block(&mut conn, job, &mut buf).await? {
+                    return Ok::<bool, DtpError>(keep);
+                }
+            }
+        };
+        let keep = tokio::select! {
+            r = blocks => r?,
+            _ = stopped => return Err(DtpError::Connection("the transfer was stopped".into())),
+        };
+        let conn = if keep {
+            Some(conn.detach().map_err(moving)?)
+        } else {
+            None
+        };
+        Ok((conn, reader.tally))
+    })
+}
+
+/// Fills `buf` from `conn`, polling first when `poller` says so; a connection that ends first
+/// is an error.
+async fn read_exact(
+    conn: &mut DataConn,
+    buf: &mut [u8],
+    idle: Duration,
+    poller: &mut Poller,
+) -> Result<(), DtpError> {
+    let mut got = 0;
+    while got < buf.len() {
+        let n = match poller.read(conn, &mut buf[got..]).await {
+            Some(r) => r.map_err(|e| DtpError::Connection(e.to_string()))?,
+            None => timed(idle, conn.read(&mut buf[got..])).await?,
+        };
+        if n == 0 {
+            return Err(DtpError::Connection(
+                "data connection closed before end of data".into(),
+            ));
+        }
+        got += n;
+    }
+    Ok(())
+}
+
+/// How long a receiving stream polls its socket for data before it sleeps.
+const POLL_FOR: Duration = Duration::from_micros(50);
+/// The most waits a stream sleeps through without polling after polls that found nothing.
+const MAX_POLL_BACKOFF: u32 = 64;
+/// How often a polling stream lets its task yield, so the transfer's other work (markers,
+/// progress) runs while data keeps arriving.
+const YIELD_EVERY: Duration = Duration::from_millis(20);
+
+/// Polls a socket for a moment before the task sleeps (see [`continue_on_own_thread`]). A
+/// stream whose polls keep finding nothing backs off, so a slow link costs at most one 50 µs
+/// poll per 64 waits.
+struct Poller {
+    on: bool,
+    /// Waits left to sleep through without polling.
+    skip: u32,
+    backoff: u32,
+    last_yield: std::time::Instant,
+}
+
+impl Poller {
+    fn new(on: bool) -> Poller {
+        Poller {
+            on,
+            skip: 0,
+            backoff: 0,
+            last_yield: std::time::Instant::now(),
+        }
+    }
+
+    /// Reads from `conn` without sleeping: `None` when polling is off for this read (or found
+    /// nothing in time), and the caller should wait the ordinary way.
+    async fn read(&mut self, conn: &DataConn, buf: &mut [u8]) -> Option<std::io::Result<usize>> {
+        if !self.on {
+            return None;
+        }
+        if self.skip > 0 {
+            self.skip -= 1;
+            return None;
+        }
+        let mut start: Option<std::time::Instant> = None;
+        loop {
+            match conn.read_now(buf)? {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                r => {
+                    self.backoff = 0;
+                    if self.last_yield.elapsed() >= YIELD_EVERY {
+                        tokio::task::yield_now().await;
+                        self.last_yield = std::time::Instant::now();
+                    }
+                    return Some(r);
+                }
+            }
+            let now = std::time::Instant::now();
+            let began = *start.get_or_insert(now);
+            if now - began >= POLL_FOR {
+                self.backoff = (self.backoff * 2).clamp(1, MAX_POLL_BACKOFF);
+                self.skip = self.backoff;
+                return None;
+            }
+            std::hint::spin_loop();
         }
     }
 }

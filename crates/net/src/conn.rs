@@ -112,9 +112,65 @@ impl DataConn {
         (self.off_host && self.tls.is_none()).then_some(&self.stream)
     }
 
+    /// Reads what the kernel already holds for a clear connection, at once: `WouldBlock` when
+    /// nothing has arrived. It bypasses tokio's readiness (which would answer `WouldBlock`
+    /// without asking the kernel until the reactor next runs), so a receiver can poll the socket
+    /// for a moment before it sleeps. `None` under TLS, whose records must go through the
+    /// TLS layer.
+    pub fn read_now(&self, buf: &mut [u8]) -> Option<io::Result<usize>> {
+        if self.tls.is_some() {
+            return None;
+        }
+        // The socket is non-blocking (tokio made it so): a plain read never waits.
+        Some(io::Read::read(
+            &mut &*socket2::SockRef::from(&self.stream),
+            buf,
+        ))
+    }
+
     /// The raw descriptor of the transport socket.
     pub fn raw_fd(&self) -> RawFd {
         self.stream.as_raw_fd()
+    }
+}
+
+/// A clear data connection taken off the tokio runtime it was registered with, so that another
+/// runtime (a dedicated thread's) can drive it.
+#[derive(Debug)]
+pub struct DetachedConn {
+    stream: std::net::TcpStream,
+    off_host: bool,
+    unsent_limit: Option<u32>,
+}
+
+impl DataConn {
+    /// Takes a clear connection off its runtime. Protected connections cannot move (their TLS
+    /// state is tied to the async stream): `Unsupported`.
+    pub fn detach(self) -> io::Result<DetachedConn> {
+        if self.tls.is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a protected data connection stays on its runtime",
+            ));
+        }
+        Ok(DetachedConn {
+            stream: self.stream.into_std()?,
+            off_host: self.off_host,
+            unsent_limit: self.unsent_limit,
+        })
+    }
+}
+
+impl DetachedConn {
+    /// Registers the connection with the runtime this is called on.
+    pub fn attach(self) -> io::Result<DataConn> {
+        // tokio's into_std leaves the socket non-blocking, as from_std requires.
+        Ok(DataConn {
+            stream: TcpStream::from_std(self.stream)?,
+            off_host: self.off_host,
+            unsent_limit: self.unsent_limit,
+            tls: None,
+        })
     }
 }
 

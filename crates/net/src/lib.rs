@@ -13,7 +13,7 @@ mod stack;
 mod tls;
 mod tuning;
 
-pub use conn::{connect, DataConn};
+pub use conn::{connect, DataConn, DetachedConn};
 pub use error::NetError;
 pub use listener::{bind_listener, DataListener, PortRange};
 pub use stack::{DriverSpec, StackSpec, Whitelist};

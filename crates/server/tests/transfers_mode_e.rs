@@ -484,3 +484,16 @@ async fn a_large_one_stream_retr_pairs_blocks_per_write_but_keeps_their_size() {
     got.assert_blocks_match(&data, 5000);
     assert_eq!(got.ranges(), RangeSet::from_range(0, 36_000_001));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_one_stream_client_get_finishes_on_its_own_thread_with_identical_bytes() {
+    // Past the size at which the client's lone receiving stream moves to a thread of its own.
+    let srv = TestServer::start().await;
+    let data = random_bytes(48 * 1024 * 1024 + 999, 72);
+    srv.write("big.bin", &data);
+    let mut c = srv.login().await;
+    let (got, used) = client_get(&mut c, "big.bin", 1).await;
+    assert_eq!(used, 1);
+    assert_eq!(got.len(), data.len());
+    assert!(got == data, "bytes differ");
+}
