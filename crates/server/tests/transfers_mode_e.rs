@@ -450,8 +450,7 @@ async fn a_data_block_that_carries_eod_is_accepted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_large_one_stream_retr_pairs_blocks_per_write_but_keeps_their_size() {
-    // Large enough that the one-stream sender writes blocks two at a time.
+async fn a_large_one_stream_retr_with_rest_gaps_then_an_eret_on_the_cached_connection() {
     let srv = TestServer::start().await;
     let len = 40 * 1024 * 1024 + 12_345;
     let data = random_bytes(len, 71);
