@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_dtp::{
-    BufferPool, ChannelSecurity, ChannelSetup, Direction, Dtp, MarkerIntervals, Section,
-    StripeInfo, TransferDescription, TransferSource,
+    BufferPool, ChannelSecurity, ChannelSetup, Direction, Dtp, DtpError, MarkerIntervals, Section,
+    StripeInfo, TransferDescription, TransferOutcome, TransferSource,
 };
 use ferry_net::{SocketTuning, StackSpec};
 use ferry_proto::command::TransferMode;
@@ -51,6 +51,31 @@ fn receive_into(dir: &std::path::Path, addr: std::net::SocketAddr) -> (Dtp, Tran
     (dtp, desc)
 }
 
+/// A receiving transfer into a new directory, running on its own task (which hands the DTP back
+/// with the result, so cached connections live on), and the sender's end of its connection.
+struct Receiving {
+    dir: tempfile::TempDir,
+    transfer: tokio::task::JoinHandle<(Result<TransferOutcome, DtpError>, Dtp)>,
+    conn: TcpStream,
+}
+
+async fn start_receiving() -> Receiving {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let (mut dtp, desc) = receive_into(dir.path(), listener.local_addr().expect("addr"));
+    let transfer = tokio::spawn(async move {
+        let (events, _keep) = tokio::sync::mpsc::channel(64);
+        let r = dtp.run(&desc, &events).await;
+        (r, dtp)
+    });
+    let (conn, _) = listener.accept().await.expect("accept");
+    Receiving {
+        dir,
+        transfer,
+        conn,
+    }
+}
+
 /// Sends `blocks` full blocks of a byte pattern from offset 0.
 async fn send_blocks(conn: &mut TcpStream, blocks: usize) {
     let payload = vec![0x5a; BLOCK];
@@ -63,12 +88,9 @@ async fn send_blocks(conn: &mut TcpStream, blocks: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_transfer_stops_the_receiving_thread_and_closes_the_connection() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let (mut dtp, desc) = receive_into(dir.path(), listener.local_addr().expect("addr"));
-    let (events, _keep) = tokio::sync::mpsc::channel(64);
-    let transfer = tokio::spawn(async move { dtp.run(&desc, &events).await });
-    let (mut conn, _) = listener.accept().await.expect("accept");
+    let Receiving {
+        transfer, mut conn, ..
+    } = start_receiving().await;
     // 48 MiB: past the hand-over to the receiving thread, then the sender stalls.
     send_blocks(&mut conn, 192).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -88,19 +110,18 @@ async fn dropping_the_transfer_stops_the_receiving_thread_and_closes_the_connect
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sender_that_dies_mid_block_fails_the_transfer_on_the_receiving_thread() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let (mut dtp, desc) = receive_into(dir.path(), listener.local_addr().expect("addr"));
-    let (events, _keep) = tokio::sync::mpsc::channel(64);
-    let transfer = tokio::spawn(async move { dtp.run(&desc, &events).await });
-    let (mut conn, _) = listener.accept().await.expect("accept");
+    let Receiving {
+        dir,
+        transfer,
+        mut conn,
+    } = start_receiving().await;
     send_blocks(&mut conn, 160).await;
     // Half a block, then the sender goes away.
     let header = BlockHeader::data((160 * BLOCK) as u64, BLOCK as u64).encode();
     conn.write_all(&header).await.expect("header");
     conn.write_all(&vec![1u8; BLOCK / 2]).await.expect("half");
     drop(conn);
-    let result = tokio::time::timeout(Duration::from_secs(10), transfer)
+    let (result, _dtp) = tokio::time::timeout(Duration::from_secs(10), transfer)
         .await
         .expect("the transfer ends within 10 s")
         .expect("task");
@@ -117,15 +138,11 @@ async fn a_sender_that_dies_mid_block_fails_the_transfer_on_the_receiving_thread
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_lone_stream_hands_its_connection_back_after_the_eod() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let (mut dtp, desc) = receive_into(dir.path(), listener.local_addr().expect("addr"));
-    let (events, _keep) = tokio::sync::mpsc::channel(64);
-    let transfer = tokio::spawn(async move {
-        let r = dtp.run(&desc, &events).await;
-        (r, dtp)
-    });
-    let (mut conn, _) = listener.accept().await.expect("accept");
+    let Receiving {
+        dir,
+        transfer,
+        mut conn,
+    } = start_receiving().await;
     send_blocks(&mut conn, 144).await;
     conn.write_all(&BlockHeader::eof(1).encode())
         .await
