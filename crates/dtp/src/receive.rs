@@ -254,9 +254,6 @@ async fn continue_on_own_thread(
     mut reader: ConnReader,
     job: Arc<RecvJob>,
 ) -> Result<(Option<DataConn>, ConnectionTally), DtpError> {
-    let moving = |e: std::io::Error| {
-        DtpError::Connection(format!("moving the data connection to its own thread: {e}"))
-    };
     let detached = conn.detach().map_err(moving)?;
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     // Dropped when this future is (the transfer was stopped): the thread stops reading.
@@ -275,6 +272,11 @@ async fn continue_on_own_thread(
     Ok((conn, tally))
 }
 
+/// A failure to move a connection between runtimes, or to start the thread.
+fn moving(e: std::io::Error) -> DtpError {
+    DtpError::Connection(format!("moving the data connection to its own thread: {e}"))
+}
+
 /// The body of [`continue_on_own_thread`]'s thread: its own single-threaded runtime.
 fn read_on_this_thread(
     detached: DetachedConn,
@@ -282,9 +284,6 @@ fn read_on_this_thread(
     job: &RecvJob,
     stopped: tokio::sync::oneshot::Receiver<()>,
 ) -> Result<(Option<DetachedConn>, ConnectionTally), DtpError> {
-    let moving = |e: std::io::Error| {
-        DtpError::Connection(format!("moving the data connection to its own thread: {e}"))
-    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
