@@ -49,6 +49,12 @@ pub enum SiteCommand {
     RetrBufSize(u64),
     /// `SITE STORBUFSIZE|SBUFSZ|SBUFSIZ <bytes>`: send buffer.
     StorBufSize(u64),
+    /// `SITE BLOCKSIZE <bytes>`: the MODE E block size the server sends in this session; `0`
+    /// returns to the server's own choice. A ferry extension (FEAT `SITE BLOCKSIZE`): MODE E
+    /// leaves block sizes to the sender, and a receiver that drains its socket without
+    /// sleeping (ferry's client) moves one stream faster with larger blocks than a receiver
+    /// that reads each block whole (globus-url-copy) or sleeps between reads.
+    BlockSize(u64),
     /// `SITE CLIENTINFO <k=v;...>`: informational.
     ClientInfo(String),
     /// `SITE TASKID <id>`: informational.
@@ -106,6 +112,7 @@ pub(crate) fn parse_site(a: Args<'_>) -> Result<SiteCommand, CommandError> {
         "BUFSIZE" | "SBUF" => SiteCommand::BufSize(s.number()?),
         "RETRBUFSIZE" | "RBUFSZ" | "RBUFSIZ" => SiteCommand::RetrBufSize(s.number()?),
         "STORBUFSIZE" | "SBUFSZ" | "SBUFSIZ" => SiteCommand::StorBufSize(s.number()?),
+        "BLOCKSIZE" => SiteCommand::BlockSize(s.number()?),
         "CLIENTINFO" => SiteCommand::ClientInfo(path(s)?),
         "TASKID" => SiteCommand::TaskId(path(s)?),
         "WHOAMI" => s.none().map(|()| SiteCommand::Whoami)?,
@@ -170,6 +177,7 @@ impl fmt::Display for SiteCommand {
             SiteCommand::BufSize(n) => write!(f, "SBUF {n}"),
             SiteCommand::RetrBufSize(n) => write!(f, "RETRBUFSIZE {n}"),
             SiteCommand::StorBufSize(n) => write!(f, "STORBUFSIZE {n}"),
+            SiteCommand::BlockSize(n) => write!(f, "BLOCKSIZE {n}"),
             SiteCommand::ClientInfo(s) => write!(f, "CLIENTINFO {s}"),
             SiteCommand::TaskId(s) => write!(f, "TASKID {s}"),
             SiteCommand::Whoami => f.write_str("WHOAMI"),

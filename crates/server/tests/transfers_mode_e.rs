@@ -496,3 +496,52 @@ async fn a_large_one_stream_client_get_finishes_on_its_own_thread_with_identical
     assert_eq!(got.len(), data.len());
     assert!(got == data, "bytes differ");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn site_blocksize_sets_the_block_size_of_this_sessions_mode_e_sends() {
+    let srv = TestServer::start().await;
+    let len = 3 * 1024 * 1024 + 4321;
+    let data = random_bytes(len, 73);
+    srv.write("src.bin", &data);
+    let mut c = srv.login().await;
+    let feat = expect(&mut c, "FEAT", 211).await;
+    assert!(
+        feat.lines.iter().any(|l| l.trim() == "SITE BLOCKSIZE"),
+        "{feat}"
+    );
+    for bad in [
+        "SITE BLOCKSIZE 4095",
+        "SITE BLOCKSIZE 67108865",
+        "SITE BLOCKSIZE lots",
+    ] {
+        expect(&mut c, bad, 501).await;
+    }
+    expect(&mut c, "TYPE I", 200).await;
+    expect(&mut c, "MODE E", 200).await;
+    let listener = port(&mut c).await;
+    // One stream: every block but the last has the asked size (sent as two of the server's
+    // 64 KiB buffers at a time), and `0` returns to the configured 64 KiB.
+    let mut conn = None;
+    for (asked, size) in [
+        ("524288", 512 * 1024),
+        ("0", 64 * 1024),
+        ("1000000", 1_000_000),
+    ] {
+        expect(&mut c, &format!("SITE BLOCKSIZE {asked}"), 200).await;
+        start_transfer(&mut c, "RETR src.bin").await;
+        let conn = match conn.as_mut() {
+            Some(cached) => cached,
+            None => conn.insert(data_accept(&listener).await),
+        };
+        let got = read_mode_e(conn).await;
+        expect_final(&mut c, 226).await;
+        got.assert_blocks_match(&data, 0);
+        assert_eq!(got.bytes(), len as u64, "SITE BLOCKSIZE {asked}");
+        let (last, whole) = got.blocks.split_last().expect("blocks");
+        assert!(
+            whole.iter().all(|b| b.data.len() == size) && last.data.len() <= size,
+            "SITE BLOCKSIZE {asked}: block sizes {:?}",
+            got.blocks.iter().map(|b| b.data.len()).collect::<Vec<_>>()
+        );
+    }
+}

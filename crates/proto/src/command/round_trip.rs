@@ -183,6 +183,7 @@ fn site() -> BoxedStrategy<SiteCommand> {
         any::<u64>().prop_map(SiteCommand::BufSize).boxed(),
         any::<u64>().prop_map(SiteCommand::RetrBufSize).boxed(),
         any::<u64>().prop_map(SiteCommand::StorBufSize).boxed(),
+        any::<u64>().prop_map(SiteCommand::BlockSize).boxed(),
         path().prop_map(SiteCommand::ClientInfo).boxed(),
         path().prop_map(SiteCommand::TaskId).boxed(),
         Just(SiteCommand::Whoami).boxed(),

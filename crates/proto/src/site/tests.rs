@@ -35,6 +35,17 @@ fn buffer_size_aliases() {
 }
 
 #[test]
+fn block_size_takes_a_byte_count() {
+    assert_eq!(
+        site("SITE BLOCKSIZE 524288"),
+        SiteCommand::BlockSize(524_288)
+    );
+    assert_eq!(site("site blocksize 0"), SiteCommand::BlockSize(0));
+    assert_eq!(code("SITE BLOCKSIZE big"), 501);
+    assert_eq!(code("SITE BLOCKSIZE"), 501);
+}
+
+#[test]
 fn chmod_is_octal() {
     assert_eq!(
         site("SITE CHMOD 0755 /a b"),

@@ -253,6 +253,23 @@ impl Session {
                 self.forget_cached_channel();
                 Reply::new(200, "Site Command Successful.")
             }
+            SiteCommand::BlockSize(n) => match n {
+                0 => {
+                    self.block_size = None;
+                    Reply::new(200, "Block size is the server's own again.")
+                }
+                MIN_CLIENT_BLOCK..=MAX_CLIENT_BLOCK => {
+                    self.block_size = u32::try_from(n).ok();
+                    Reply::new(200, format!("Block size set to {n}."))
+                }
+                _ => Reply::new(
+                    501,
+                    format!(
+                        "Block size must be 0 (the server's own) or {MIN_CLIENT_BLOCK} to \
+                         {MAX_CLIENT_BLOCK} bytes, not {n}."
+                    ),
+                ),
+            },
             SiteCommand::ClientInfo(info) => {
                 tracing::info!(peer = %self.peer, "client info: {info}");
                 Reply::new(250, "OK.")
@@ -296,6 +313,11 @@ impl Session {
         })
     }
 }
+
+/// The block sizes a client may ask for with `SITE BLOCKSIZE`: the smallest the configuration
+/// accepts, and 64 MiB (a block costs no memory: it is sent in buffer-sized pieces).
+const MIN_CLIENT_BLOCK: u64 = 4096;
+const MAX_CLIENT_BLOCK: u64 = 64 << 20;
 
 /// Runs a storage call on the blocking pool.
 async fn blocking<T: Send + 'static>(

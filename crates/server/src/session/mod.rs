@@ -191,6 +191,8 @@ pub(crate) struct Session {
     pub(crate) mode: TransferMode,
     pub(crate) parallelism: u32,
     pub(crate) tuning: SocketTuning,
+    /// MODE E block size the client asked for (`SITE BLOCKSIZE`); `None`: the configured one.
+    pub(crate) block_size: Option<u32>,
     pub(crate) restart: Option<Restart>,
     pub(crate) rename_from: Option<VirtualPath>,
     pub(crate) symlink_from: Option<String>,
@@ -245,6 +247,7 @@ pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, ctx: Arc<ServerCont
         mode: TransferMode::Stream,
         parallelism: 1,
         tuning: SocketTuning::default(),
+        block_size: None,
         restart: None,
         rename_from: None,
         symlink_from: None,

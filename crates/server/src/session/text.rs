@@ -28,6 +28,7 @@ pub(crate) fn feat() -> Reply {
         " EPSV".into(),
         " EPRT".into(),
         " WHOAMI".into(),
+        " SITE BLOCKSIZE".into(),
         format!(" CKSM {cksm}"),
         "End.".into(),
     ];
@@ -78,6 +79,7 @@ pub(crate) fn site_help() -> Reply {
         " SITE SYMLINKFROM <target> / SITE SYMLINKTO <link>".into(),
         " SITE RDEL <path>".into(),
         " SITE BUFSIZE|SBUF|RETRBUFSIZE|STORBUFSIZE <bytes>".into(),
+        " SITE BLOCKSIZE <bytes>".into(),
         " SITE CLIENTINFO <info>".into(),
         " SITE TASKID <id>".into(),
         " SITE WHOAMI".into(),

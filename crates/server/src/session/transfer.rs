@@ -173,7 +173,7 @@ impl Session {
             truncate,
             create_new,
             parallelism: self.parallelism,
-            block_size: self.ctx.config.block_size,
+            block_size: self.block_size.or(self.ctx.config.block_size),
             tuning: self.tuning,
             channel,
             stack: self.net_stack.clone(),
