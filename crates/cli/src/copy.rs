@@ -23,7 +23,7 @@ pub(crate) struct CopyArgs {
     /// TCP buffer size for data connections (e.g. 8M). [default: the kernel's autotuning]
     #[arg(long = "tcp-bs", value_name = "SIZE", value_parser = parse_size)]
     tcp_bs: Option<u64>,
-    /// MODE E block size when sending (e.g. 1M). [default: 256K on one stream, up to 4M on several]
+    /// MODE E block size when sending (e.g. 1M), and asked of ferry servers that send. [default: 256K on one stream, up to 4M on several; a one-stream get asks a ferry server for 512K]
     #[arg(long = "block-size", value_name = "SIZE", value_parser = parse_size)]
     block_size: Option<u64>,
     /// Copy from this offset (partial transfer; written at the same offset).

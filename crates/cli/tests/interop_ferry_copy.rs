@@ -783,8 +783,8 @@ fn third_party_restarts_from_markers_after_the_globus_source_is_killed() {
 }
 
 /// One stream, files large enough that the client reads the rest of each on a thread of its
-/// own (and the ferry server sends blocks in pairs): two files on one session, the second on
-/// the connection the first handed back for caching.
+/// own (from 512 KiB blocks, which it asks the ferry server for): two files on one session,
+/// the second on the connection the first handed back for caching.
 #[test]
 fn large_one_stream_gets_on_one_session_reuse_the_data_connection() {
     let sandbox = Sandbox::new();
@@ -814,6 +814,64 @@ fn large_one_stream_gets_on_one_session_reuse_the_data_connection() {
         .any(|l| l.contains(" < ") && l.contains("reusing existing data connection"))
     {
         out.fail("expected the second RETR to reuse the data connection (125)");
+    }
+}
+
+/// `SITE BLOCKSIZE` goes only to servers whose FEAT lists it: a one-stream get asks ferry for
+/// 512 KiB blocks, `--block-size` asks for its own size, several streams leave the server's
+/// choice, and Globus is asked nothing. Every copy is byte-identical.
+#[test]
+fn gets_ask_a_ferry_server_for_a_block_size_and_a_globus_server_for_none() {
+    let sandbox = Sandbox::new();
+    let ferry = ServerUnderTest::start_kind(ServerKind::Ferry, &sandbox.served_dir("ferry"));
+    let local = sandbox.local_dir("local");
+    let source = ferry.path_of("src.bin");
+    write_file(&source, &random_bytes(5 * MIB + 11, 83));
+    let cases: [(&[&str], Option<&str>); 3] = [
+        (&["-p", "1"], Some("SITE BLOCKSIZE 524288")),
+        (
+            &["-p", "4", "--block-size", "1048576"],
+            Some("SITE BLOCKSIZE 1048576"),
+        ),
+        (&["-p", "4"], None),
+    ];
+    for (i, (options, asked)) in cases.into_iter().enumerate() {
+        let dest = local.join(format!("copy{i}.bin"));
+        let out = copy(
+            options,
+            &ferry.url_for("src.bin"),
+            &dest.display().to_string(),
+        );
+        out.assert_same_file(&source, &dest);
+        let sent: Vec<String> = out
+            .commands_to(ferry.port())
+            .into_iter()
+            .filter(|c| c.starts_with("SITE BLOCKSIZE"))
+            .collect();
+        if sent != asked.map(String::from).into_iter().collect::<Vec<_>>() {
+            out.fail(&format!("{options:?}: expected {asked:?}, sent {sent:?}"));
+        }
+    }
+    if let Some(reason) = ServerKind::Globus.missing() {
+        eprintln!("{reason}");
+        return;
+    }
+    let globus = ServerUnderTest::start_kind(ServerKind::Globus, &sandbox.served_dir("globus"));
+    let source = globus.path_of("src.bin");
+    write_file(&source, &random_bytes(5 * MIB + 13, 84));
+    let dest = local.join("from-globus.bin");
+    let out = copy(
+        &["-p", "1"],
+        &globus.url_for("src.bin"),
+        &dest.display().to_string(),
+    );
+    out.assert_same_file(&source, &dest);
+    if out
+        .commands_to(globus.port())
+        .iter()
+        .any(|c| c.starts_with("SITE BLOCKSIZE"))
+    {
+        out.fail("SITE BLOCKSIZE was sent to a Globus server, whose FEAT does not list it");
     }
 }
 

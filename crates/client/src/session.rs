@@ -48,6 +48,8 @@ pub struct RemoteSession {
     parallelism: Option<u32>,
     retr_buf: Option<u32>,
     stor_buf: Option<u32>,
+    /// The MODE E block size asked for with `SITE BLOCKSIZE`; `None`: the server's own.
+    block_size: Option<u64>,
     features: Vec<String>,
     rtt: Duration,
     /// DCAU and PROT the server holds for this session (DCAU N and PROT C on plain FTP).
@@ -149,6 +151,7 @@ impl RemoteSession {
             parallelism: None,
             retr_buf: None,
             stor_buf: None,
+            block_size: None,
             features,
             rtt,
             channel_security,
@@ -212,6 +215,22 @@ impl RemoteSession {
                 .await?;
             self.parallelism = Some(n);
         }
+        Ok(())
+    }
+
+    /// Asks the server to send MODE E blocks of `bytes`, or of its own choosing for `None`,
+    /// with `SITE BLOCKSIZE`: a ferry extension, sent only to servers whose FEAT lists it (MODE E
+    /// leaves the block size to the sender, and other servers keep theirs).
+    pub(crate) async fn sender_block_size(
+        &mut self,
+        bytes: Option<u64>,
+    ) -> Result<(), ClientError> {
+        if self.block_size == bytes || !self.has_feature("SITE BLOCKSIZE") {
+            return Ok(());
+        }
+        self.expect_ok(&format!("SITE BLOCKSIZE {}", bytes.unwrap_or(0)))
+            .await?;
+        self.block_size = bytes;
         Ok(())
     }
 

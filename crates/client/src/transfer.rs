@@ -4,11 +4,20 @@
 use std::path::Path;
 
 use ferry_dtp::{ChannelSetup, Direction, TransferOutcome};
+use ferry_proto::command::Protection;
 
 use crate::drive::{drive, Progress};
 use crate::request::FileRequest;
 use crate::session::{DataSetup, RemoteSession};
 use crate::{ClientError, ErrorClass};
+
+/// The MODE E block size a client asks a ferry server for when it receives one clear stream
+/// (`SITE BLOCKSIZE`): twice the server's default, sent in one write. The client's lone stream
+/// drains its socket without sleeping, and then the sender is the busy side; half the writes
+/// took 7 % off a 4 GiB loopback get (median of 20 alternating rounds). Servers keep their
+/// 256 KiB default for everyone else: globus-url-copy gained nothing from larger blocks, and
+/// ferry's own server, receiving, lost 13 %.
+const LONE_STREAM_BLOCK: u64 = 2 * ferry_dtp::IO_CHUNK as u64;
 
 /// How long the other server of a third-party transfer may take to report after one failed.
 const PEER_FAILURE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
@@ -37,6 +46,10 @@ impl RemoteSession {
     ) -> Result<TransferOutcome, ClientError> {
         self.binary_extended().await?;
         self.sender_parallelism(req.parallelism.max(1)).await?;
+        let lone = req.parallelism <= 1 && self.channel_security.prot == Protection::Clear;
+        let block = req.block_size.map(u64::from);
+        self.sender_block_size(block.or(lone.then_some(LONE_STREAM_BLOCK)))
+            .await?;
         self.buffers(req.tcp_buffer, true).await?;
         self.listen_for_server(req.tuning()).await?;
         let desc = self.describe(req, Direction::Receive, local, ChannelSetup::Passive)?;
@@ -198,6 +211,7 @@ pub async fn third_party(
     src.binary_extended().await?;
     dst.binary_extended().await?;
     src.sender_parallelism(req.parallelism.max(1)).await?;
+    src.sender_block_size(req.block_size.map(u64::from)).await?;
     src.buffers(req.tcp_buffer, true).await?;
     dst.buffers(req.tcp_buffer, false).await?;
     dst.frequent_restart_markers().await?;
