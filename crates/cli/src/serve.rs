@@ -73,6 +73,10 @@ pub(crate) struct ServeArgs {
     /// MODE E block size this server sends, in bytes. [default: 262144 on one stream, up to 4194304 on several]
     #[arg(long, value_name = "BYTES")]
     block_size: Option<u32>,
+    /// Uploads that may each read their one stream on a thread of its own that polls the socket
+    /// before sleeping (1.4-1.8x on one loopback stream, a core each while data flows); 0 = none. [default: half the CPUs]
+    #[arg(long, value_name = "N")]
+    polling_streams: Option<usize>,
     /// Text of the 220 greeting.
     #[arg(long, value_name = "TEXT")]
     banner: Option<String>,
@@ -162,6 +166,9 @@ impl ServeArgs {
         }
         if let Some(v) = self.block_size {
             c.block_size = Some(v);
+        }
+        if let Some(v) = self.polling_streams {
+            c.polling_streams = Some(v);
         }
         if self.banner.is_some() {
             c.banner = self.banner;

@@ -31,3 +31,11 @@ pub use session::RemoteSession;
 pub use sessions::Sessions;
 pub use transfer::{third_party, third_party_pipelined};
 pub use url::{Location, RemoteUrl};
+
+/// The process's budget of receiving streams that poll at once: a copy runs several sessions
+/// (`--concurrency`), and their lone streams share it.
+fn poll_budget() -> std::sync::Arc<ferry_dtp::PollBudget> {
+    static BUDGET: std::sync::OnceLock<std::sync::Arc<ferry_dtp::PollBudget>> =
+        std::sync::OnceLock::new();
+    std::sync::Arc::clone(BUDGET.get_or_init(ferry_dtp::PollBudget::for_this_host))
+}

@@ -25,7 +25,7 @@ fn local_dtp(block: Option<u32>) -> Result<Dtp, ClientError> {
         ),
         false,
     );
-    dtp.poll_lone_stream(true);
+    dtp.poll_lone_streams(Some(crate::poll_budget()));
     Ok(dtp)
 }
 

@@ -114,7 +114,7 @@ impl RemoteSession {
         let storage: Arc<dyn Storage> =
             Arc::new(PosixStorage::open(std::path::Path::new("/"), false)?);
         let mut dtp = Dtp::new(storage, BufferPool::new(ferry_dtp::IO_CHUNK, 16), false);
-        dtp.poll_lone_stream(true);
+        dtp.poll_lone_streams(Some(crate::poll_budget()));
         let mut channel_security = ferry_dtp::ChannelSecurity::default();
         if let Some(data) = data_security {
             // After a GSI login the server's data channels default to DCAU A and PROT C.

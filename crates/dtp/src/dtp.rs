@@ -1,7 +1,7 @@
 //! The DTP itself: sets up data connections, runs the transfer, emits markers.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -15,6 +15,7 @@ use crate::memory::MemoryFile;
 use tokio::sync::mpsc;
 
 use crate::channel::DataChannel;
+use crate::polling::PollBudget;
 use crate::pool::{auto_block_size, BufferPool};
 use crate::receive::{receive_mode_e, receive_stream, RecvJob};
 use crate::send::{send_mode_e, send_stream, BlockClaimer, Counters, SendJob};
@@ -37,8 +38,9 @@ pub struct Dtp {
     cached_security: ChannelSecurity,
     /// Reads the payload bytes the current (or last) transfer has moved, failed ones included.
     moved: Moved,
-    /// A lone receiving stream polls its socket before sleeping (clients; see `receive`).
-    poll_lone_stream: bool,
+    /// Lets a lone receiving stream poll its socket before sleeping, within this budget
+    /// (see `receive`).
+    poll_budget: Option<Arc<PollBudget>>,
 }
 
 /// A reader of a transfer's byte counters, kept after the transfer ends.
@@ -68,13 +70,14 @@ impl Dtp {
             security: None,
             cached_security: ChannelSecurity::default(),
             moved: Moved::nothing(),
-            poll_lone_stream: false,
+            poll_budget: None,
         }
     }
 
-    /// Lets a single receiving stream poll its socket for a moment before it sleeps.
-    pub fn poll_lone_stream(&mut self, on: bool) {
-        self.poll_lone_stream = on;
+    /// Lets a transfer's only receiving stream, once large, read on a thread of its own that
+    /// polls its socket for a moment before it sleeps, while `budget` has permits left.
+    pub fn poll_lone_streams(&mut self, budget: Option<Arc<PollBudget>>) {
+        self.poll_budget = budget;
     }
 
     /// Sets the credential for DCAU A/S data connections (the server: the delegated one; a
@@ -352,7 +355,8 @@ impl Dtp {
             bytes: Arc::new(AtomicU64::new(0)),
             written: Arc::new(Mutex::new(Vec::new())),
             idle,
-            poll: self.poll_lone_stream && desc.parallelism <= 1,
+            poll: self.poll_budget.clone(),
+            readers: AtomicUsize::new(0),
         });
         let total_bytes = {
             let b = Arc::clone(&job.bytes);

@@ -1,6 +1,6 @@
 //! Receiving: data channel → storage, in stream mode and MODE E from any number of connections.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,6 +13,7 @@ use ferry_storage::FileHandle;
 use tokio::io::AsyncReadExt;
 use tokio::task::JoinSet;
 
+use crate::polling::{PollBudget, PollPermit};
 use crate::pool::BufferPool;
 use crate::send::timed;
 use crate::{ascii, DtpError};
@@ -33,8 +34,11 @@ pub(crate) struct RecvJob {
     /// only its own entry, the marker ticker visits them all.
     pub(crate) written: Arc<Mutex<Vec<Arc<Mutex<RangeSet>>>>>,
     pub(crate) idle: Duration,
-    /// Whether a lone stream polls its socket briefly before sleeping (see [`Poller`]).
-    pub(crate) poll: bool,
+    /// Lets the transfer's only stream poll its socket briefly before sleeping, on a thread
+    /// of its own, while the budget has permits (see [`continue_on_own_thread`]).
+    pub(crate) poll: Option<Arc<PollBudget>>,
+    /// Connections being read now.
+    pub(crate) readers: AtomicUsize,
 }
 
 impl RecvJob {
@@ -140,14 +144,36 @@ async fn read_blocks(
 ) -> Result<(Option<DataConn>, ConnectionTally), DtpError> {
     let mut reader = ConnReader::new(&job, reused);
     let mut buf = job.pool.take();
+    let _reading = Reading::start(&job);
     loop {
         if let Some(keep) = reader.block(&mut conn, &job, &mut buf).await? {
             return Ok((keep.then_some(conn), reader.tally));
         }
-        if job.poll && reader.received >= OWN_THREAD_AFTER && !conn.is_protected() {
-            drop(buf);
-            return continue_on_own_thread(conn, reader, job).await;
+        if reader.received >= OWN_THREAD_AFTER
+            && !conn.is_protected()
+            && job.readers.load(Ordering::Relaxed) == 1
+        {
+            if let Some(permit) = job.poll.as_ref().and_then(PollBudget::try_take) {
+                drop(buf);
+                return continue_on_own_thread(conn, reader, job, permit).await;
+            }
         }
+    }
+}
+
+/// Counts a connection among the transfer's readers while it is read.
+struct Reading(Arc<RecvJob>);
+
+impl Reading {
+    fn start(job: &Arc<RecvJob>) -> Reading {
+        job.readers.fetch_add(1, Ordering::Relaxed);
+        Reading(Arc::clone(job))
+    }
+}
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        self.0.readers.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -253,6 +279,7 @@ async fn continue_on_own_thread(
     conn: DataConn,
     mut reader: ConnReader,
     job: Arc<RecvJob>,
+    permit: PollPermit,
 ) -> Result<(Option<DataConn>, ConnectionTally), DtpError> {
     let detached = conn.detach().map_err(moving)?;
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
@@ -263,6 +290,7 @@ async fn continue_on_own_thread(
         .name("ferry-recv".into())
         .spawn(move || {
             let _ = done_tx.send(read_on_this_thread(detached, reader, &job, stopped));
+            drop(permit);
         })
         .map_err(moving)?;
     let (detached, tally) = done_rx.await.map_err(|_| {

@@ -22,7 +22,7 @@ const BLOCK: usize = 256 * 1024;
 fn receive_into(dir: &std::path::Path, addr: std::net::SocketAddr) -> (Dtp, TransferDescription) {
     let storage: Arc<dyn Storage> = Arc::new(PosixStorage::open(dir, false).expect("storage"));
     let mut dtp = Dtp::new(storage, BufferPool::new(ferry_dtp::IO_CHUNK, 4), false);
-    dtp.poll_lone_stream(true);
+    dtp.poll_lone_streams(Some(ferry_dtp::PollBudget::new(1)));
     let desc = TransferDescription {
         id: 1,
         direction: Direction::Receive,

@@ -36,6 +36,9 @@ pub struct ServerConfig {
     /// MODE E block size this server sends, in bytes (`None`: 256 KiB on one stream, 1 MiB on
     /// several).
     pub block_size: Option<u32>,
+    /// Uploads that may each read their lone stream on a thread that polls the socket (`None`:
+    /// half the CPUs; `0`: none).
+    pub polling_streams: Option<usize>,
     /// Data-channel drivers clients may choose with SITE SETNETSTACK.
     pub net_stack_whitelist: Vec<String>,
     /// Text of the 220 banner (default names ferry and its version).
@@ -94,6 +97,7 @@ impl Default for ServerConfig {
             data_idle_timeout: 600,
             log_transfer: None,
             block_size: None,
+            polling_streams: None,
             net_stack_whitelist: vec!["tcp".into()],
             banner: None,
             gsi: false,
@@ -237,6 +241,7 @@ mod tests {
             data-idle-timeout = 20
             log-transfer = "/var/log/ferry.log"
             block-size = 262144
+            polling-streams = 2
             net-stack-whitelist = ["tcp"]
             banner = "hello"
             "#,

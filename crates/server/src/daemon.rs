@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use ferry_dtp::BufferPool;
+use ferry_dtp::{BufferPool, PollBudget};
 use ferry_storage::modules::ModuleRegistry;
 use ferry_storage::{PosixStorage, Storage};
 use tokio::io::AsyncWriteExt;
@@ -23,6 +23,8 @@ pub(crate) struct ServerContext {
     pub(crate) storage_ro: Arc<dyn Storage>,
     pub(crate) passwords: PasswordDb,
     pub(crate) pool: Arc<BufferPool>,
+    /// Lone receiving streams (uploads) that may poll their sockets at once.
+    pub(crate) poll_budget: Arc<PollBudget>,
     pub(crate) modules: ModuleRegistry,
     pub(crate) translog: Option<TransferLog>,
     pub(crate) connections: AtomicUsize,
@@ -169,12 +171,17 @@ impl Server {
                 std::time::Duration::from_secs(config.ipc_connect_timeout.max(1)),
             ))
         });
+        let poll_budget = match config.polling_streams {
+            Some(n) => PollBudget::new(n),
+            None => PollBudget::for_this_host(),
+        };
         let ctx = Arc::new(ServerContext {
             config,
             storage_rw,
             storage_ro,
             passwords,
             pool,
+            poll_budget,
             modules: ModuleRegistry::with_builtins(),
             translog,
             connections: AtomicUsize::new(0),

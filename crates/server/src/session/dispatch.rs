@@ -401,6 +401,7 @@ impl Session {
             }
             None => {
                 let mut dtp = Dtp::new(Arc::clone(&storage), Arc::clone(&self.ctx.pool), read_only);
+                dtp.poll_lone_streams(Some(Arc::clone(&self.ctx.poll_budget)));
                 if self.gsi_identity.is_some() {
                     dtp.set_security(self.data_security());
                 }
