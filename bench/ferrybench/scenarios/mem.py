@@ -31,24 +31,47 @@ def configs(streams: list[int]) -> list[Config]:
 
 @scenario("mem", "Memory to memory (/dev/zero → /dev/null)")
 def run(ctx) -> ScenarioResult:
+    return _measure(ctx, "mem", "Memory to memory", METHOD, upload=False, cfgs=configs(ctx.options.streams))
+
+
+PUT_METHOD = (
+    "`globus-url-copy -p N -len SIZE file:///dev/zero ftp://127.0.0.1:PORT/dev/null` against each "
+    "server in turn: the server receives (STOR, MODE E, the client connects to the server's PASV "
+    "listener) and writes to /dev/null. Otherwise as `mem`: same alternation, wall time and CPU "
+    "accounting, one untimed 64 MiB warm-up upload per server."
+)
+
+
+@scenario("mem-put", "Uploads memory to memory (/dev/zero → server /dev/null)")
+def run_put(ctx) -> ScenarioResult:
+    cfgs = [Config(f"E{n}", n) for n in ctx.options.streams]
+    return _measure(ctx, "mem-put", "Uploads, memory to memory", PUT_METHOD, upload=True, cfgs=cfgs)
+
+
+def _command(server, streams: int, size: int, upload: bool) -> list[str]:
+    if upload:
+        return guc_command("file:///dev/zero", server.url("/dev/null"), streams, size)
+    return guc_command(server.url("/dev/zero"), "file:///dev/null", streams, size)
+
+
+def _measure(ctx, name: str, title: str, method: str, upload: bool, cfgs: list[Config]) -> ScenarioResult:
     o = ctx.options
-    result = ScenarioResult("mem", f"Memory to memory, {format_size(o.size)} per transfer", METHOD)
-    cfgs = configs(o.streams)
+    result = ScenarioResult(name, f"{title}, {format_size(o.size)} per transfer", method)
     with contextlib.ExitStack() as stack:
         servers = start_each(stack, ctx, result)
         live = []
         for server in servers:
             try:
-                measure_get(ctx, result, server, guc_command(server.url("/dev/zero"), "file:///dev/null", 1, WARMUP_BYTES),
+                measure_get(ctx, result, server, _command(server, 1, WARMUP_BYTES, upload),
                             WARMUP_BYTES, "warm-up", 1)
                 live.append(server)
             except BenchError as e:
-                ctx.log(f"mem: {server.kind} warm-up FAILED: {e}")
+                ctx.log(f"{name}: {server.kind} warm-up FAILED: {e}")
                 result.notes.append(f"{server.kind}: warm-up transfer failed, not measured: {str(e).splitlines()[0]}")
         result.commands.clear()
 
         def measure_one(server, config, _run):
-            cmd = guc_command(server.url("/dev/zero"), "file:///dev/null", config.streams, o.size)
+            cmd = _command(server, config.streams, o.size, upload)
             return measure_get(ctx, result, server, cmd, o.size, config.label, config.streams)
 
         samples = alternate(ctx, result, live, cfgs, o.runs, measure_one)
@@ -64,7 +87,7 @@ def run(ctx) -> ScenarioResult:
     result.tables.append(cpu_table("CPU seconds per GB (medians, min–max)", cfgs, kinds,
                                    summaries(full, lambda s: s.server_cpu_per_gb),
                                    summaries(full, lambda s: s.client_cpu_per_gb)))
-    result.panel = throughput_panel("Memory to memory", "GB/s", cfgs, kinds, rate, lim)
+    result.panel = throughput_panel(title, "GB/s", cfgs, kinds, rate, lim)
     if any(not s.sessions_reaped for g in full.values() for s in g):
         result.notes.append("Some server session processes had not exited 10 s after the client; their CPU may be undercounted.")
     return result
