@@ -149,7 +149,8 @@ async fn read_blocks(
         if let Some(keep) = reader.block(&mut conn, &job, &mut buf).await? {
             return Ok((keep.then_some(conn), reader.tally));
         }
-        if reader.received >= OWN_THREAD_AFTER
+        if job.poll.is_some()
+            && reader.received >= OWN_THREAD_AFTER
             && !conn.is_protected()
             && job.readers.load(Ordering::Relaxed) == 1
         {
@@ -289,8 +290,10 @@ async fn continue_on_own_thread(
     std::thread::Builder::new()
         .name("ferry-recv".into())
         .spawn(move || {
-            let _ = done_tx.send(read_on_this_thread(detached, reader, &job, stopped));
+            let result = read_on_this_thread(detached, reader, &job, stopped);
+            // Given back before the answer, so the session's next transfer finds it.
             drop(permit);
+            let _ = done_tx.send(result);
         })
         .map_err(moving)?;
     let (detached, tally) = done_rx.await.map_err(|_| {

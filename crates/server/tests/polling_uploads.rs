@@ -47,10 +47,15 @@ async fn upload_head(
     let addr = pasv(c).await;
     start_transfer(c, &format!("STOR {name}")).await;
     let mut conn = data_connect(addr).await;
-    for (i, piece) in data[..head].chunks(MIB).enumerate() {
-        send_block(&mut conn, (i * MIB) as u64, piece).await;
-    }
+    send_blocks(&mut conn, data, 0, head).await;
     conn
+}
+
+/// Sends `data[from..to]` in 1 MiB blocks.
+async fn send_blocks(conn: &mut tokio::net::TcpStream, data: &[u8], from: usize, to: usize) {
+    for (i, piece) in data[from..to].chunks(MIB).enumerate() {
+        send_block(conn, (from + i * MIB) as u64, piece).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -85,9 +90,7 @@ async fn a_large_one_stream_upload_polls_on_its_own_thread_within_the_budget() {
         1,
         "the permit was lost"
     );
-    for (i, piece) in data[40 * MIB..].chunks(MIB).enumerate() {
-        send_block(&mut conn, (40 * MIB + i * MIB) as u64, piece).await;
-    }
+    send_blocks(&mut conn, &data, 40 * MIB, data.len()).await;
     send_eof(&mut conn, 1).await;
     expect_final(&mut c, 226).await;
     assert!(srv.read("whole.bin") == data, "bytes differ");
@@ -100,9 +103,7 @@ async fn a_large_one_stream_upload_polls_on_its_own_thread_within_the_budget() {
     let mut conn = upload_head(&mut c, "plain.bin", &data, 40 * MIB).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(polling_threads(), 0, "polled without a permit");
-    for (i, piece) in data[40 * MIB..].chunks(MIB).enumerate() {
-        send_block(&mut conn, (40 * MIB + i * MIB) as u64, piece).await;
-    }
+    send_blocks(&mut conn, &data, 40 * MIB, data.len()).await;
     send_eof(&mut conn, 1).await;
     expect_final(&mut c, 226).await;
     assert!(none.read("plain.bin") == data, "bytes differ");
