@@ -1,6 +1,6 @@
 //! Receiving: data channel → storage, in stream mode and MODE E from any number of connections.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -190,7 +190,6 @@ struct ConnReader {
     reused: bool,
     /// Payload bytes read from this connection.
     received: u64,
-    poller: Poller,
 }
 
 impl ConnReader {
@@ -206,7 +205,6 @@ impl ConnReader {
             first: true,
             reused,
             received: 0,
-            poller: Poller::new(false),
         }
     }
 
@@ -219,31 +217,67 @@ impl ConnReader {
         buf: &mut [u8],
     ) -> Result<Option<bool>, DtpError> {
         let mut hb = [0u8; HEADER_LEN];
-        read_exact(conn, &mut hb, job.idle, &mut self.poller).await?;
-        let header = BlockHeader::decode(&hb);
+        read_exact(conn, &mut hb, job.idle).await?;
+        let Some(header) = self.header(&hb)? else {
+            return Ok(Some(false));
+        };
+        let len = header.payload_len();
+        let mut got = 0u64;
+        while got < len {
+            let chunk = (len - got).min(buf.len() as u64) as usize;
+            read_exact(conn, &mut buf[..chunk], job.idle).await?;
+            store(job, &buf[..chunk], header.offset + got)?;
+            got += chunk as u64;
+        }
+        Ok(self.finish(&header))
+    }
+
+    /// [`ConnReader::block`] on a thread of its own, from a connection off the runtime.
+    fn block_on_thread(
+        &mut self,
+        conn: &mut ThreadReader<'_>,
+        job: &RecvJob,
+        buf: &mut [u8],
+    ) -> Result<Option<bool>, DtpError> {
+        let mut hb = [0u8; HEADER_LEN];
+        conn.read_exact(&mut hb)?;
+        let Some(header) = self.header(&hb)? else {
+            return Ok(Some(false));
+        };
+        let len = header.payload_len();
+        let mut got = 0u64;
+        while got < len {
+            let chunk = (len - got).min(buf.len() as u64) as usize;
+            conn.read_exact(&mut buf[..chunk])?;
+            store(job, &buf[..chunk], header.offset + got)?;
+            got += chunk as u64;
+        }
+        Ok(self.finish(&header))
+    }
+
+    /// Checks a block's header; `None` for the CLOSE that retires a surplus cached connection
+    /// (a sender with fewer streams than cached connections sends it before using the rest;
+    /// such a connection is not in its EOD count).
+    fn header(&mut self, raw: &[u8; HEADER_LEN]) -> Result<Option<BlockHeader>, DtpError> {
+        let header = BlockHeader::decode(raw);
         if self.reused
             && self.first
             && header.descriptor.has(Descriptor::CLOSE)
             && header.payload_len() == 0
         {
-            // A sender with fewer streams than cached connections retires the surplus with a
-            // CLOSE header before using the rest; such a connection is not in its EOD count.
-            return Ok(Some(false));
+            return Ok(None);
         }
         self.first = false;
         self.decoder
             .check_header(&header)
             .map_err(|e| DtpError::Protocol(e.to_string()))?;
+        Ok(Some(header))
+    }
+
+    /// Records a block whose payload is stored; at its EOD, whether the connection may be
+    /// cached.
+    fn finish(&mut self, header: &BlockHeader) -> Option<bool> {
         let len = header.payload_len();
-        let mut got = 0u64;
-        while got < len {
-            let chunk = (len - got).min(buf.len() as u64) as usize;
-            read_exact(conn, &mut buf[..chunk], job.idle, &mut self.poller).await?;
-            job.file
-                .write_all_at(&buf[..chunk], job.file_offset + header.offset + got)?;
-            got += chunk as u64;
-            job.bytes.fetch_add(chunk as u64, Ordering::Relaxed);
-        }
         if len > 0 {
             self.received += len;
             self.tally.bytes += len;
@@ -257,10 +291,17 @@ impl ConnReader {
                 .has(Descriptor::EOF)
                 .then_some(header.offset);
             self.tally.record_eod(eof);
-            return Ok(Some(!header.descriptor.has(Descriptor::CLOSE)));
+            return Some(!header.descriptor.has(Descriptor::CLOSE));
         }
-        Ok(None)
+        None
     }
+}
+
+/// Writes payload that belongs at wire offset `at`.
+fn store(job: &RecvJob, data: &[u8], at: u64) -> Result<(), DtpError> {
+    job.file.write_all_at(data, job.file_offset + at)?;
+    job.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+    Ok(())
 }
 
 /// A lone receiving stream moves to a thread of its own after this many bytes, so small
@@ -273,24 +314,26 @@ const OWN_THREAD_AFTER: u64 = 32 << 20;
 /// burst, and every wake-up is work for the CPU that delivers the data: with the sender on
 /// this host (and in a virtual machine, where waking a halted CPU exits to the hypervisor)
 /// that is much of what separates one stream from the rate the CPUs can copy. Polling spends
-/// this process's idle time instead. It needs its own thread: on the shared runtime another
-/// worker waits in epoll for the socket's events, and each arriving burst would wake it.
-/// The connection returns to the shared runtime at the end, for caching.
+/// this process's idle time instead. It needs its own thread, and the socket must leave the
+/// runtime's epoll set: a registered socket makes every arriving segment call into epoll on the
+/// sending CPU even while nobody sleeps on it, and another worker waiting in epoll would be
+/// woken by each burst. The thread sleeps in `poll(2)` when polling finds nothing. The
+/// connection returns to the shared runtime at the end, for caching.
 async fn continue_on_own_thread(
     conn: DataConn,
-    mut reader: ConnReader,
+    reader: ConnReader,
     job: Arc<RecvJob>,
     permit: PollPermit,
 ) -> Result<(Option<DataConn>, ConnectionTally), DtpError> {
     let detached = conn.detach().map_err(moving)?;
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-    // Dropped when this future is (the transfer was stopped): the thread stops reading.
-    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    reader.poller.on = true;
+    // Set when this future is dropped (the transfer was stopped): the thread stops reading.
+    let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
+    let stopped = Arc::clone(&stop.0);
     std::thread::Builder::new()
         .name("ferry-recv".into())
         .spawn(move || {
-            let result = read_on_this_thread(detached, reader, &job, stopped);
+            let result = read_on_this_thread(detached, reader, &job, &stopped);
             // Given back before the answer, so the session's next transfer finds it.
             drop(permit);
             let _ = done_tx.send(result);
@@ -299,8 +342,18 @@ async fn continue_on_own_thread(
     let (detached, tally) = done_rx.await.map_err(|_| {
         DtpError::Connection("the receiving thread ended without an answer".into())
     })??;
+    drop(stop);
     let conn = detached.map(|d| d.attach()).transpose().map_err(moving)?;
     Ok((conn, tally))
+}
+
+/// Raises its flag when dropped.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// A failure to move a connection between runtimes, or to start the thread.
@@ -308,125 +361,129 @@ fn moving(e: std::io::Error) -> DtpError {
     DtpError::Connection(format!("moving the data connection to its own thread: {e}"))
 }
 
-/// The body of [`continue_on_own_thread`]'s thread: its own single-threaded runtime.
+/// The body of [`continue_on_own_thread`]'s thread: plain syscalls, no runtime.
 fn read_on_this_thread(
     detached: DetachedConn,
     mut reader: ConnReader,
     job: &RecvJob,
-    stopped: tokio::sync::oneshot::Receiver<()>,
+    stopped: &AtomicBool,
 ) -> Result<(Option<DetachedConn>, ConnectionTally), DtpError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(moving)?;
-    rt.block_on(async move {
-        let mut conn = detached.attach().map_err(moving)?;
-        let mut buf = job.pool.take();
-        let blocks = async {
-            loop {
-                if let Some(keep) = reader.block(&mut conn, job, &mut buf).await? {
-                    return Ok::<bool, DtpError>(keep);
-                }
-            }
-        };
-        let keep = tokio::select! {
-            r = blocks => r?,
-            _ = stopped => return Err(DtpError::Connection("the transfer was stopped".into())),
-        };
-        let conn = if keep {
-            Some(conn.detach().map_err(moving)?)
-        } else {
-            None
-        };
-        Ok((conn, reader.tally))
-    })
+    let mut buf = job.pool.take();
+    let mut conn = ThreadReader::new(&detached, job.idle, stopped);
+    let keep = loop {
+        conn.check_stopped()?;
+        if let Some(keep) = reader.block_on_thread(&mut conn, job, &mut buf)? {
+            break keep;
+        }
+    };
+    Ok((keep.then_some(detached), reader.tally))
 }
 
-/// Fills `buf` from `conn`, polling first when `poller` says so; a connection that ends first
-/// is an error.
-async fn read_exact(
-    conn: &mut DataConn,
-    buf: &mut [u8],
-    idle: Duration,
-    poller: &mut Poller,
-) -> Result<(), DtpError> {
+/// Fills `buf` from `conn`; a connection that ends first is an error.
+async fn read_exact(conn: &mut DataConn, buf: &mut [u8], idle: Duration) -> Result<(), DtpError> {
     let mut got = 0;
     while got < buf.len() {
-        let n = match poller.read(conn, &mut buf[got..]).await {
-            Some(r) => r.map_err(|e| DtpError::Connection(e.to_string()))?,
-            None => timed(idle, conn.read(&mut buf[got..])).await?,
-        };
+        let n = timed(idle, conn.read(&mut buf[got..])).await?;
         if n == 0 {
-            return Err(DtpError::Connection(
-                "data connection closed before end of data".into(),
-            ));
+            return Err(ended());
         }
         got += n;
     }
     Ok(())
 }
 
+fn ended() -> DtpError {
+    DtpError::Connection("data connection closed before end of data".into())
+}
+
 /// How long a receiving stream polls its socket for data before it sleeps.
 const POLL_FOR: Duration = Duration::from_micros(50);
 /// The most waits a stream sleeps through without polling after polls that found nothing.
 const MAX_POLL_BACKOFF: u32 = 64;
-/// How often a polling stream lets its task yield, so the transfer's other work (markers,
-/// progress) runs while data keeps arriving.
-const YIELD_EVERY: Duration = Duration::from_millis(20);
+/// How often a sleeping stream looks whether its transfer was stopped.
+const STOP_CHECK: Duration = Duration::from_millis(100);
 
-/// Polls a socket for a moment before the task sleeps (see [`continue_on_own_thread`]). A
-/// stream whose polls keep finding nothing backs off, so a slow link costs at most one 50 µs
-/// poll per 64 waits.
-struct Poller {
-    on: bool,
+/// Reads a detached connection on its own thread: polls the socket for a moment before it
+/// sleeps in `poll(2)`. A stream whose polls keep finding nothing backs off, so a slow link
+/// costs at most one 50 µs poll per 64 waits.
+struct ThreadReader<'a> {
+    conn: &'a DetachedConn,
+    idle: Duration,
+    stopped: &'a AtomicBool,
     /// Waits left to sleep through without polling.
     skip: u32,
     backoff: u32,
-    last_yield: std::time::Instant,
 }
 
-impl Poller {
-    fn new(on: bool) -> Poller {
-        Poller {
-            on,
+impl<'a> ThreadReader<'a> {
+    fn new(conn: &'a DetachedConn, idle: Duration, stopped: &'a AtomicBool) -> ThreadReader<'a> {
+        ThreadReader {
+            conn,
+            idle,
+            stopped,
             skip: 0,
             backoff: 0,
-            last_yield: std::time::Instant::now(),
         }
     }
 
-    /// Reads from `conn` without sleeping: `None` when polling is off for this read (or found
-    /// nothing in time), and the caller should wait the ordinary way.
-    async fn read(&mut self, conn: &DataConn, buf: &mut [u8]) -> Option<std::io::Result<usize>> {
-        if !self.on {
-            return None;
+    fn check_stopped(&self) -> Result<(), DtpError> {
+        if self.stopped.load(Ordering::Relaxed) {
+            return Err(DtpError::Connection("the transfer was stopped".into()));
         }
-        if self.skip > 0 {
-            self.skip -= 1;
-            return None;
-        }
-        let mut start: Option<std::time::Instant> = None;
-        loop {
-            match conn.read_now(buf)? {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                r => {
-                    self.backoff = 0;
-                    if self.last_yield.elapsed() >= YIELD_EVERY {
-                        tokio::task::yield_now().await;
-                        self.last_yield = std::time::Instant::now();
+        Ok(())
+    }
+
+    /// Fills `buf`; a connection that ends first is an error.
+    fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), DtpError> {
+        let mut got = 0;
+        let mut polling_since: Option<std::time::Instant> = None;
+        while got < buf.len() {
+            match self.conn.read_now(&mut buf[got..]) {
+                Ok(0) => return Err(ended()),
+                Ok(n) => {
+                    got += n;
+                    if polling_since.take().is_some() {
+                        self.backoff = 0;
                     }
-                    return Some(r);
                 }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if self.skip == 0 {
+                        let now = std::time::Instant::now();
+                        if now - *polling_since.get_or_insert(now) < POLL_FOR {
+                            std::hint::spin_loop();
+                            continue;
+                        }
+                        self.backoff = (self.backoff * 2).clamp(1, MAX_POLL_BACKOFF);
+                        self.skip = self.backoff;
+                    } else {
+                        self.skip -= 1;
+                    }
+                    polling_since = None;
+                    self.sleep()?;
+                }
+                Err(e) => return Err(DtpError::Connection(e.to_string())),
             }
-            let now = std::time::Instant::now();
-            let began = *start.get_or_insert(now);
-            if now - began >= POLL_FOR {
-                self.backoff = (self.backoff * 2).clamp(1, MAX_POLL_BACKOFF);
-                self.skip = self.backoff;
-                return None;
+        }
+        Ok(())
+    }
+
+    /// Sleeps until the socket is readable; the idle timeout and a stop end the wait.
+    fn sleep(&self) -> Result<(), DtpError> {
+        let deadline = std::time::Instant::now() + self.idle;
+        loop {
+            self.check_stopped()?;
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(DtpError::IdleTimeout(self.idle.as_secs()));
             }
-            std::hint::spin_loop();
+            let readable = self
+                .conn
+                .wait_readable(left.min(STOP_CHECK))
+                .map_err(|e| DtpError::Connection(e.to_string()))?;
+            if readable {
+                return Ok(());
+            }
         }
     }
 }

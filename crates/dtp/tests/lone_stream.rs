@@ -60,9 +60,14 @@ struct Receiving {
 }
 
 async fn start_receiving() -> Receiving {
+    start_receiving_with_idle(60_000).await
+}
+
+async fn start_receiving_with_idle(idle_timeout_ms: u64) -> Receiving {
     let dir = tempfile::tempdir().expect("tempdir");
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let (mut dtp, desc) = receive_into(dir.path(), listener.local_addr().expect("addr"));
+    let (mut dtp, mut desc) = receive_into(dir.path(), listener.local_addr().expect("addr"));
+    desc.idle_timeout_ms = idle_timeout_ms;
     let transfer = tokio::spawn(async move {
         let (events, _keep) = tokio::sync::mpsc::channel(64);
         let r = dtp.run(&desc, &events).await;
@@ -134,6 +139,25 @@ async fn a_sender_that_dies_mid_block_fails_the_transfer_on_the_receiving_thread
     let stored = std::fs::read(dir.path().join("got.bin")).expect("stored file");
     assert!(stored.len() >= 160 * BLOCK);
     assert!(stored[..160 * BLOCK].iter().all(|&b| b == 0x5a));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_sender_times_out_on_the_receiving_thread() {
+    let Receiving {
+        transfer, mut conn, ..
+    } = start_receiving_with_idle(1_000).await;
+    // Past the hand-over, then nothing: the thread sleeps in poll(2) and must give up at the
+    // idle timeout, keeping the connection open meanwhile.
+    send_blocks(&mut conn, 160).await;
+    let (result, _dtp) = tokio::time::timeout(Duration::from_secs(15), transfer)
+        .await
+        .expect("the transfer ends within 15 s")
+        .expect("task");
+    let err = result.expect_err("a stalled transfer times out");
+    assert!(
+        matches!(err, DtpError::IdleTimeout(_)),
+        "unexpected error: {err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

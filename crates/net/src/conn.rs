@@ -112,22 +112,6 @@ impl DataConn {
         (self.off_host && self.tls.is_none()).then_some(&self.stream)
     }
 
-    /// Reads what the kernel already holds for a clear connection, at once: `WouldBlock` when
-    /// nothing has arrived. It bypasses tokio's readiness (which would answer `WouldBlock`
-    /// without asking the kernel until the reactor next runs), so a receiver can poll the socket
-    /// for a moment before it sleeps. `None` under TLS, whose records must go through the
-    /// TLS layer.
-    pub fn read_now(&self, buf: &mut [u8]) -> Option<io::Result<usize>> {
-        if self.tls.is_some() {
-            return None;
-        }
-        // The socket is non-blocking (tokio made it so): a plain read never waits.
-        Some(io::Read::read(
-            &mut &*socket2::SockRef::from(&self.stream),
-            buf,
-        ))
-    }
-
     /// The raw descriptor of the transport socket.
     pub fn raw_fd(&self) -> RawFd {
         self.stream.as_raw_fd()
@@ -162,6 +146,28 @@ impl DataConn {
 }
 
 impl DetachedConn {
+    /// Reads what the kernel already holds, at once: `WouldBlock` when nothing has arrived
+    /// (tokio left the socket non-blocking). With no runtime in between, a receiver on a thread
+    /// of its own can poll the socket for a moment before it sleeps.
+    pub fn read_now(&self, buf: &mut [u8]) -> io::Result<usize> {
+        io::Read::read(&mut &self.stream, buf)
+    }
+
+    /// Sleeps until the socket has something to read (data, its end, or an error) or `timeout`
+    /// passes; answers whether it has. A detached socket is in no epoll set, so it is on the
+    /// socket's wait queue only during this sleep: arriving data costs the delivering CPU no
+    /// wake-up call while the receiver is polling.
+    pub fn wait_readable(&self, timeout: std::time::Duration) -> io::Result<bool> {
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        let mut fds = [PollFd::new(&self.stream, PollFlags::IN)];
+        let timeout = Timespec::try_from(timeout).ok();
+        match poll(&mut fds, timeout.as_ref()) {
+            Ok(n) => Ok(n > 0),
+            Err(rustix::io::Errno::INTR) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Registers the connection with the runtime this is called on.
     pub fn attach(self) -> io::Result<DataConn> {
         // tokio's into_std leaves the socket non-blocking, as from_std requires.
