@@ -221,13 +221,9 @@ impl ConnReader {
         let Some(header) = self.header(&hb)? else {
             return Ok(Some(false));
         };
-        let len = header.payload_len();
-        let mut got = 0u64;
-        while got < len {
-            let chunk = (len - got).min(buf.len() as u64) as usize;
-            read_exact(conn, &mut buf[..chunk], job.idle).await?;
-            store(job, &buf[..chunk], header.offset + got)?;
-            got += chunk as u64;
+        for (at, n) in chunks(&header, buf.len()) {
+            read_exact(conn, &mut buf[..n], job.idle).await?;
+            store(job, &buf[..n], at)?;
         }
         Ok(self.finish(&header))
     }
@@ -244,13 +240,9 @@ impl ConnReader {
         let Some(header) = self.header(&hb)? else {
             return Ok(Some(false));
         };
-        let len = header.payload_len();
-        let mut got = 0u64;
-        while got < len {
-            let chunk = (len - got).min(buf.len() as u64) as usize;
-            conn.read_exact(&mut buf[..chunk])?;
-            store(job, &buf[..chunk], header.offset + got)?;
-            got += chunk as u64;
+        for (at, n) in chunks(&header, buf.len()) {
+            conn.read_exact(&mut buf[..n])?;
+            store(job, &buf[..n], at)?;
         }
         Ok(self.finish(&header))
     }
@@ -295,6 +287,15 @@ impl ConnReader {
         }
         None
     }
+}
+
+/// A block's payload in reads of at most `buf_len` bytes: (wire offset, length) of each.
+fn chunks(header: &BlockHeader, buf_len: usize) -> impl Iterator<Item = (u64, usize)> {
+    let (offset, len) = (header.offset, header.payload_len());
+    let step = buf_len as u64;
+    (0..len)
+        .step_by(buf_len.max(1))
+        .map(move |got| (offset + got, (len - got).min(step) as usize))
 }
 
 /// Writes payload that belongs at wire offset `at`.
@@ -527,4 +528,29 @@ pub(crate) async fn receive_stream(
         job.bytes.fetch_add(1, Ordering::Relaxed);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chunks;
+    use ferry_proto::mode_e::BlockHeader;
+
+    #[test]
+    fn a_payload_is_read_in_buffer_sized_pieces_at_their_wire_offsets() {
+        let header = BlockHeader::data(1 << 40, 600 << 10);
+        let got: Vec<_> = chunks(&header, 256 << 10).collect();
+        assert_eq!(
+            got,
+            [
+                (1 << 40, 256 << 10),
+                ((1 << 40) + (256 << 10), 256 << 10),
+                ((1 << 40) + (512 << 10), 88 << 10),
+            ]
+        );
+        assert_eq!(chunks(&BlockHeader::data(7, 0), 256 << 10).count(), 0);
+        assert_eq!(
+            chunks(&BlockHeader::data(0, 4), 4).collect::<Vec<_>>(),
+            [(0, 4)]
+        );
+    }
 }
