@@ -399,19 +399,19 @@ fn ended() -> DtpError {
 
 /// How long a receiving stream polls its socket for data before it sleeps.
 const POLL_FOR: Duration = Duration::from_micros(50);
-/// The most waits a stream sleeps through without polling after polls that found nothing.
+/// The most reads a stream makes without polling after polls that found nothing.
 const MAX_POLL_BACKOFF: u32 = 64;
 /// How often a sleeping stream looks whether its transfer was stopped.
 const STOP_CHECK: Duration = Duration::from_millis(100);
 
 /// Reads a detached connection on its own thread: polls the socket for a moment before it
 /// sleeps in `poll(2)`. A stream whose polls keep finding nothing backs off, so a slow link
-/// costs at most one 50 µs poll per 64 waits.
+/// costs at most one 50 µs poll per 64 reads.
 struct ThreadReader<'a> {
     conn: &'a DetachedConn,
     idle: Duration,
     stopped: &'a AtomicBool,
-    /// Waits left to sleep through without polling.
+    /// Reads left to make without polling.
     skip: u32,
     backoff: u32,
 }
@@ -437,36 +437,52 @@ impl<'a> ThreadReader<'a> {
     /// Fills `buf`; a connection that ends first is an error.
     fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), DtpError> {
         let mut got = 0;
-        let mut polling_since: Option<std::time::Instant> = None;
         while got < buf.len() {
-            match self.conn.read_now(&mut buf[got..]) {
-                Ok(0) => return Err(ended()),
+            let n = self.read_some(&mut buf[got..])?;
+            if n == 0 {
+                return Err(ended());
+            }
+            got += n;
+        }
+        Ok(())
+    }
+
+    /// One read. Unless it is backing off, it polls for up to [`POLL_FOR`] when nothing is
+    /// there; a read that finds data without sleeping ends the backoff. Backing off counts
+    /// reads, not sleeps, so a stream that keeps up polls again after a few blocks.
+    fn read_some(&mut self, buf: &mut [u8]) -> Result<usize, DtpError> {
+        let mut polling = if self.skip > 0 {
+            self.skip -= 1;
+            false
+        } else {
+            true
+        };
+        let mut since: Option<std::time::Instant> = None;
+        loop {
+            match self.conn.read_now(buf) {
                 Ok(n) => {
-                    got += n;
-                    if polling_since.take().is_some() {
+                    if polling {
                         self.backoff = 0;
                     }
+                    return Ok(n);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if self.skip == 0 {
+                    if polling {
                         let now = std::time::Instant::now();
-                        if now - *polling_since.get_or_insert(now) < POLL_FOR {
+                        if now - *since.get_or_insert(now) < POLL_FOR {
                             std::hint::spin_loop();
                             continue;
                         }
                         self.backoff = (self.backoff * 2).clamp(1, MAX_POLL_BACKOFF);
                         self.skip = self.backoff;
-                    } else {
-                        self.skip -= 1;
+                        polling = false;
                     }
-                    polling_since = None;
                     self.sleep()?;
                 }
                 Err(e) => return Err(DtpError::Connection(e.to_string())),
             }
         }
-        Ok(())
     }
 
     /// Sleeps until the socket is readable; the idle timeout and a stop end the wait.
