@@ -80,6 +80,14 @@ pub(crate) struct ServeArgs {
     /// Text of the 220 greeting.
     #[arg(long, value_name = "TEXT")]
     banner: Option<String>,
+    /// Data-channel drivers clients may choose with SITE SETNETSTACK (comma-separated, bottom
+    /// first names). [default: tcp,gsi]
+    #[arg(long, value_name = "DRIVER,...", value_delimiter = ',')]
+    dc_whitelist: Vec<String>,
+    /// Disk-stack drivers clients may choose with SITE SETDISKSTACK (comma-separated).
+    /// [default: file]
+    #[arg(long, value_name = "DRIVER,...", value_delimiter = ',')]
+    fs_whitelist: Vec<String>,
     /// Run as a data node of a striped server: serve a frontend's IPC links on --listen
     /// instead of FTP clients. The data node moves data between its --root and the peers.
     #[arg(long)]
@@ -172,6 +180,12 @@ impl ServeArgs {
         }
         if self.banner.is_some() {
             c.banner = self.banner;
+        }
+        if !self.dc_whitelist.is_empty() {
+            c.dc_whitelist = self.dc_whitelist;
+        }
+        if !self.fs_whitelist.is_empty() {
+            c.fs_whitelist = self.fs_whitelist;
         }
         c.data_node |= self.data_node;
         if !self.remote_nodes.is_empty() {

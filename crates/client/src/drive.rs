@@ -1,10 +1,11 @@
 //! Runs the client's end of a transfer while reading the server's replies, so a server error
 //! stops the local data path at once and markers are seen as they come.
 
-use ferry_dtp::{Dtp, DtpEvent, TransferDescription, TransferOutcome};
+use ferry_dtp::{
+    relay, Dtp, DtpEvent, RelaySink, Relayed, TransferDescription, TransferOutcome, Watch,
+};
 use ferry_proto::markers::{PerfMarker, RestartMarker};
 use ferry_proto::{RangeSet, Reply};
-use tokio::sync::mpsc;
 
 use crate::{ClientError, ControlClient};
 
@@ -27,47 +28,32 @@ pub(crate) async fn drive(
     command: &str,
     on_progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<TransferOutcome, ClientError> {
-    let (tx, mut rx) = mpsc::channel::<DtpEvent>(64);
     let started = std::time::Instant::now();
-    let mut local: Option<Result<TransferOutcome, ferry_dtp::DtpError>> = None;
-    let mut final_reply: Option<Reply> = None;
-    let mut marker_bytes = StripeBytes::default();
-    match dtp {
-        Some((dtp, desc)) => {
-            let run = dtp.run(desc, &tx);
-            tokio::pin!(run);
-            while local.is_none() || final_reply.is_none() {
-                tokio::select! {
-                    r = &mut run, if local.is_none() => local = Some(r),
-                    Some(ev) = rx.recv() => event(ev, on_progress),
-                    r = ctl.read_reply(), if final_reply.is_none() => {
-                        let r = r?;
-                        if r.is_preliminary() {
-                            marker(&r, on_progress, &mut marker_bytes);
-                        } else if r.code != 226 && local.is_none() {
-                            // The server gave up: stop our side too.
-                            return Err(ClientError::Refused { command: command.into(), reply: r });
-                        } else {
-                            final_reply = Some(r);
-                        }
-                    }
-                }
-            }
-            while let Ok(ev) = rx.try_recv() {
-                event(ev, on_progress);
-            }
-        }
-        None => loop {
-            let r = ctl.read_reply().await?;
-            if r.is_preliminary() {
-                marker(&r, on_progress, &mut marker_bytes);
-            } else {
-                final_reply = Some(r);
-                break;
+    let mut sink = ReplySink {
+        ctl,
+        on_progress,
+        final_reply: None,
+        marker_bytes: StripeBytes::default(),
+    };
+    let local = match dtp {
+        Some((dtp, desc)) => match relay(dtp, desc, &mut sink).await? {
+            Relayed::Finished(r) => Some(r),
+            // The server gave up before our side finished: ours stopped with it.
+            Relayed::Stopped => {
+                let reply = sink.final_reply.take().ok_or(ClientError::Closed)?;
+                return Err(ClientError::Refused {
+                    command: command.into(),
+                    reply,
+                });
             }
         },
+        None => None,
+    };
+    while sink.final_reply.is_none() {
+        let r = sink.ctl.read_reply().await?;
+        sink.reply(r);
     }
-    let reply = final_reply.ok_or(ClientError::Closed)?;
+    let reply = sink.final_reply.ok_or(ClientError::Closed)?;
     if reply.code != 226 && reply.code != 250 {
         return Err(ClientError::Refused {
             command: command.into(),
@@ -77,7 +63,7 @@ pub(crate) async fn drive(
     match local {
         Some(r) => Ok(r?),
         None => Ok(TransferOutcome {
-            bytes: marker_bytes.total(),
+            bytes: sink.marker_bytes.total(),
             streams: 0,
             duration: started.elapsed(),
             reused: false,
@@ -85,10 +71,49 @@ pub(crate) async fn drive(
     }
 }
 
-fn event(ev: DtpEvent, on_progress: &mut (dyn FnMut(Progress) + Send)) {
-    match ev {
-        DtpEvent::Perf { bytes, .. } => on_progress(Progress::Bytes(bytes)),
-        DtpEvent::Restart(r) => on_progress(Progress::Stored(r)),
+/// The client's end of a relayed transfer: the local DTP's events and the server's markers
+/// become progress; the server's final reply is kept, and an error stops the local side.
+struct ReplySink<'a> {
+    ctl: &'a mut ControlClient,
+    on_progress: &'a mut (dyn FnMut(Progress) + Send),
+    final_reply: Option<Reply>,
+    marker_bytes: StripeBytes,
+}
+
+impl ReplySink<'_> {
+    /// Takes one reply off the control channel: a marker, or the final reply.
+    fn reply(&mut self, r: Reply) {
+        if r.is_preliminary() {
+            marker(&r, self.on_progress, &mut self.marker_bytes);
+        } else {
+            self.final_reply = Some(r);
+        }
+    }
+}
+
+impl RelaySink for ReplySink<'_> {
+    type Error = ClientError;
+
+    async fn event(&mut self, ev: DtpEvent) -> Result<(), ClientError> {
+        match ev {
+            DtpEvent::Begin => {}
+            DtpEvent::Perf { bytes, .. } => (self.on_progress)(Progress::Bytes(bytes)),
+            DtpEvent::Restart(r) => (self.on_progress)(Progress::Stored(r)),
+        }
+        Ok(())
+    }
+
+    async fn watch(&mut self) -> Result<Watch, ClientError> {
+        if self.final_reply.is_some() {
+            // The server is done; our side finishes on its own.
+            return std::future::pending().await;
+        }
+        let r = self.ctl.read_reply().await?;
+        self.reply(r);
+        Ok(match &self.final_reply {
+            Some(r) if r.code != 226 => Watch::Stop,
+            _ => Watch::Continue,
+        })
     }
 }
 

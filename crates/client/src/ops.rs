@@ -5,8 +5,8 @@ use ferry_dtp::{
     ChannelSetup, Direction, MarkerIntervals, Section, StripeInfo, TransferDescription,
     TransferSource,
 };
-use ferry_net::StackSpec;
 use ferry_proto::command::TransferMode;
+use ferry_proto::stack::StackSpec;
 use ferry_proto::RangeSet;
 use ferry_storage::VirtualPath;
 use tokio::sync::mpsc;
@@ -108,7 +108,8 @@ impl RemoteSession {
             block_size: None,
             tuning: Default::default(),
             channel: ChannelSetup::Passive,
-            stack: StackSpec::default(),
+            stack: StackSpec::default_net(),
+            disk_stack: StackSpec::default_disk(),
             markers: MarkerIntervals::default(),
             stripe: StripeInfo::default(),
             layout: Default::default(),

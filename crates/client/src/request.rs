@@ -6,8 +6,9 @@ use ferry_dtp::{
     ChannelSecurity, ChannelSetup, Direction, MarkerIntervals, Section, StripeInfo,
     TransferDescription, TransferSource,
 };
-use ferry_net::{SocketTuning, StackSpec};
+use ferry_net::SocketTuning;
 use ferry_proto::command::TransferMode;
+use ferry_proto::stack::StackSpec;
 use ferry_proto::RangeSet;
 use ferry_storage::VirtualPath;
 
@@ -117,7 +118,8 @@ impl FileRequest {
             block_size: self.block_size,
             tuning: self.tuning(),
             channel,
-            stack: StackSpec::default(),
+            stack: StackSpec::default_net(),
+            disk_stack: StackSpec::default_disk(),
             markers: MarkerIntervals {
                 restart_ms: Some(1000),
                 perf_ms: Some(250),

@@ -3,8 +3,9 @@
 
 use std::net::SocketAddr;
 
-use ferry_net::{SocketTuning, StackSpec};
+use ferry_net::SocketTuning;
 use ferry_proto::command::{Dcau, Protection, TransferMode};
+use ferry_proto::stack::StackSpec;
 use ferry_proto::RangeSet;
 use ferry_storage::VirtualPath;
 use serde::{Deserialize, Serialize};
@@ -165,8 +166,10 @@ pub struct TransferDescription {
     pub tuning: SocketTuning,
     /// Connection setup.
     pub channel: ChannelSetup,
-    /// Driver stack of the data channel.
+    /// Driver stack of the data channel (`SITE SETNETSTACK`), transport first.
     pub stack: StackSpec,
+    /// Driver stack between the DTP and storage (`SITE SETDISKSTACK`), file system first.
+    pub disk_stack: StackSpec,
     /// DCAU and PROT.
     pub security: ChannelSecurity,
     /// Marker intervals.

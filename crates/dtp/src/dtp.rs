@@ -15,6 +15,8 @@ use crate::memory::MemoryFile;
 use tokio::sync::mpsc;
 
 use crate::channel::DataChannel;
+use crate::disk_stack::{Access, DiskStack, DiskStacks};
+use crate::mover::{DataMover, MoverFuture, PassiveRequest};
 use crate::polling::PollBudget;
 use crate::pool::{auto_block_size, BufferPool};
 use crate::receive::{receive_mode_e, receive_stream, RecvJob};
@@ -41,6 +43,8 @@ pub struct Dtp {
     /// Lets a lone receiving stream poll its socket before sleeping, within this budget
     /// (see `receive`).
     poll_budget: Option<Arc<PollBudget>>,
+    /// The disk-stack drivers a description may name.
+    disk_stacks: Arc<DiskStacks>,
 }
 
 /// A reader of a transfer's byte counters, kept after the transfer ends.
@@ -71,7 +75,13 @@ impl Dtp {
             cached_security: ChannelSecurity::default(),
             moved: Moved::nothing(),
             poll_budget: None,
+            disk_stacks: Arc::new(DiskStacks::standard()),
         }
+    }
+
+    /// Builds descriptions' disk stacks from `stacks` instead of this build's standard set.
+    pub fn use_disk_stacks(&mut self, stacks: Arc<DiskStacks>) {
+        self.disk_stacks = stacks;
     }
 
     /// Lets a transfer's only receiving stream, once large, read on a thread of its own that
@@ -167,9 +177,10 @@ impl Dtp {
         }
         let reused = self.will_reuse(desc);
         self.moved = Moved::nothing();
+        let disk = self.disk_stacks.resolve(&desc.disk_stack)?;
         let result = match desc.direction {
-            Direction::Send => self.run_send(desc, idle, events).await,
-            Direction::Receive => self.run_receive(desc, idle, events, sink).await,
+            Direction::Send => self.run_send(desc, &disk, idle, events).await,
+            Direction::Receive => self.run_receive(desc, &disk, idle, events, sink).await,
         };
         if result.is_err() {
             self.channel.forget_cache();
@@ -191,17 +202,23 @@ impl Dtp {
     async fn run_send(
         &mut self,
         desc: &TransferDescription,
+        disk: &DiskStack,
         idle: Duration,
         events: &mpsc::Sender<DtpEvent>,
     ) -> Result<(u64, u32), DtpError> {
         let source = match &desc.source {
-            TransferSource::File => Source::file(self.storage.open_read(&desc.path)?)?,
+            TransferSource::File => {
+                let file = self.storage.open_read(&desc.path)?;
+                Source::file(disk.wrap(file, access(desc))?)?
+            }
             TransferSource::Listing { kind, facts } => {
                 let bytes =
                     listing::render(&*self.storage, &desc.path, *kind, facts, self.read_only)?;
                 Source::Memory(bytes.into())
             }
         };
+        self.protection(desc)?;
+        begin(events).await;
         let total = match (desc.section.length, source.known_len()) {
             (Some(len), Some(size)) => len.min(size.saturating_sub(desc.section.file_offset)),
             (Some(len), None) => len,
@@ -333,6 +350,7 @@ impl Dtp {
     async fn run_receive(
         &mut self,
         desc: &TransferDescription,
+        disk: &DiskStack,
         idle: Duration,
         events: &mpsc::Sender<DtpEvent>,
         sink: Option<Arc<dyn FileHandle>>,
@@ -345,9 +363,11 @@ impl Dtp {
                     truncate: desc.truncate && desc.restart.is_empty(),
                     create_new: desc.create_new,
                 };
-                self.storage.open_write(&desc.path, opts)?
+                disk.wrap(self.storage.open_write(&desc.path, opts)?, access(desc))?
             }
         };
+        self.protection(desc)?;
+        begin(events).await;
         let job = Arc::new(RecvJob {
             file,
             file_offset: desc.section.file_offset,
@@ -419,6 +439,61 @@ impl Dtp {
             }
         };
         Ok((total_bytes(), streams))
+    }
+}
+
+impl DataMover for Dtp {
+    fn open_passive(
+        &mut self,
+        req: PassiveRequest,
+    ) -> MoverFuture<'_, Result<Vec<SocketAddr>, DtpError>> {
+        let opened = self
+            .channel
+            .open_passive(req.ip, req.ports, req.tuning)
+            .map(|a| vec![a])
+            .map_err(DtpError::Listen);
+        Box::pin(std::future::ready(opened))
+    }
+
+    fn set_active<'a>(
+        &'a mut self,
+        _endpoints: &'a [SocketAddr],
+    ) -> MoverFuture<'a, Result<(), DtpError>> {
+        // The endpoints arrive with each transfer's description; only the old channel goes.
+        self.channel.forget();
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn forget(&mut self) {
+        self.channel.forget();
+    }
+
+    fn forget_cache(&mut self) {
+        self.channel.forget_cache();
+    }
+
+    fn will_reuse(&self, desc: &TransferDescription) -> bool {
+        Dtp::will_reuse(self, desc)
+    }
+
+    fn run<'a>(
+        &'a mut self,
+        desc: &'a TransferDescription,
+        events: &'a mpsc::Sender<DtpEvent>,
+    ) -> MoverFuture<'a, Result<TransferOutcome, DtpError>> {
+        Box::pin(Dtp::run(self, desc, events))
+    }
+
+    fn bytes_moved(&self) -> u64 {
+        Dtp::bytes_moved(self)
+    }
+}
+
+/// What the disk stack's drivers are told about the file a transfer opens.
+fn access(desc: &TransferDescription) -> Access<'_> {
+    Access {
+        path: &desc.path,
+        direction: desc.direction,
     }
 }
 
@@ -564,6 +639,12 @@ async fn connect_all(
         .await
         .map_err(|_| DtpError::IdleTimeout(idle.as_secs()))??;
     Ok(out.into_iter().flatten().collect())
+}
+
+/// Tells the PI the transfer can start. Sent with back-pressure (unlike markers, which may be
+/// dropped when the PI lags): the PI must see it before any marker.
+async fn begin(events: &mpsc::Sender<DtpEvent>) {
+    let _ = events.send(DtpEvent::Begin).await;
 }
 
 /// Drives `fut` while emitting restart and perf markers at the description's intervals.

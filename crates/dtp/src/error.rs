@@ -13,6 +13,9 @@ pub enum DtpError {
     /// The data connection could not be set up: 425.
     #[error("Can't open data connection: {0}")]
     Connect(#[source] NetError),
+    /// A passive listener could not be opened: 425.
+    #[error("Cannot open passive listener: {0}")]
+    Listen(#[source] NetError),
     /// No passive listener and no active address: 425.
     #[error("Can't open data connection: use PASV, EPSV, SPAS, PORT, EPRT or SPOR first")]
     NoDataChannel,
@@ -28,6 +31,9 @@ pub enum DtpError {
     /// The request cannot be carried out (e.g. TYPE A in MODE E): 504.
     #[error("{0}")]
     Unsupported(String),
+    /// The transfer's disk stack cannot be used on this DTP (a data node of another build).
+    #[error("Setting filesystem driver stack failed: {0}")]
+    DiskStack(#[from] crate::disk_stack::DiskStackError),
     /// A remote data node failed the transfer or was lost (a striped frontend's DTP).
     #[error("{message}")]
     Remote {
@@ -43,9 +49,10 @@ impl DtpError {
     pub fn reply_code(&self) -> u16 {
         match self {
             DtpError::Storage(e) => e.reply_code(),
-            DtpError::Connect(_) | DtpError::NoDataChannel => 425,
+            DtpError::Connect(_) | DtpError::Listen(_) | DtpError::NoDataChannel => 425,
             DtpError::Connection(_) | DtpError::Protocol(_) | DtpError::IdleTimeout(_) => 426,
             DtpError::Unsupported(_) => 504,
+            DtpError::DiskStack(_) => 500,
             DtpError::Remote { code, .. } => *code,
         }
     }

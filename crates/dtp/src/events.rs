@@ -3,10 +3,15 @@
 use std::time::Duration;
 
 use ferry_proto::RangeSet;
+use serde::{Deserialize, Serialize};
 
 /// Progress reported during a transfer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DtpEvent {
+    /// The file is open (or the listing made) and the data channel is next: the transfer can
+    /// start, so the PI sends its preliminary reply (150 or 125). A transfer that fails before
+    /// this event gets its error reply alone, as in Globus.
+    Begin,
     /// Wire ranges written to storage since the last restart event (receiving side).
     Restart(RangeSet),
     /// Bytes moved so far by this stripe.

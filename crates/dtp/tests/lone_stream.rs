@@ -9,9 +9,10 @@ use ferry_dtp::{
     BufferPool, ChannelSecurity, ChannelSetup, Direction, Dtp, DtpError, MarkerIntervals, Section,
     StripeInfo, TransferDescription, TransferOutcome, TransferSource,
 };
-use ferry_net::{SocketTuning, StackSpec};
+use ferry_net::SocketTuning;
 use ferry_proto::command::TransferMode;
 use ferry_proto::mode_e::BlockHeader;
+use ferry_proto::stack::StackSpec;
 use ferry_proto::RangeSet;
 use ferry_storage::{PosixStorage, Storage, VirtualPath};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -41,7 +42,8 @@ fn receive_into(dir: &std::path::Path, addr: std::net::SocketAddr) -> (Dtp, Tran
         block_size: None,
         tuning: SocketTuning::default(),
         channel: ChannelSetup::Active(vec![addr]),
-        stack: StackSpec::default(),
+        stack: StackSpec::default_net(),
+        disk_stack: StackSpec::default_disk(),
         security: ChannelSecurity::default(),
         markers: MarkerIntervals::default(),
         stripe: StripeInfo::default(),

@@ -26,9 +26,6 @@ pub enum NetError {
     /// A stack names a driver this build or this server does not allow.
     #[error("driver '{0}' is not available or not allowed")]
     DriverNotAllowed(String),
-    /// A stack string that does not parse.
-    #[error("malformed driver stack '{0}'")]
-    MalformedStack(String),
     /// The GSI handshake or peer check of a data connection failed (DCAU).
     #[error("data channel authentication failed: {0}")]
     Security(String),

@@ -9,13 +9,18 @@
 mod conn;
 mod error;
 mod listener;
-mod stack;
 mod tls;
 mod tuning;
 
 pub use conn::{connect, DataConn, DetachedConn};
 pub use error::NetError;
 pub use listener::{bind_listener, DataListener, PortRange};
-pub use stack::{DriverSpec, StackSpec, Whitelist};
 pub use tls::DataProtection;
 pub use tuning::SocketTuning;
+
+/// Whether this build has a data-channel driver of this name: the transport `tcp`, and `gsi`,
+/// the layer DCAU and PROT put on a connection (globus-url-copy names it in the stacks it
+/// sends, e.g. `SITE SETNETSTACK tcp,gsi`).
+pub fn driver_exists(name: &str) -> bool {
+    matches!(name, "tcp" | "gsi")
+}

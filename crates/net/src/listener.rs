@@ -1,11 +1,15 @@
 //! Passive data listeners, bound in the administrator's port range.
 
 use std::net::{IpAddr, SocketAddr};
+use std::task::{Context, Poll, Waker};
 
 use tokio::net::{TcpListener, TcpSocket};
 
 use crate::conn::DataConn;
 use crate::{NetError, SocketTuning};
+
+/// Connections a listener queues before the DTP accepts them.
+const BACKLOG: u32 = 128;
 
 /// An inclusive port range for data listeners (`--port-range LO-HI`); `None` = any port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -51,6 +55,22 @@ impl DataListener {
     }
 }
 
+impl Drop for DataListener {
+    /// Closing a listening socket resets the connections still waiting in its accept queue.
+    /// Clients such as Python's ftplib connect before they send RETR, so a transfer refused
+    /// before the DTP accepted would reach them as a reset; accepting and closing those
+    /// connections ends them with FIN instead.
+    fn drop(&mut self) {
+        let mut cx = Context::from_waker(Waker::noop());
+        for _ in 0..BACKLOG {
+            match self.inner.poll_accept(&mut cx) {
+                Poll::Ready(Ok((stream, _))) => drop(stream),
+                _ => break,
+            }
+        }
+    }
+}
+
 /// Binds a listener on `ip`, in `range` if given (starting at a random port so concurrent
 /// sessions spread out), with `tuning` applied before `listen`.
 pub fn bind_listener(
@@ -67,7 +87,7 @@ pub fn bind_listener(
         tuning.apply(&socket)?;
         socket.set_reuseaddr(true)?;
         socket.bind(SocketAddr::new(ip, port))?;
-        socket.listen(128)
+        socket.listen(BACKLOG)
     };
     let inner = match range {
         None => bind(0)?,

@@ -16,6 +16,7 @@ pub mod opts;
 pub mod ranges;
 pub mod reply;
 pub mod site;
+pub mod stack;
 pub mod stripe;
 
 pub use command::{Command, CommandError};

@@ -39,8 +39,11 @@ pub struct ServerConfig {
     /// Uploads that may each read their lone stream on a thread that polls the socket (`None`:
     /// half the CPUs; `0`: none).
     pub polling_streams: Option<usize>,
-    /// Data-channel drivers clients may choose with SITE SETNETSTACK.
-    pub net_stack_whitelist: Vec<String>,
+    /// Data-channel drivers clients may choose with SITE SETNETSTACK (Globus' `-dc-whitelist`).
+    #[serde(alias = "net-stack-whitelist")]
+    pub dc_whitelist: Vec<String>,
+    /// Disk-stack drivers clients may choose with SITE SETDISKSTACK (Globus' `-fs-whitelist`).
+    pub fs_whitelist: Vec<String>,
     /// Text of the 220 banner (default names ferry and its version).
     pub banner: Option<String>,
     /// GSI logins: AUTH GSSAPI with the host credential, grid-mapfile authorization.
@@ -98,7 +101,8 @@ impl Default for ServerConfig {
             log_transfer: None,
             block_size: None,
             polling_streams: None,
-            net_stack_whitelist: vec!["tcp".into()],
+            dc_whitelist: vec!["tcp".into(), "gsi".into()],
+            fs_whitelist: vec!["file".into()],
             banner: None,
             gsi: false,
             host_cert: None,
@@ -242,7 +246,8 @@ mod tests {
             log-transfer = "/var/log/ferry.log"
             block-size = 262144
             polling-streams = 2
-            net-stack-whitelist = ["tcp"]
+            dc-whitelist = ["tcp", "gsi"]
+            fs-whitelist = ["file"]
             banner = "hello"
             "#,
         )

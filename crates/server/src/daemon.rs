@@ -26,6 +26,8 @@ pub(crate) struct ServerContext {
     /// Lone receiving streams (uploads) that may poll their sockets at once.
     pub(crate) poll_budget: Arc<PollBudget>,
     pub(crate) modules: ModuleRegistry,
+    /// The disk-stack drivers sessions may name (and `--fs-whitelist` admits).
+    pub(crate) disk_stacks: Arc<ferry_dtp::disk_stack::DiskStacks>,
     pub(crate) translog: Option<TransferLog>,
     pub(crate) connections: AtomicUsize,
     pub(crate) next_transfer: AtomicU64,
@@ -183,6 +185,7 @@ impl Server {
             pool,
             poll_budget,
             modules: ModuleRegistry::with_builtins(),
+            disk_stacks: Arc::new(ferry_dtp::disk_stack::DiskStacks::standard()),
             translog,
             connections: AtomicUsize::new(0),
             next_transfer: AtomicU64::new(1),

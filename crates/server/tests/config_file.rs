@@ -30,6 +30,7 @@ data-idle-timeout = 20
 log-transfer = "{log}"
 block-size = 65536
 net-stack-whitelist = ["tcp"]
+fs-whitelist = ["file"]
 banner = "Welcome to the ferry test server"
 "#,
         root = root.display(),
@@ -51,7 +52,9 @@ banner = "Welcome to the ferry test server"
     assert_eq!(cfg.data_idle_timeout, 20);
     assert_eq!(cfg.log_transfer.as_deref(), Some(log.as_path()));
     assert_eq!(cfg.block_size, Some(65536));
-    assert_eq!(cfg.net_stack_whitelist, ["tcp"]);
+    // The old key still names the data-channel whitelist.
+    assert_eq!(cfg.dc_whitelist, ["tcp"]);
+    assert_eq!(cfg.fs_whitelist, ["file"]);
 
     let server = Server::bind(cfg).await.expect("server starts");
     let addr: SocketAddr = server.local_addr().unwrap();

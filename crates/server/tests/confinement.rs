@@ -23,25 +23,37 @@ async fn fenced() -> (TestServer, PathBuf) {
     (srv, outside)
 }
 
-/// Starts a stream-mode RETR/LIST/STOR of `line` and returns the final reply and any data the
-/// server sent, with a data connection open so a wrongly started transfer would show.
+/// Starts a stream-mode RETR/LIST/STOR of `line` with a data connection open (as ftplib
+/// does), so a wrongly started transfer would show, and returns the final reply and any data
+/// the server sent. A refused transfer must answer with its error alone (no 150, as Globus) and
+/// end the waiting data connection with FIN, not a reset.
 async fn transfer_outcome(c: &mut ControlClient, line: &str) -> (u16, Vec<u8>) {
     let addr = pasv(c).await;
     let mut data = data_connect(addr).await;
     let reader = tokio::spawn(async move {
         let mut out = Vec::new();
-        let _ = tokio::io::AsyncReadExt::read_to_end(&mut data, &mut out).await;
-        out
+        let ended = tokio::io::AsyncReadExt::read_to_end(&mut data, &mut out).await;
+        (ended.map(|_| ()), out)
     });
     let r = cmd(c, line).await;
     let fin = if r.is_preliminary() {
         final_reply(c).await.1
     } else {
-        r
+        r.clone()
     };
+    if fin.code >= 400 {
+        assert!(
+            !r.is_preliminary(),
+            "'{line}' was refused after it began: {r} {fin}"
+        );
+    }
     // A new PASV drops the old listener, so an unaccepted connection ends too.
     pasv(c).await;
-    let got = within("data reader", reader).await.expect("reader task");
+    let (ended, got) = within("data reader", reader).await.expect("reader task");
+    assert!(
+        ended.is_ok(),
+        "'{line}': data connection ended with {ended:?}"
+    );
     (fin.code, got)
 }
 

@@ -33,8 +33,8 @@ async fn each_transfer_appends_one_json_line_with_user_command_path_bytes_stream
     read_all(&mut conn).await;
     expect_final(&mut c, 226).await;
     pasv(&mut c).await;
-    start_transfer(&mut c, "RETR missing.bin").await;
-    expect_final(&mut c, 550).await;
+    // Refused before it began (no 150), and still logged.
+    expect(&mut c, "RETR missing.bin", 550).await;
 
     let mut anon = srv.login_anonymous().await;
     client_get(&mut anon, "up.bin", 1).await;

@@ -2,9 +2,7 @@
 
 use std::sync::Arc;
 
-use ferry_dtp::{ChannelSetup, Dtp};
-
-use super::Mover;
+use ferry_dtp::{ChannelSetup, Dtp, PassiveRequest};
 use ferry_proto::command::{
     Dcau, EpsvArg, Protection, Structure, TransferMode, TransferType, TrevEvent,
 };
@@ -394,18 +392,20 @@ impl Session {
                     read_only,
                     delegated_pem,
                 };
-                Mover::Remote(Box::new(crate::striped::frontend::RemoteDtp::new(
+                Box::new(crate::striped::frontend::RemoteDtp::new(
                     Arc::clone(nodes),
                     login,
-                )))
+                    Arc::clone(&storage),
+                )) as Box<dyn ferry_dtp::DataMover>
             }
             None => {
                 let mut dtp = Dtp::new(Arc::clone(&storage), Arc::clone(&self.ctx.pool), read_only);
                 dtp.poll_lone_streams(Some(Arc::clone(&self.ctx.poll_budget)));
+                dtp.use_disk_stacks(Arc::clone(&self.ctx.disk_stacks));
                 if self.gsi_identity.is_some() {
                     dtp.set_security(self.data_security());
                 }
-                Mover::Local(dtp)
+                Box::new(dtp)
             }
         };
         tracing::info!(peer = %self.peer, user = %name, read_only, "logged in");
@@ -502,26 +502,21 @@ impl Session {
         let Some(login) = self.login.as_mut() else {
             return Ok(());
         };
-        let addrs = match &mut login.dtp {
-            Mover::Local(dtp) => match dtp.channel().open_passive(ip, range, tuning) {
-                Ok(a) => vec![a],
-                Err(e) => {
-                    return self
-                        .reply(425, format!("Cannot open passive listener: {e}"))
-                        .await
-                }
-            },
-            Mover::Remote(r) => {
-                let striped = matches!(kind, PassiveKind::Spas { .. });
-                match r.passive(striped, tuning).await {
-                    Ok(a) => a,
-                    Err(e) => {
-                        self.channel = None;
-                        return self
-                            .reply(425, format!("Cannot open passive listener: {e}"))
-                            .await;
-                    }
-                }
+        let req = PassiveRequest {
+            ip,
+            ports: range,
+            tuning,
+            striped: matches!(kind, PassiveKind::Spas { .. }),
+        };
+        let addrs = match login.dtp.open_passive(req).await {
+            Ok(a) if !a.is_empty() => a,
+            Ok(_) => {
+                self.channel = None;
+                return self.reply(425, "Cannot open passive listener.").await;
+            }
+            Err(e) => {
+                self.channel = None;
+                return self.reply(425, e.to_string()).await;
             }
         };
         let addr = addrs[0];
@@ -572,17 +567,10 @@ impl Session {
             return self.reply(501, "Illegal PORT command.").await;
         }
         if let Some(login) = self.login.as_mut() {
-            match &mut login.dtp {
-                Mover::Local(dtp) => dtp.channel().forget(),
-                Mover::Remote(r) => {
-                    r.forget();
-                    if let Err(e) = r.active(list.len()).await {
-                        self.channel = None;
-                        return self
-                            .reply(425, format!("Can't open data connection: {e}"))
-                            .await;
-                    }
-                }
+            let endpoints: Vec<std::net::SocketAddr> = list.iter().map(|h| h.0).collect();
+            if let Err(e) = login.dtp.set_active(&endpoints).await {
+                self.channel = None;
+                return self.reply(e.reply_code(), e.to_string()).await;
             }
         }
         self.channel = Some(ChannelSetup::Active(list.iter().map(|h| h.0).collect()));

@@ -10,6 +10,7 @@ use ferry_proto::Reply;
 use ferry_storage::listing::{format_mdtm, list_line, mlsx_facts, FactSelection};
 use ferry_storage::{ChecksumAlgorithm, DirEntry, FileKind, Storage, StorageError, VirtualPath};
 
+use super::stacks::StackKind;
 use super::Session;
 
 type Io = std::io::Result<()>;
@@ -280,31 +281,16 @@ impl Session {
             }
             SiteCommand::Whoami => Reply::new(200, self.user_name().to_string()),
             SiteCommand::Version => Reply::new(200, format!("ferry {}", crate::VERSION)),
-            SiteCommand::SetNetStack(stack) => match ferry_net::StackSpec::parse(&stack) {
-                Ok(spec) => {
-                    let wl = ferry_net::Whitelist::new(
-                        self.ctx.config.net_stack_whitelist.iter().cloned(),
-                    );
-                    match wl.admit(&spec) {
-                        Ok(()) => {
-                            self.net_stack = spec;
-                            self.forget_cached_channel();
-                            Reply::new(250, "OK.")
-                        }
-                        Err(e) => Reply::new(504, e.to_string()),
-                    }
-                }
-                Err(e) => Reply::new(501, e.to_string()),
-            },
-            SiteCommand::SetDiskStack(stack) => {
-                if stack.trim().eq_ignore_ascii_case("file") {
-                    Reply::new(250, "OK.")
-                } else {
-                    Reply::new(
-                        504,
-                        format!("disk stack '{stack}' is not available or not allowed"),
-                    )
-                }
+            SiteCommand::SetNetStack(arg) => {
+                let (stack, reply) = self.choose_stack(&arg, StackKind::Net);
+                self.net_stack = stack;
+                self.forget_cached_channel();
+                reply
+            }
+            SiteCommand::SetDiskStack(arg) => {
+                let (stack, reply) = self.choose_stack(&arg, StackKind::Disk);
+                self.disk_stack = stack;
+                reply
             }
             SiteCommand::Other { name, .. } => {
                 Reply::new(500, format!("Unknown SITE command {name}."))

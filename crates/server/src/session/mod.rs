@@ -4,6 +4,7 @@
 
 mod dispatch;
 mod fileops;
+mod stacks;
 mod text;
 mod transfer;
 
@@ -13,12 +14,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferry_dtp::{ChannelSetup, Dtp};
-use ferry_net::{SocketTuning, StackSpec};
+use ferry_dtp::{ChannelSetup, DataMover};
+use ferry_net::SocketTuning;
 use ferry_proto::command::{
     Dcau, Protection, Restart, TransferMode, TransferType, MAX_COMMAND_LINE,
 };
 use ferry_proto::line::{LineEvent, LineFramer};
+use ferry_proto::stack::StackSpec;
 use ferry_proto::Reply;
 use ferry_storage::{Storage, VirtualPath};
 use tokio::io::AsyncWriteExt;
@@ -38,50 +40,9 @@ pub(crate) struct Login {
     pub(crate) name: String,
     pub(crate) storage: Arc<dyn Storage>,
     pub(crate) read_only: bool,
-    pub(crate) dtp: Mover,
-}
-
-/// What moves a session's data: its own DTP, or (striped frontend) DTPs on the data nodes.
-/// The PI builds the same transfer description for both.
-#[derive(Debug)]
-pub(crate) enum Mover {
-    Local(Dtp),
-    Remote(Box<crate::striped::frontend::RemoteDtp>),
-}
-
-impl Mover {
-    pub(crate) fn will_reuse(&self, desc: &ferry_dtp::TransferDescription) -> bool {
-        match self {
-            Mover::Local(d) => d.will_reuse(desc),
-            Mover::Remote(r) => r.will_reuse(desc),
-        }
-    }
-
-    pub(crate) async fn run(
-        &mut self,
-        desc: &ferry_dtp::TransferDescription,
-        events: &tokio::sync::mpsc::Sender<ferry_dtp::DtpEvent>,
-    ) -> Result<ferry_dtp::TransferOutcome, ferry_dtp::DtpError> {
-        match self {
-            Mover::Local(d) => d.run(desc, events).await,
-            Mover::Remote(r) => r.run(desc, events).await,
-        }
-    }
-
-    pub(crate) fn bytes_moved(&self) -> u64 {
-        match self {
-            Mover::Local(d) => d.bytes_moved(),
-            Mover::Remote(r) => r.bytes_moved(),
-        }
-    }
-
-    /// Drops cached data connections (a buffer or security change, an abort).
-    pub(crate) fn forget_cache(&mut self) {
-        match self {
-            Mover::Local(d) => d.channel().forget_cache(),
-            Mover::Remote(r) => r.forget_cache(),
-        }
-    }
+    /// What moves the session's data: its own DTP, or (striped frontend) DTPs on the data
+    /// nodes. The PI builds the same transfer description for both and asks nothing else.
+    pub(crate) dtp: Box<dyn DataMover>,
 }
 
 /// The control connection's reading side: bytes → lines, plus lines queued during transfers.
@@ -205,7 +166,10 @@ pub(crate) struct Session {
     pub(crate) dcau: Dcau,
     pub(crate) prot: Protection,
     pub(crate) allo: Option<u64>,
+    /// `SITE SETNETSTACK`: the data channel's drivers.
     pub(crate) net_stack: StackSpec,
+    /// `SITE SETDISKSTACK`: the drivers between the DTP and storage.
+    pub(crate) disk_stack: StackSpec,
     pub(crate) mlst_facts: Vec<String>,
     pub(crate) quit: bool,
     /// `EPSV ALL` was sent: other data-connection setup commands are refused (RFC 2428).
@@ -259,7 +223,8 @@ pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, ctx: Arc<ServerCont
         dcau: Dcau::None,
         prot: Protection::Clear,
         allo: None,
-        net_stack: StackSpec::default(),
+        net_stack: StackSpec::default_net(),
+        disk_stack: StackSpec::default_disk(),
         mlst_facts: Vec::new(),
         quit: false,
         epsv_all: false,

@@ -4,15 +4,13 @@
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use ferry_dtp::{
-    ChannelSecurity, Direction, DtpError, DtpEvent, ListKind, MarkerIntervals, Section, StripeInfo,
-    TransferDescription, TransferSource,
+    marker_reply, relay, ChannelSecurity, Direction, DtpError, DtpEvent, ListKind, MarkerIntervals,
+    RelaySink, Relayed, Section, StripeInfo, TransferDescription, TransferSource, Watch,
 };
 use ferry_proto::command::{Eret, Esto, Restart, TransferMode, TransferType};
 use ferry_proto::line::LineEvent;
-use ferry_proto::markers::{PerfMarker, RestartMarker};
 use ferry_proto::{Command, RangeSet, Reply};
 use ferry_storage::{StorageError, VirtualPath};
-use tokio::sync::mpsc;
 
 use super::{queue_line, ControlReader, Session};
 use crate::translog::TransferRecord;
@@ -46,7 +44,6 @@ impl Session {
             return Err(Reply::new(530, "Please login with USER and PASS."));
         };
         let read_only = login.read_only;
-        let remote = matches!(login.dtp, super::Mover::Remote(_));
         let storage = std::sync::Arc::clone(&login.storage);
         let restart = match &self.restart {
             None => RangeSet::new(),
@@ -141,22 +138,6 @@ impl Session {
             },
             _ => MarkerIntervals::default(),
         };
-        // Data nodes write one file together: it is created (and truncated) once, here, before
-        // any of them starts, never by each node on its own.
-        let (truncate, create_new) = match remote {
-            true if direction == Direction::Receive => {
-                if (truncate || create_new) && restart.is_empty() {
-                    let opts = ferry_storage::WriteOptions {
-                        create: true,
-                        truncate,
-                        create_new,
-                    };
-                    storage.open_write(&path, opts).map_err(storage_err)?;
-                }
-                (false, false)
-            }
-            _ => (truncate, create_new),
-        };
         let id = self
             .ctx
             .next_transfer
@@ -177,6 +158,7 @@ impl Session {
             tuning: self.tuning,
             channel,
             stack: self.net_stack.clone(),
+            disk_stack: self.disk_stack.clone(),
             security: ChannelSecurity {
                 dcau: self.dcau.clone(),
                 prot: self.prot,
@@ -238,73 +220,38 @@ impl Session {
             announce,
         } = planned;
         let started = Instant::now();
-        let Some(login) = self.login.as_mut() else {
+        let Session { login, wr, .. } = self;
+        let Some(login) = login.as_mut() else {
             return Ok(());
         };
-        let reuse = login.dtp.will_reuse(&desc);
-        let first = match (&announce, reuse) {
-            (Some(a), _) => Reply::new(150, a.clone()),
+        let preliminary = match (announce, login.dtp.will_reuse(&desc)) {
+            (Some(a), _) => Reply::new(150, a),
             (None, true) => {
                 Reply::new(125, "Beginning transfer; reusing existing data connection.")
             }
             (None, false) => Reply::new(150, "Beginning transfer."),
         };
-        self.send(&first).await?;
-        let (tx, mut rx) = mpsc::channel::<DtpEvent>(64);
-        let mut aborted = false;
-        let result = {
-            let Session { login, wr, .. } = self;
-            let Some(login) = login.as_mut() else {
-                return Ok(());
-            };
-            let run = login.dtp.run(&desc, &tx);
-            tokio::pin!(run);
-            loop {
-                tokio::select! {
-                    r = &mut run => break r,
-                    Some(ev) = rx.recv() => write_event(wr, &ev).await?,
-                    more = reader.fill(), if !reader.eof => {
-                        if !matches!(more, Ok(true)) {
-                            // The client went away: stop moving data for it.
-                            aborted = true;
-                            break Err(DtpError::Connection("control connection closed".into()));
-                        }
-                        while let Some(ev) = reader.next_from_wire() {
-                            if let LineEvent::Line(l) = &ev {
-                                match Command::parse(&super::strip_telnet(l)) {
-                                    Ok(Command::Abor) => aborted = true,
-                                    Ok(Command::Stat(None)) => {
-                                        let r = Reply::new(213, "Status: transfer in progress.");
-                                        wr.write_all(&r.to_bytes()).await?;
-                                        continue;
-                                    }
-                                    _ => {}
-                                }
-                            }
-                            if aborted {
-                                break;
-                            }
-                            if !queue_line(reader, ev) {
-                                aborted = true;
-                                break;
-                            }
-                        }
-                        if aborted {
-                            break Err(DtpError::Connection("aborted by client".into()));
-                        }
-                    }
-                }
-            }
+        let mut sink = ControlSink {
+            wr,
+            reader,
+            preliminary: Some(preliminary),
+            stopped: None,
         };
-        while let Ok(ev) = rx.try_recv() {
-            write_event(&mut self.wr, &ev).await?;
+        let relayed = relay(&mut *login.dtp, &desc, &mut sink).await?;
+        let result = match relayed {
+            Relayed::Finished(r) => r,
+            Relayed::Stopped => Err(DtpError::Connection(
+                sink.stopped.unwrap_or("aborted by client").into(),
+            )),
+        };
+        if result.is_ok() {
+            // A mover that finished without saying it began still gets its 150 first.
+            sink.begin().await?;
         }
+        let aborted = sink.stopped.is_some();
         let elapsed = started.elapsed();
-        let moved = self.login.as_ref().map_or(0, |l| l.dtp.bytes_moved());
-        let note = match self.login.as_ref().map(|l| &l.dtp) {
-            Some(super::Mover::Remote(r)) => r.nodes().missing_note(),
-            _ => String::new(),
-        };
+        let moved = login.dtp.bytes_moved();
+        let note = login.dtp.note();
         let (code, text, bytes, streams) = match &result {
             Ok(o) => (226, format!("Transfer Complete.{note}"), o.bytes, o.streams),
             Err(e) => (e.reply_code(), e.to_string(), moved, 0),
@@ -364,26 +311,71 @@ impl Session {
     }
 }
 
-async fn write_event(wr: &mut super::ControlWriter, ev: &DtpEvent) -> Io {
-    let reply = match ev {
-        DtpEvent::Restart(ranges) => match RestartMarker(ranges.clone()).to_reply() {
-            Some(r) => r,
-            None => return Ok(()),
-        },
-        DtpEvent::Perf {
-            stripe_index,
-            stripe_count,
-            bytes,
-            timestamp_tenths,
-        } => PerfMarker {
-            timestamp_tenths: *timestamp_tenths,
-            stripe_index: *stripe_index,
-            stripe_bytes: *bytes,
-            total_stripes: *stripe_count,
+/// The PI's end of a relayed transfer: events become the preliminary reply and 111/112
+/// markers; while the data moves the control channel is read, ABOR and a lost client stop the
+/// transfer, STAT answers, and other commands wait their turn (pipelining).
+struct ControlSink<'a> {
+    wr: &'a mut super::ControlWriter,
+    reader: &'a mut ControlReader,
+    /// 150 or 125, until sent.
+    preliminary: Option<Reply>,
+    /// Why the control channel stopped the transfer.
+    stopped: Option<&'static str>,
+}
+
+impl ControlSink<'_> {
+    /// Sends the preliminary reply unless it went already.
+    async fn begin(&mut self) -> Io {
+        match self.preliminary.take() {
+            Some(r) => self.wr.write_all(&r.to_bytes()).await,
+            None => Ok(()),
         }
-        .to_reply(),
-    };
-    wr.write_all(&reply.to_bytes()).await
+    }
+
+    fn stop(&mut self, why: &'static str) -> Watch {
+        self.stopped = Some(why);
+        Watch::Stop
+    }
+}
+
+impl RelaySink for ControlSink<'_> {
+    type Error = std::io::Error;
+
+    async fn event(&mut self, ev: DtpEvent) -> Io {
+        // Nothing reaches the client before the preliminary reply, markers included.
+        self.begin().await?;
+        match marker_reply(&ev) {
+            Some(r) => self.wr.write_all(&r.to_bytes()).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn watch(&mut self) -> std::io::Result<Watch> {
+        if self.reader.eof {
+            return std::future::pending().await;
+        }
+        if !matches!(self.reader.fill().await, Ok(true)) {
+            // The client went away: stop moving data for it.
+            return Ok(self.stop("control connection closed"));
+        }
+        while let Some(ev) = self.reader.next_from_wire() {
+            if let LineEvent::Line(l) = &ev {
+                match Command::parse(&super::strip_telnet(l)) {
+                    Ok(Command::Abor) => return Ok(self.stop("aborted by client")),
+                    Ok(Command::Stat(None)) => {
+                        let r = Reply::new(213, "Status: transfer in progress.");
+                        self.wr.write_all(&r.to_bytes()).await?;
+                        continue;
+                    }
+                    _ => {}
+                }
+            }
+            if !queue_line(self.reader, ev) {
+                return Ok(self.stop("too many commands queued during the transfer"));
+            }
+        }
+        Ok(Watch::Continue)
+    }
 }
 
 fn nonzero_ms(s: u32) -> Option<u64> {

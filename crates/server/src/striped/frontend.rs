@@ -16,16 +16,17 @@
 //! stopped (their links are dropped).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ferry_dtp::{
-    ChannelSecurity, ChannelSetup, Direction, DtpError, DtpEvent, StripeInfo, TransferDescription,
-    TransferOutcome,
+    ChannelSecurity, ChannelSetup, DataMover, Direction, DtpError, DtpEvent, MoverFuture,
+    PassiveRequest, StripeInfo, TransferDescription, TransferOutcome,
 };
 use ferry_net::SocketTuning;
 use ferry_proto::command::TransferMode;
+use ferry_storage::{Storage, WriteOptions};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
@@ -128,6 +129,9 @@ pub(crate) struct RemoteDtp {
     /// The next run makes the nodes drop cached connections (SBUF, DCAU, PROT changed).
     forget_cache: bool,
     moved: Arc<AtomicU64>,
+    /// The frontend's view of the shared file system: a file the nodes write together is
+    /// created (and truncated) here, once, before any of them starts.
+    storage: Arc<dyn Storage>,
 }
 
 impl std::fmt::Debug for RemoteDtp {
@@ -141,7 +145,7 @@ impl std::fmt::Debug for RemoteDtp {
 impl RemoteDtp {
     /// A session's remote DTP; starts linking up with every node at once (TCP, TLS and Hello
     /// cost a few round trips each, which a client would otherwise wait for at its first SPAS).
-    pub(crate) fn new(set: Arc<NodeSet>, login: NodeLogin) -> RemoteDtp {
+    pub(crate) fn new(set: Arc<NodeSet>, login: NodeLogin, storage: Arc<dyn Storage>) -> RemoteDtp {
         let links = set.nodes.iter().map(|_| None).collect();
         let pending = (0..set.nodes.len())
             .map(|i| {
@@ -160,12 +164,8 @@ impl RemoteDtp {
             cached: None,
             forget_cache: false,
             moved: Arc::new(AtomicU64::new(0)),
+            storage,
         }
-    }
-
-    /// The node set.
-    pub(crate) fn nodes(&self) -> &NodeSet {
-        &self.set
     }
 
     /// Links up with every node not yet linked (in parallel; links started at login are
@@ -229,7 +229,7 @@ impl RemoteDtp {
 
     /// `SPAS` (`striped`: one listener on every node) or `PASV`/`EPSV` (one node): the
     /// listeners' addresses in stripe order.
-    pub(crate) async fn passive(
+    async fn passive(
         &mut self,
         striped: bool,
         tuning: SocketTuning,
@@ -244,7 +244,7 @@ impl RemoteDtp {
         // Every node gets its request before any answer is read: one round trip in all.
         let mut asked = Vec::new();
         for i in candidates {
-            match self.tell(i, &ToNode::Passive { tuning }).await {
+            match self.tell(i, &ToNode::OpenPassive { tuning }).await {
                 Ok(()) => asked.push(i),
                 Err(e) => self.lost(i, e),
             }
@@ -252,9 +252,10 @@ impl RemoteDtp {
         let mut addrs = Vec::new();
         for i in asked {
             match self.answer(i).await {
-                Ok(FromNode::Passive(a)) => {
+                // A node is one stripe: it listens once.
+                Ok(FromNode::Passive(a)) if a.len() == 1 => {
                     self.using.push(i);
-                    addrs.push(a);
+                    addrs.extend(a);
                 }
                 Ok(FromNode::PassiveFailed(e)) => {
                     tracing::warn!(node = %self.set.nodes[i], "passive listener failed: {e}");
@@ -271,7 +272,7 @@ impl RemoteDtp {
 
     /// `PORT`/`SPOR` with `count` addresses: every reachable node takes part when there are
     /// several receiving stripes, one node otherwise.
-    pub(crate) async fn active(&mut self, count: usize) -> Result<(), String> {
+    async fn active(&mut self, count: usize) -> Result<(), String> {
         self.cached = None;
         self.using.clear();
         let candidates = if count > 1 {
@@ -282,7 +283,7 @@ impl RemoteDtp {
         // Forget needs no answer: the node handles its messages in order, so the next Run
         // finds the old listener and connections gone.
         for i in candidates {
-            match self.tell(i, &ToNode::Forget).await {
+            match self.tell(i, &ToNode::SetActive).await {
                 Ok(()) => self.using.push(i),
                 Err(e) => self.lost(i, e),
             }
@@ -320,34 +321,27 @@ impl RemoteDtp {
         self.set.mark(i, Some(why));
     }
 
-    /// Forgets the data channel (the nodes' listeners go with their next setup).
-    pub(crate) fn forget(&mut self) {
-        self.cached = None;
-        self.using.clear();
-    }
-
-    /// Makes the next transfer open fresh data connections.
-    pub(crate) fn forget_cache(&mut self) {
-        self.cached = None;
-        self.forget_cache = true;
-    }
-
-    /// Whether the nodes will run `desc` on cached connections.
-    pub(crate) fn will_reuse(&self, desc: &TransferDescription) -> bool {
-        desc.mode == TransferMode::Extended
-            && !self.forget_cache
-            && self.cached.as_ref().is_some_and(|(d, c, s)| {
-                *d == desc.direction && *c == desc.channel && *s == desc.security
-            })
-    }
-
-    /// Payload bytes the nodes reported for the last transfer.
-    pub(crate) fn bytes_moved(&self) -> u64 {
-        self.moved.load(Ordering::Relaxed)
+    /// Creates (and truncates) a file the nodes are about to write together: done once, here,
+    /// never by each node on its own. Returns the description the nodes run.
+    fn prepare(&self, desc: &TransferDescription) -> Result<TransferDescription, DtpError> {
+        let mut d = desc.clone();
+        if desc.direction == Direction::Receive {
+            if (desc.truncate || desc.create_new) && desc.restart.is_empty() {
+                let opts = WriteOptions {
+                    create: true,
+                    truncate: desc.truncate,
+                    create_new: desc.create_new,
+                };
+                self.storage.open_write(&desc.path, opts)?;
+            }
+            d.truncate = false;
+            d.create_new = false;
+        }
+        Ok(d)
     }
 
     /// Runs `desc` on the data channel's nodes, relaying their markers to `events`.
-    pub(crate) async fn run(
+    async fn run_on_nodes(
         &mut self,
         desc: &TransferDescription,
         events: &mpsc::Sender<DtpEvent>,
@@ -377,7 +371,10 @@ impl RemoteDtp {
                     .into(),
             });
         }
+        let desc = &self.prepare(desc)?;
         let count = using.len() as u32;
+        // Begin goes to the PI once every node has opened its part of the file.
+        let begin_left = Arc::new(AtomicUsize::new(using.len()));
         let forget_cache = std::mem::take(&mut self.forget_cache);
         let per_node: Arc<Vec<AtomicU64>> =
             Arc::new((0..using.len()).map(|_| AtomicU64::new(0)).collect());
@@ -402,6 +399,7 @@ impl RemoteDtp {
                 forward_perf: wanted_perf,
                 per_node: Arc::clone(&per_node),
                 moved: Arc::clone(&self.moved),
+                begin_left: Arc::clone(&begin_left),
             };
             tasks.spawn(job.run(link, d, forget_cache));
         }
@@ -458,6 +456,74 @@ impl RemoteDtp {
             duration: started.elapsed(),
             reused,
         })
+    }
+}
+
+impl DataMover for RemoteDtp {
+    fn open_passive(
+        &mut self,
+        req: PassiveRequest,
+    ) -> MoverFuture<'_, Result<Vec<SocketAddr>, DtpError>> {
+        Box::pin(async move {
+            self.passive(req.striped, req.tuning)
+                .await
+                .map_err(|e| DtpError::Remote {
+                    code: 425,
+                    message: format!("Cannot open passive listener: {e}"),
+                })
+        })
+    }
+
+    fn set_active<'a>(
+        &'a mut self,
+        endpoints: &'a [SocketAddr],
+    ) -> MoverFuture<'a, Result<(), DtpError>> {
+        Box::pin(async move {
+            self.forget();
+            self.active(endpoints.len())
+                .await
+                .map_err(|e| DtpError::Remote {
+                    code: 425,
+                    message: format!("Can't open data connection: {e}"),
+                })
+        })
+    }
+
+    /// Forgets the data channel (the nodes' listeners go with their next setup).
+    fn forget(&mut self) {
+        self.cached = None;
+        self.using.clear();
+    }
+
+    /// Makes the next transfer open fresh data connections.
+    fn forget_cache(&mut self) {
+        self.cached = None;
+        self.forget_cache = true;
+    }
+
+    fn will_reuse(&self, desc: &TransferDescription) -> bool {
+        desc.mode == TransferMode::Extended
+            && !self.forget_cache
+            && self.cached.as_ref().is_some_and(|(d, c, s)| {
+                *d == desc.direction && *c == desc.channel && *s == desc.security
+            })
+    }
+
+    fn run<'a>(
+        &'a mut self,
+        desc: &'a TransferDescription,
+        events: &'a mpsc::Sender<DtpEvent>,
+    ) -> MoverFuture<'a, Result<TransferOutcome, DtpError>> {
+        Box::pin(self.run_on_nodes(desc, events))
+    }
+
+    /// Payload bytes the nodes reported for the last transfer.
+    fn bytes_moved(&self) -> u64 {
+        self.moved.load(Ordering::Relaxed)
+    }
+
+    fn note(&self) -> String {
+        self.set.missing_note()
     }
 }
 
@@ -530,6 +596,8 @@ struct NodeJob {
     forward_perf: Option<u64>,
     per_node: Arc<Vec<AtomicU64>>,
     moved: Arc<AtomicU64>,
+    /// Nodes that have not yet said Begin.
+    begin_left: Arc<AtomicUsize>,
 }
 
 type NodeResult = (usize, Option<Link>, Result<(u64, u32), NodeFailure>);
@@ -541,11 +609,17 @@ impl NodeJob {
         desc: TransferDescription,
         forget_cache: bool,
     ) -> NodeResult {
-        let msg = ToNode::Run {
-            desc: Box::new(desc),
-            forget_cache,
+        let sent = async {
+            if forget_cache {
+                link.wr.send(&ToNode::ForgetCache).await?;
+            }
+            link.wr
+                .send(&ToNode::Run {
+                    desc: Box::new(desc),
+                })
+                .await
         };
-        if let Err(e) = link.wr.send(&msg).await {
+        if let Err(e) = sent.await {
             return (self.node, None, Err(NodeFailure::Lost(e.to_string())));
         }
         let mut last_perf = Instant::now();
@@ -563,13 +637,19 @@ impl NodeJob {
                 Ok(Ok(Some(m))) => m,
             };
             match m {
-                FromNode::Restart(r) => {
+                FromNode::Event(DtpEvent::Begin) => {
+                    if self.begin_left.fetch_sub(1, Ordering::AcqRel) == 1 {
+                        let _ = self.events.send(DtpEvent::Begin).await;
+                    }
+                }
+                FromNode::Event(DtpEvent::Restart(r)) => {
                     let _ = self.events.send(DtpEvent::Restart(r)).await;
                 }
-                FromNode::Perf {
+                FromNode::Event(DtpEvent::Perf {
                     bytes,
                     timestamp_tenths,
-                } => {
+                    ..
+                }) => {
                     self.record(bytes);
                     let due = self.forward_perf.is_some_and(|ms| {
                         last_perf.elapsed() + Duration::from_millis(50) >= Duration::from_millis(ms)

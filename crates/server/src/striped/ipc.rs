@@ -19,10 +19,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferry_dtp::TransferDescription;
+use ferry_dtp::{DtpEvent, TransferDescription};
 use ferry_net::{DataProtection, SocketTuning};
 use ferry_proto::frame::{encode_frame, FrameDecoder};
-use ferry_proto::RangeSet;
 use openssl::ssl::{Ssl, SslContext, SslMethod, SslOptions, SslVerifyMode, SslVersion};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -33,13 +32,13 @@ use tokio_openssl::SslStream;
 use crate::config::ServerConfig;
 
 /// Version of the message set; a frontend and a node must agree.
-pub(crate) const IPC_VERSION: u32 = 1;
+pub(crate) const IPC_VERSION: u32 = 2;
 /// Largest message (restart ranges of a badly fragmented file are the biggest).
 const MAX_FRAME: usize = 64 << 20;
 /// The PSK identity both ends use.
 const PSK_IDENTITY: &[u8] = b"ferry-ipc-v1";
 
-/// Frontend → data node.
+/// Frontend → data node: after `Hello`, the calls of [`ferry_dtp::DataMover`], serialised.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) enum ToNode {
     /// First message: the session's account and access.
@@ -53,19 +52,20 @@ pub(crate) enum ToNode {
         /// The credential the client delegated (PEM), for DCAU A/S data connections.
         delegated_pem: Option<String>,
     },
-    /// Open a passive listener (SPAS/PASV) with these buffers.
-    Passive {
+    /// `open_passive` on the node's own data address and port range; answered with
+    /// `Passive` or `PassiveFailed`.
+    OpenPassive {
         /// Socket buffers.
         tuning: SocketTuning,
     },
-    /// Forget the listener and cached connections (PORT/SPOR); no answer.
-    Forget,
-    /// Run one transfer.
+    /// `set_active`: the endpoints come with each description; no answer.
+    SetActive,
+    /// `forget_cache`; no answer.
+    ForgetCache,
+    /// `run`: answered with `Event`s, then `Finished` or `Failed`.
     Run {
         /// This node's part of it (its stripe index and count set).
         desc: Box<TransferDescription>,
-        /// Drop cached data connections first (SBUF, DCAU or PROT changed).
-        forget_cache: bool,
     },
 }
 
@@ -76,19 +76,12 @@ pub(crate) enum FromNode {
     Ready,
     /// Hello refused (version, account).
     Refused(String),
-    /// The listener's address.
-    Passive(SocketAddr),
+    /// The listeners' addresses.
+    Passive(Vec<SocketAddr>),
     /// Could not open a listener.
     PassiveFailed(String),
-    /// Ranges written since the last one (receiving).
-    Restart(RangeSet),
-    /// Bytes this node moved so far.
-    Perf {
-        /// Bytes.
-        bytes: u64,
-        /// Unix time in tenths of a second.
-        timestamp_tenths: u64,
-    },
+    /// An event of the running transfer.
+    Event(DtpEvent),
     /// The transfer ended well.
     Finished {
         /// Payload bytes.

@@ -8,11 +8,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferry_dtp::{BufferPool, Dtp, DtpEvent};
+use ferry_dtp::{
+    relay, BufferPool, DataMover, Dtp, DtpEvent, PassiveRequest, RelaySink, Relayed, Watch,
+};
 use ferry_gsi::{Credential, DataSecurity, TrustStore};
 use ferry_storage::Storage;
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
 
 use super::ipc::{FromNode, IpcAuth, Link, LinkReader, LinkWriter, ToNode, IPC_VERSION};
 use super::AllowFrom;
@@ -123,59 +124,79 @@ async fn session(link: Link, ctx: &NodeContext) -> std::io::Result<()> {
         .config
         .data_interface
         .unwrap_or(local.ip().to_canonical());
+    serve_mover(&mut dtp, data_ip, ctx, &mut rd, &mut wr).await
+}
+
+/// Serves the frontend's calls on `mover`, one message each, until the link closes.
+async fn serve_mover(
+    mover: &mut dyn DataMover,
+    data_ip: std::net::IpAddr,
+    ctx: &NodeContext,
+    rd: &mut LinkReader,
+    wr: &mut LinkWriter,
+) -> std::io::Result<()> {
     while let Some(msg) = rd.recv::<ToNode>().await? {
         match msg {
-            ToNode::Passive { tuning } => {
-                let reply = match dtp
-                    .channel()
-                    .open_passive(data_ip, ctx.config.port_range, tuning)
-                {
+            ToNode::OpenPassive { tuning } => {
+                let req = PassiveRequest {
+                    ip: data_ip,
+                    ports: ctx.config.port_range,
+                    tuning,
+                    striped: false,
+                };
+                let reply = match mover.open_passive(req).await {
                     Ok(a) => FromNode::Passive(a),
                     Err(e) => FromNode::PassiveFailed(e.to_string()),
                 };
                 wr.send(&reply).await?;
             }
-            ToNode::Forget => dtp.channel().forget(),
-            ToNode::Run { desc, forget_cache } => {
-                if forget_cache {
-                    dtp.channel().forget_cache();
-                }
-                run(&mut dtp, &desc, &mut rd, &mut wr).await?;
+            ToNode::SetActive => {
+                // The local DTP forgets its channel and cannot fail.
+                let _ = mover.set_active(&[]).await;
             }
+            ToNode::ForgetCache => mover.forget_cache(),
+            ToNode::Run { desc } => run(mover, &desc, rd, wr).await?,
             ToNode::Hello { .. } => return Err(protocol("Hello sent twice")),
         }
     }
     Ok(())
 }
 
-/// Runs one transfer, relaying its events; a message or a closed link from the frontend while
-/// it runs stops it (the frontend sends nothing mid-transfer unless it gave up).
+/// The node's end of a relayed transfer: events go back over the link; a message or a closed
+/// link from the frontend while it runs stops it (the frontend sends nothing mid-transfer
+/// unless it gave up).
+struct LinkSink<'a> {
+    rd: &'a mut LinkReader,
+    wr: &'a mut LinkWriter,
+}
+
+impl RelaySink for LinkSink<'_> {
+    type Error = std::io::Error;
+
+    async fn event(&mut self, ev: DtpEvent) -> std::io::Result<()> {
+        self.wr.send(&FromNode::Event(ev)).await
+    }
+
+    async fn watch(&mut self) -> std::io::Result<Watch> {
+        match self.rd.recv::<ToNode>().await? {
+            None => Err(std::io::ErrorKind::ConnectionAborted.into()),
+            Some(_) => Err(protocol("a message arrived during a transfer")),
+        }
+    }
+}
+
+/// Runs one transfer, relaying its events, and reports how it ended.
 async fn run(
-    dtp: &mut Dtp,
+    mover: &mut dyn DataMover,
     desc: &ferry_dtp::TransferDescription,
     rd: &mut LinkReader,
     wr: &mut LinkWriter,
 ) -> std::io::Result<()> {
-    let (tx, mut rx) = mpsc::channel::<DtpEvent>(64);
-    let result = {
-        let fut = dtp.run(desc, &tx);
-        tokio::pin!(fut);
-        loop {
-            tokio::select! {
-                r = &mut fut => break r,
-                Some(ev) = rx.recv() => wr.send(&event(ev)).await?,
-                m = rd.recv::<ToNode>() => {
-                    return match m? {
-                        None => Err(std::io::ErrorKind::ConnectionAborted.into()),
-                        Some(_) => Err(protocol("a message arrived during a transfer")),
-                    };
-                }
-            }
-        }
+    let result = match relay(mover, desc, &mut LinkSink { rd, wr }).await? {
+        Relayed::Finished(r) => r,
+        // The sink never says Stop: a frontend that gives up closes the link (an error above).
+        Relayed::Stopped => return Err(protocol("transfer stopped")),
     };
-    while let Ok(ev) = rx.try_recv() {
-        wr.send(&event(ev)).await?;
-    }
     let reply = match result {
         Ok(o) => {
             tracing::info!(
@@ -197,20 +218,6 @@ async fn run(
         }
     };
     wr.send(&reply).await
-}
-
-fn event(ev: DtpEvent) -> FromNode {
-    match ev {
-        DtpEvent::Restart(r) => FromNode::Restart(r),
-        DtpEvent::Perf {
-            bytes,
-            timestamp_tenths,
-            ..
-        } => FromNode::Perf {
-            bytes,
-            timestamp_tenths,
-        },
-    }
 }
 
 /// The credential DCAU A/S connections present: the one the client delegated to the frontend,

@@ -1,0 +1,75 @@
+//! The one interface between a PI and whatever moves its data: the in-process [`crate::Dtp`], or
+//! a striped frontend's stand-in that drives DTPs on data nodes (whose IPC messages are this
+//! trait serialised). A PI calls nothing else on its mover and never asks which kind it has.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+
+use ferry_net::{PortRange, SocketTuning};
+use tokio::sync::mpsc;
+
+use crate::{DtpError, DtpEvent, TransferDescription, TransferOutcome};
+
+/// A boxed future borrowed from a mover, so the trait stays object-safe.
+pub type MoverFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a PASV, EPSV or SPAS asks of a mover.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PassiveRequest {
+    /// The address to listen on (where the control connection arrived, or the configured data
+    /// interface). Movers on other hosts listen on their own.
+    pub ip: IpAddr,
+    /// The admin's data port range.
+    pub ports: Option<PortRange>,
+    /// Socket buffers for the connections the listener accepts.
+    pub tuning: SocketTuning,
+    /// SPAS: one listener per stripe where the mover has several; PASV/EPSV: one.
+    pub striped: bool,
+}
+
+/// Everything a PI asks of a data mover. Aborting a transfer is dropping its `run` future
+/// (which stops its streams) and then calling [`DataMover::forget_cache`].
+pub trait DataMover: Debug + Send {
+    /// Opens passive listeners, forgetting any previous data channel; their addresses in
+    /// stripe order.
+    fn open_passive(
+        &mut self,
+        req: PassiveRequest,
+    ) -> MoverFuture<'_, Result<Vec<SocketAddr>, DtpError>>;
+
+    /// Forgets the data channel and readies the mover to connect to `endpoints` (PORT, EPRT,
+    /// SPOR) at the next transfer.
+    fn set_active<'a>(
+        &'a mut self,
+        endpoints: &'a [SocketAddr],
+    ) -> MoverFuture<'a, Result<(), DtpError>>;
+
+    /// Drops the passive listener and every cached data connection.
+    fn forget(&mut self);
+
+    /// Drops cached data connections only (a buffer or security change, an abort).
+    fn forget_cache(&mut self);
+
+    /// Whether `desc` will run on cached connections (the PI then answers 125, not 150).
+    fn will_reuse(&self, desc: &TransferDescription) -> bool;
+
+    /// Runs one transfer to its end, sending [`DtpEvent`]s as it goes: first
+    /// [`DtpEvent::Begin`] once the file is open and the data channel is next, then markers.
+    /// A transfer that fails before `Begin` never started: the PI sends no preliminary reply.
+    fn run<'a>(
+        &'a mut self,
+        desc: &'a TransferDescription,
+        events: &'a mpsc::Sender<DtpEvent>,
+    ) -> MoverFuture<'a, Result<TransferOutcome, DtpError>>;
+
+    /// Payload bytes the last transfer moved, also when it failed or was aborted.
+    fn bytes_moved(&self) -> u64;
+
+    /// Text the PI appends to a transfer's final reply (a striped mover names the data nodes
+    /// it could not reach); empty by default.
+    fn note(&self) -> String {
+        String::new()
+    }
+}

@@ -1,0 +1,195 @@
+//! The disk-stack seam end to end: a driver registered beside `file` sees every byte a
+//! transfer reads from or writes to storage, through the description's `disk_stack`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use ferry_dtp::disk_stack::{Access, DiskDriver, DiskStackError, DiskStacks};
+use ferry_dtp::{
+    BufferPool, ChannelSecurity, ChannelSetup, Direction, Dtp, DtpError, DtpEvent, MarkerIntervals,
+    Section, StripeInfo, TransferDescription, TransferSource,
+};
+use ferry_net::SocketTuning;
+use ferry_proto::command::TransferMode;
+use ferry_proto::stack::StackSpec;
+use ferry_proto::RangeSet;
+use ferry_storage::{FileHandle, PosixStorage, Storage, StorageError, VirtualPath};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+/// Counts the bytes that pass through it, each way.
+#[derive(Debug, Default)]
+struct Tally {
+    read: Arc<AtomicU64>,
+    written: Arc<AtomicU64>,
+}
+
+impl DiskDriver for Tally {
+    fn name(&self) -> &'static str {
+        "tally"
+    }
+
+    fn accept(&self, options: &str) -> Result<(), DiskStackError> {
+        match options {
+            "" => Ok(()),
+            _ => Err(DiskStackError::Options {
+                name: "tally".into(),
+                why: "no options".into(),
+            }),
+        }
+    }
+
+    fn wrap(
+        &self,
+        below: Arc<dyn FileHandle>,
+        _access: Access<'_>,
+        _options: &str,
+    ) -> Result<Arc<dyn FileHandle>, StorageError> {
+        Ok(Arc::new(Counted {
+            below,
+            read: Arc::clone(&self.read),
+            written: Arc::clone(&self.written),
+        }))
+    }
+}
+
+#[derive(Debug)]
+struct Counted {
+    below: Arc<dyn FileHandle>,
+    read: Arc<AtomicU64>,
+    written: Arc<AtomicU64>,
+}
+
+impl FileHandle for Counted {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize, StorageError> {
+        let n = self.below.read_at(buf, offset)?;
+        self.read.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<(), StorageError> {
+        self.written.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.below.write_all_at(buf, offset)
+    }
+    fn size(&self) -> Result<u64, StorageError> {
+        self.below.size()
+    }
+    fn is_regular(&self) -> bool {
+        self.below.is_regular()
+    }
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        // A layer that must see the bytes takes zero-copy away.
+        None
+    }
+    fn sync(&self) -> Result<(), StorageError> {
+        self.below.sync()
+    }
+    fn set_len(&self, len: u64) -> Result<(), StorageError> {
+        self.below.set_len(len)
+    }
+}
+
+fn description(
+    direction: Direction,
+    addr: std::net::SocketAddr,
+    stack: &str,
+) -> TransferDescription {
+    TransferDescription {
+        id: 1,
+        direction,
+        source: TransferSource::File,
+        path: VirtualPath::resolve(&VirtualPath::root(), "/f.bin").expect("path"),
+        mode: TransferMode::Stream,
+        ascii: false,
+        section: Section {
+            file_offset: 0,
+            length: None,
+        },
+        restart: RangeSet::new(),
+        truncate: true,
+        create_new: false,
+        parallelism: 1,
+        block_size: None,
+        tuning: SocketTuning::default(),
+        channel: ChannelSetup::Active(vec![addr]),
+        stack: StackSpec::default_net(),
+        disk_stack: StackSpec::parse(stack).expect("stack"),
+        security: ChannelSecurity::default(),
+        markers: MarkerIntervals::default(),
+        stripe: StripeInfo::default(),
+        layout: Default::default(),
+        idle_timeout_ms: 30_000,
+    }
+}
+
+fn dtp_with_tally(dir: &std::path::Path) -> (Dtp, Arc<AtomicU64>, Arc<AtomicU64>) {
+    let storage: Arc<dyn Storage> = Arc::new(PosixStorage::open(dir, false).expect("storage"));
+    let mut dtp = Dtp::new(storage, BufferPool::new(ferry_dtp::IO_CHUNK, 4), false);
+    let tally = Tally::default();
+    let (read, written) = (Arc::clone(&tally.read), Arc::clone(&tally.written));
+    dtp.use_disk_stacks(Arc::new(DiskStacks::standard().with(Arc::new(tally))));
+    (dtp, read, written)
+}
+
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 7 % 253) as u8).collect()
+}
+
+#[tokio::test]
+async fn a_driver_above_file_sees_every_byte_stored_and_sent() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut dtp, read, written) = dtp_with_tally(dir.path());
+    let data = pattern(3 << 20);
+
+    // Receive: the DTP connects to us and we send the file.
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let desc = description(
+        Direction::Receive,
+        l.local_addr().expect("addr"),
+        "file,tally",
+    );
+    let sent = data.clone();
+    let peer = tokio::spawn(async move {
+        let (mut c, _) = l.accept().await.expect("accept");
+        c.write_all(&sent).await.expect("send");
+    });
+    let (tx, mut rx) = mpsc::channel(64);
+    dtp.run(&desc, &tx).await.expect("receive");
+    peer.await.expect("peer");
+    assert_eq!(rx.try_recv(), Ok(DtpEvent::Begin));
+    assert_eq!(
+        std::fs::read(dir.path().join("f.bin")).expect("stored"),
+        data
+    );
+    assert_eq!(written.load(Ordering::Relaxed), data.len() as u64);
+
+    // Send it back: every byte is read through the driver.
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let desc = description(Direction::Send, l.local_addr().expect("addr"), "file,tally");
+    let peer = tokio::spawn(async move {
+        let (mut c, _) = l.accept().await.expect("accept");
+        let mut got = Vec::new();
+        c.read_to_end(&mut got).await.expect("read");
+        got
+    });
+    dtp.run(&desc, &tx).await.expect("send");
+    assert_eq!(peer.await.expect("peer"), data);
+    assert_eq!(read.load(Ordering::Relaxed), data.len() as u64);
+}
+
+#[tokio::test]
+async fn a_stack_this_dtp_cannot_build_fails_before_the_transfer_begins() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut dtp, _read, written) = dtp_with_tally(dir.path());
+    let addr = "127.0.0.1:9".parse().expect("addr");
+    let (tx, mut rx) = mpsc::channel(64);
+    for stack in ["file,gridftp_multicast", "tally", "file,tally:x=1"] {
+        let desc = description(Direction::Receive, addr, stack);
+        let err = dtp.run(&desc, &tx).await.expect_err(stack);
+        assert!(matches!(err, DtpError::DiskStack(_)), "{stack}: {err}");
+        assert_eq!(err.reply_code(), 500);
+        assert!(rx.try_recv().is_err(), "{stack}: no Begin");
+    }
+    assert!(!dir.path().join("f.bin").exists(), "nothing was created");
+    assert_eq!(written.load(Ordering::Relaxed), 0);
+}

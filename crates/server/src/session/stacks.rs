@@ -1,0 +1,75 @@
+//! `SITE SETNETSTACK` (alias `SETDCSTACK`) and `SITE SETDISKSTACK`: the session's driver stacks,
+//! parsed in Globus' syntax and admitted by the admin's `--dc-whitelist` / `--fs-whitelist`.
+//!
+//! As in Globus, the check is made at the SITE command, a refusal is a multi-line 500 naming
+//! the driver, and a refused command leaves the session on the default stack (Globus drops the
+//! old stack before it checks the new one).
+
+use ferry_proto::stack::{StackChoice, StackError, StackSpec, Whitelist};
+use ferry_proto::Reply;
+
+use super::Session;
+
+/// Which stack a command sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StackKind {
+    /// The data channel's (`SETNETSTACK`).
+    Net,
+    /// Storage's (`SETDISKSTACK`).
+    Disk,
+}
+
+impl StackKind {
+    fn default_stack(self) -> StackSpec {
+        match self {
+            StackKind::Net => StackSpec::default_net(),
+            StackKind::Disk => StackSpec::default_disk(),
+        }
+    }
+
+    /// The first line of Globus' refusal.
+    fn what(self) -> &'static str {
+        match self {
+            StackKind::Net => "Setting data channel driver stack failed.",
+            StackKind::Disk => "Setting filesystem driver stack failed.",
+        }
+    }
+}
+
+impl Session {
+    /// The stack `arg` chooses and the reply: `250 OK.`, or the refusal with the default stack.
+    pub(crate) fn choose_stack(&self, arg: &str, kind: StackKind) -> (StackSpec, Reply) {
+        match self.admit_stack(arg, kind) {
+            Ok(stack) => (stack, Reply::new(250, "OK.")),
+            Err(why) => (
+                kind.default_stack(),
+                Reply::multi(500, vec![kind.what().to_string(), why, "End.".into()]),
+            ),
+        }
+    }
+
+    fn admit_stack(&self, arg: &str, kind: StackKind) -> Result<StackSpec, String> {
+        let stack = match StackChoice::parse(arg).map_err(|e| e.to_string())? {
+            StackChoice::Default => return Ok(kind.default_stack()),
+            StackChoice::Stack(s) => s,
+        };
+        let config = &self.ctx.config;
+        match kind {
+            StackKind::Net => {
+                let whitelist = Whitelist::new(config.dc_whitelist.iter().cloned());
+                whitelist
+                    .admit(&stack, ferry_net::driver_exists)
+                    .map_err(|e| e.to_string())?;
+            }
+            StackKind::Disk => {
+                let whitelist = Whitelist::new(config.fs_whitelist.iter().cloned());
+                let stacks = &self.ctx.disk_stacks;
+                whitelist
+                    .admit(&stack, |name| stacks.exists(name))
+                    .map_err(|e: StackError| e.to_string())?;
+                stacks.resolve(&stack).map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(stack)
+    }
+}

@@ -1,0 +1,77 @@
+//! `SITE SETNETSTACK` (alias `SETDCSTACK`) and `SITE SETDISKSTACK`, as Globus answers them:
+//! `250 OK.`, or a multi-line 500 naming the driver, after which the session is on the default
+//! stack and transfers go on.
+
+mod common;
+
+use common::*;
+
+/// Asserts a Globus-style refusal: `500-<what> failed.`, the reason, `500 End.`.
+fn assert_refused(r: &ferry_proto::Reply, first: &str, why: &str) {
+    assert_eq!(r.code, 500, "{r}");
+    let text = r.text();
+    assert!(text.starts_with(first), "{r}");
+    assert!(text.contains(why), "{r}");
+    assert!(text.ends_with("End."), "{r}");
+}
+
+const DISK: &str = "Setting filesystem driver stack failed.";
+const NET: &str = "Setting data channel driver stack failed.";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_stacks_are_admitted_by_the_whitelist_and_the_drivers_this_build_has() {
+    let srv = TestServer::start().await;
+    srv.write("f.bin", &random_bytes(300_000, 3));
+    let mut c = srv.login().await;
+    expect(&mut c, "SITE SETDISKSTACK file", 250).await;
+    expect(&mut c, "SITE SETDISKSTACK DEFAULT", 250).await;
+    let r = cmd(&mut c, "SITE SETDISKSTACK file,gridftp_multicast").await;
+    assert_refused(&r, DISK, "gridftp_multicast driver not whitelisted");
+    // Names are exact, as in Globus.
+    let r = cmd(&mut c, "SITE SETDISKSTACK FILE").await;
+    assert_refused(&r, DISK, "FILE driver not whitelisted");
+    let r = cmd(&mut c, "SITE SETDISKSTACK file:opt=1").await;
+    assert_refused(&r, DISK, "file driver: takes no options");
+    // The refused stack left the default one: files still move, byte for byte.
+    let (got, _) = client_get(&mut c, "f.bin", 2).await;
+    assert_eq!(got, srv.read("f.bin"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_whitelist_without_file_refuses_it_and_one_naming_a_missing_driver_admits_nothing_more(
+) {
+    let srv = TestServer::start_with(|c| {
+        c.fs_whitelist = vec!["popen".into()];
+        c.dc_whitelist = vec!["tcp".into()];
+    })
+    .await;
+    let mut c = srv.login().await;
+    let r = cmd(&mut c, "SITE SETDISKSTACK file").await;
+    assert_refused(&r, DISK, "file driver not whitelisted");
+    // Whitelisted, but no such driver here: Globus answers the same (it never loaded it).
+    let r = cmd(&mut c, "SITE SETDISKSTACK popen").await;
+    assert_refused(&r, DISK, "popen driver not whitelisted");
+    // `default` needs no whitelist entry.
+    expect(&mut c, "SITE SETDISKSTACK default", 250).await;
+    let r = cmd(&mut c, "SITE SETNETSTACK tcp,gsi").await;
+    assert_refused(&r, NET, "gsi driver not whitelisted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn net_stacks_take_globus_url_copys_spellings_and_refuse_unknown_transports() {
+    let srv = TestServer::start().await;
+    let data = random_bytes(2 << 20, 5);
+    srv.write("f.bin", &data);
+    let mut c = srv.login().await;
+    expect(&mut c, "SITE SETNETSTACK tcp", 250).await;
+    // What globus-url-copy -dcstack tcp sends on a gsiftp URL with DCAU.
+    expect(&mut c, "SITE SETNETSTACK tcp,gsi", 250).await;
+    expect(&mut c, "SITE SETDCSTACK tcp", 250).await;
+    let r = cmd(&mut c, "SITE SETNETSTACK udt,gsi").await;
+    assert_refused(&r, NET, "udt driver not whitelisted");
+    let r = cmd(&mut c, "SITE SETNETSTACK tcp,").await;
+    assert_refused(&r, NET, " driver not whitelisted");
+    let (got, _) = client_get(&mut c, "f.bin", 4).await;
+    assert_eq!(got, data);
+    expect(&mut c, "SITE SETNETSTACK default", 250).await;
+}
