@@ -60,15 +60,7 @@ pub async fn get(
     ctl.expect_ok("MODE E").await?;
     let mut dtp = local_dtp(req.block_size)?;
     let ip = ctl.local_addr()?.ip();
-    let addr = dtp
-        .channel()
-        .open_passive(ip, None, req.tuning())
-        .map_err(ferry_dtp::DtpError::Connect)?;
-    let hp = HostPort(addr);
-    let cmd = match hp.to_port_form() {
-        Some(p) => format!("PORT {p}"),
-        None => format!("EPRT {}", hp.to_eprt_form()),
-    };
+    let cmd = crate::session::listen_locally(&mut dtp, ip, req.tuning()).await?;
     ctl.expect_ok(&cmd).await?;
     let n = req.parallelism.max(1);
     ctl.expect_ok(&format!("OPTS RETR Parallelism={n},{n},{n};"))

@@ -272,16 +272,7 @@ impl RemoteSession {
             return Ok(());
         }
         let ip = self.ctl.local_addr()?.ip();
-        let addr = self
-            .dtp
-            .channel()
-            .open_passive(ip, None, tuning)
-            .map_err(ferry_dtp::DtpError::Connect)?;
-        let hp = HostPort(addr);
-        let cmd = match hp.to_port_form() {
-            Some(p) => format!("PORT {p}"),
-            None => format!("EPRT {}", hp.to_eprt_form()),
-        };
+        let cmd = listen_locally(&mut self.dtp, ip, tuning).await?;
         self.expect_ok(&cmd).await?;
         self.data = DataSetup::Listening;
         Ok(())
@@ -334,6 +325,32 @@ impl RemoteSession {
         self.data = DataSetup::None;
         self.dtp.channel().forget();
     }
+}
+
+/// Opens a listener on the client's own DTP (its default net stack) and returns the PORT or
+/// EPRT command that names it to a server.
+pub(crate) async fn listen_locally(
+    dtp: &mut Dtp,
+    ip: std::net::IpAddr,
+    tuning: SocketTuning,
+) -> Result<String, ClientError> {
+    let req = ferry_dtp::PassiveRequest {
+        ip,
+        ports: None,
+        tuning,
+        striped: false,
+        stack: ferry_proto::stack::StackSpec::default_net(),
+    };
+    let addrs = ferry_dtp::DataMover::open_passive(dtp, req).await?;
+    let addr = addrs
+        .first()
+        .copied()
+        .ok_or(ferry_dtp::DtpError::NoDataChannel)?;
+    let hp = HostPort(addr);
+    Ok(match hp.to_port_form() {
+        Some(p) => format!("PORT {p}"),
+        None => format!("EPRT {}", hp.to_eprt_form()),
+    })
 }
 
 async fn resolve(url: &RemoteUrl) -> Result<SocketAddr, ClientError> {

@@ -4,7 +4,8 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use ferry_net::{bind_listener, DataConn, DataListener, NetError, PortRange, SocketTuning};
+use ferry_net::{DataConn, DataListener, NetError, PortRange, SocketTuning, Transports};
+use ferry_proto::stack::StackSpec;
 
 use crate::{ChannelSetup, Direction};
 
@@ -20,15 +21,18 @@ pub struct DataChannel {
 }
 
 impl DataChannel {
-    /// Opens a new passive listener (forgetting any previous channel) and returns its address.
+    /// Opens a new passive listener on `stack`'s transport (forgetting any previous channel)
+    /// and returns its address.
     pub fn open_passive(
         &mut self,
+        transports: &Transports,
+        stack: &StackSpec,
         ip: IpAddr,
         range: Option<PortRange>,
         tuning: SocketTuning,
     ) -> Result<SocketAddr, NetError> {
         self.forget();
-        let l = bind_listener(ip, range, tuning)?;
+        let l = transports.listen(stack, ip, range, tuning)?;
         let addr = l.local_addr()?;
         self.listener = Some(Arc::new(l));
         Ok(addr)

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ferry_gsi::{DataSecurity, PeerCheck};
-use ferry_net::{connect, DataConn, DataProtection};
+use ferry_net::{DataConn, DataProtection, Transports};
 use ferry_proto::command::{Dcau, Protection, TransferMode};
 use ferry_proto::RangeSet;
 use ferry_storage::{FileHandle, Storage, WriteOptions};
@@ -45,6 +45,8 @@ pub struct Dtp {
     poll_budget: Option<Arc<PollBudget>>,
     /// The disk-stack drivers a description may name.
     disk_stacks: Arc<DiskStacks>,
+    /// The transports a description's net stack may name.
+    transports: Arc<Transports>,
 }
 
 /// A reader of a transfer's byte counters, kept after the transfer ends.
@@ -76,7 +78,13 @@ impl Dtp {
             moved: Moved::nothing(),
             poll_budget: None,
             disk_stacks: Arc::new(DiskStacks::standard()),
+            transports: Arc::new(Transports::standard()),
         }
+    }
+
+    /// Connects and listens with `transports` instead of this build's standard set.
+    pub fn use_transports(&mut self, transports: Arc<Transports>) {
+        self.transports = transports;
     }
 
     /// Builds descriptions' disk stacks from `stacks` instead of this build's standard set.
@@ -318,13 +326,20 @@ impl Dtp {
                     next += 1;
                 }
                 let prot = self.protection(desc)?;
-                conns.extend(connect_all(&pending, desc, prot, idle).await?);
+                conns.extend(connect_all(&self.transports, &pending, desc, prot, idle).await?);
                 Ok(conns)
             }
             (ChannelSetup::Active(_), TransferMode::Stream) => {
                 self.channel.forget_cache();
                 let first = addrs.first().copied().ok_or(DtpError::NoDataChannel)?;
-                connect_all(&[first], desc, self.protection(desc)?, idle).await
+                connect_all(
+                    &self.transports,
+                    &[first],
+                    desc,
+                    self.protection(desc)?,
+                    idle,
+                )
+                .await
             }
             (ChannelSetup::Passive, mode) => {
                 let mut conns = if mode == TransferMode::Extended {
@@ -402,7 +417,11 @@ impl Dtp {
                             .iter()
                             .flat_map(|a| std::iter::repeat_n(*a, desc.parallelism.max(1) as usize))
                             .collect();
-                        (connect_all(&pending, desc, prot.clone(), idle).await?, None)
+                        (
+                            connect_all(&self.transports, &pending, desc, prot.clone(), idle)
+                                .await?,
+                            None,
+                        )
                     }
                 };
                 let fut = receive_mode_e(cached, listener, prot, Arc::clone(&job));
@@ -426,7 +445,9 @@ impl Dtp {
                     }
                     ChannelSetup::Active(addrs) => {
                         let first = addrs.first().copied().ok_or(DtpError::NoDataChannel)?;
-                        connect_all(&[first], desc, prot, idle).await?.remove(0)
+                        connect_all(&self.transports, &[first], desc, prot, idle)
+                            .await?
+                            .remove(0)
                     }
                 };
                 if let Ok(mut w) = job.written.lock() {
@@ -449,7 +470,7 @@ impl DataMover for Dtp {
     ) -> MoverFuture<'_, Result<Vec<SocketAddr>, DtpError>> {
         let opened = self
             .channel
-            .open_passive(req.ip, req.ports, req.tuning)
+            .open_passive(&self.transports, &req.stack, req.ip, req.ports, req.tuning)
             .map(|a| vec![a])
             .map_err(DtpError::Listen);
         Box::pin(std::future::ready(opened))
@@ -609,6 +630,7 @@ pub(crate) async fn secure(
 
 /// Connects to every address at once (each handshake on its own task).
 async fn connect_all(
+    transports: &Arc<Transports>,
     addrs: &[SocketAddr],
     desc: &TransferDescription,
     prot: Option<DataProtection>,
@@ -618,9 +640,13 @@ async fn connect_all(
     let prot = prot.map(Arc::new);
     for (i, a) in addrs.iter().enumerate() {
         let (a, tuning, prot) = (*a, desc.tuning, prot.clone());
+        let (transports, stack) = (Arc::clone(transports), desc.stack.clone());
         set.spawn(async move {
             let conn = async {
-                let c = connect(a, tuning).await.map_err(DtpError::Connect)?;
+                let c = transports
+                    .connect(&stack, a, tuning)
+                    .await
+                    .map_err(DtpError::Connect)?;
                 secure(c, true, prot.as_deref(), idle).await
             };
             (i, conn.await)

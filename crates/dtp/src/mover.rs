@@ -8,6 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 
 use ferry_net::{PortRange, SocketTuning};
+use ferry_proto::stack::StackSpec;
 use tokio::sync::mpsc;
 
 use crate::{DtpError, DtpEvent, TransferDescription, TransferOutcome};
@@ -16,7 +17,7 @@ use crate::{DtpError, DtpEvent, TransferDescription, TransferOutcome};
 pub type MoverFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// What a PASV, EPSV or SPAS asks of a mover.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PassiveRequest {
     /// The address to listen on (where the control connection arrived, or the configured data
     /// interface). Movers on other hosts listen on their own.
@@ -27,6 +28,8 @@ pub struct PassiveRequest {
     pub tuning: SocketTuning,
     /// SPAS: one listener per stripe where the mover has several; PASV/EPSV: one.
     pub striped: bool,
+    /// The session's net stack: its transport listens.
+    pub stack: StackSpec,
 }
 
 /// Everything a PI asks of a data mover. Aborting a transfer is dropping its `run` future

@@ -151,7 +151,7 @@ async fn read_blocks(
         }
         if job.poll.is_some()
             && reader.received >= OWN_THREAD_AFTER
-            && !conn.is_protected()
+            && conn.can_detach()
             && job.readers.load(Ordering::Relaxed) == 1
         {
             if let Some(permit) = job.poll.as_ref().and_then(PollBudget::try_take) {

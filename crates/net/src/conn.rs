@@ -2,22 +2,22 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpSocket, TcpStream};
 
+use crate::link::{Link, TransportStream};
 use crate::tls::{self, DataProtection, TlsState};
 use crate::{NetError, SocketTuning};
 
-/// One data connection: a TCP socket, and the GSI layer when PROT S/P protects it. A struct,
-/// not a trait object, so the hot path is monomorphic; other transports will add a field or
-/// an enum under it.
+/// One data connection: a transport's stream (TCP, or another registered transport), and the
+/// GSI layer when PROT S/P protects it. A struct over an enum, not a trait object, so the TCP
+/// path stays monomorphic.
 #[derive(Debug)]
 pub struct DataConn {
-    stream: TcpStream,
+    link: Link,
     /// The peer is on another host (decided once: the send path asks per block).
     off_host: bool,
     /// The TCP_NOTSENT_LOWAT this socket carries, when one was set.
@@ -38,11 +38,24 @@ impl DataConn {
             .peer_addr()
             .is_ok_and(|a| !a.ip().to_canonical().is_loopback());
         Ok(DataConn {
-            stream,
+            link: Link::Tcp(stream),
             off_host,
             unsent_limit: None,
             tls: None,
         })
+    }
+
+    /// A connection over another transport's stream (see [`crate::Transport`]).
+    pub fn from_transport(stream: Box<dyn TransportStream>) -> DataConn {
+        let off_host = stream
+            .peer_addr()
+            .is_ok_and(|a| !a.ip().to_canonical().is_loopback());
+        DataConn {
+            link: Link::Other(stream),
+            off_host,
+            unsent_limit: None,
+            tls: None,
+        }
     }
 
     /// Wraps a TCP connection made elsewhere (e.g. a striped server's IPC link, which then runs
@@ -59,7 +72,7 @@ impl DataConn {
         initiator: bool,
         protection: &DataProtection,
     ) -> Result<DataConn, NetError> {
-        self.tls = tls::handshake(&mut self.stream, initiator, protection)
+        self.tls = tls::handshake(&mut self.link, initiator, protection)
             .await?
             .map(Box::new);
         Ok(self)
@@ -72,12 +85,12 @@ impl DataConn {
 
     /// The peer's address.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        self.stream.peer_addr()
+        self.link.peer_addr()
     }
 
     /// The local address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.stream.local_addr()
+        self.link.local_addr()
     }
 
     /// Caps the bytes the kernel holds unsent for this socket (TCP_NOTSENT_LOWAT), or lifts
@@ -87,20 +100,26 @@ impl DataConn {
     /// idle (measured: 2 of 8 streams carrying a 9 MiB transfer on a lossy 60 ms path, at a
     /// quarter of Globus' rate). With the cap a stream takes its next block only once its
     /// queue has nearly drained.
+    /// Other transports keep their own queues: a no-op for them.
     pub fn limit_unsent(&mut self, limit: Option<u32>) -> io::Result<()> {
+        let Link::Tcp(stream) = &self.link else {
+            return Ok(());
+        };
         if self.unsent_limit != limit {
             // The kernel's "no limit" is its default, UINT_MAX.
-            socket2::SockRef::from(&self.stream)
-                .set_tcp_notsent_lowat(limit.unwrap_or(u32::MAX))?;
+            socket2::SockRef::from(stream).set_tcp_notsent_lowat(limit.unwrap_or(u32::MAX))?;
             self.unsent_limit = limit;
         }
         Ok(())
     }
 
     /// Turns Nagle's algorithm off (`true`: small writes leave at once) or on. Data connections
-    /// start with it off.
+    /// start with it off. Only TCP has it: a no-op for other transports.
     pub fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
-        self.stream.set_nodelay(nodelay)
+        match &self.link {
+            Link::Tcp(s) => s.set_nodelay(nodelay),
+            Link::Other(_) => Ok(()),
+        }
     }
 
     /// The socket for zero-copy sends (`sendfile`), only when bytes go to it unchanged (no
@@ -109,12 +128,15 @@ impl DataConn {
     /// the CPU per GB (disk scenario, globus-url-copy as receiver): copying once on the
     /// sending side is cheaper for the pair.
     pub fn zero_copy_socket(&self) -> Option<&TcpStream> {
-        (self.off_host && self.tls.is_none()).then_some(&self.stream)
+        match &self.link {
+            Link::Tcp(s) if self.off_host && self.tls.is_none() => Some(s),
+            _ => None,
+        }
     }
 
-    /// The raw descriptor of the transport socket.
-    pub fn raw_fd(&self) -> RawFd {
-        self.stream.as_raw_fd()
+    /// Whether [`DataConn::detach`] can take this connection off its runtime: clear TCP only.
+    pub fn can_detach(&self) -> bool {
+        self.tls.is_none() && matches!(self.link, Link::Tcp(_))
     }
 }
 
@@ -128,17 +150,20 @@ pub struct DetachedConn {
 }
 
 impl DataConn {
-    /// Takes a clear connection off its runtime. Protected connections cannot move (their TLS
-    /// state is tied to the async stream): `Unsupported`.
+    /// Takes a clear TCP connection off its runtime. Protected connections (their TLS state is
+    /// tied to the async stream) and other transports cannot move: `Unsupported`.
     pub fn detach(self) -> io::Result<DetachedConn> {
-        if self.tls.is_some() {
-            return Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "a protected data connection stays on its runtime",
-            ));
-        }
+        let stream = match self.link {
+            Link::Tcp(s) if self.tls.is_none() => s,
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "only a clear TCP data connection can leave its runtime",
+                ))
+            }
+        };
         Ok(DetachedConn {
-            stream: self.stream.into_std()?,
+            stream: stream.into_std()?,
             off_host: self.off_host,
             unsent_limit: self.unsent_limit,
         })
@@ -172,7 +197,7 @@ impl DetachedConn {
     pub fn attach(self) -> io::Result<DataConn> {
         // tokio's into_std leaves the socket non-blocking, as from_std requires.
         Ok(DataConn {
-            stream: TcpStream::from_std(self.stream)?,
+            link: Link::Tcp(TcpStream::from_std(self.stream)?),
             off_host: self.off_host,
             unsent_limit: self.unsent_limit,
             tls: None,
@@ -206,8 +231,8 @@ impl AsyncRead for DataConn {
     ) -> Poll<io::Result<()>> {
         let me = self.get_mut();
         match &mut me.tls {
-            Some(tls) => tls.poll_read(&me.stream, cx, buf),
-            None => Pin::new(&mut me.stream).poll_read(cx, buf),
+            Some(tls) => tls.poll_read(&mut me.link, cx, buf),
+            None => Pin::new(&mut me.link).poll_read(cx, buf),
         }
     }
 }
@@ -220,8 +245,8 @@ impl AsyncWrite for DataConn {
     ) -> Poll<io::Result<usize>> {
         let me = self.get_mut();
         match &mut me.tls {
-            Some(tls) => tls.poll_write_vectored(&me.stream, cx, &[io::IoSlice::new(buf)]),
-            None => Pin::new(&mut me.stream).poll_write(cx, buf),
+            Some(tls) => tls.poll_write_vectored(&mut me.link, cx, &[io::IoSlice::new(buf)]),
+            None => Pin::new(&mut me.link).poll_write(cx, buf),
         }
     }
 
@@ -232,8 +257,8 @@ impl AsyncWrite for DataConn {
     ) -> Poll<io::Result<usize>> {
         let me = self.get_mut();
         match &mut me.tls {
-            Some(tls) => tls.poll_write_vectored(&me.stream, cx, bufs),
-            None => Pin::new(&mut me.stream).poll_write_vectored(cx, bufs),
+            Some(tls) => tls.poll_write_vectored(&mut me.link, cx, bufs),
+            None => Pin::new(&mut me.link).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -244,16 +269,16 @@ impl AsyncWrite for DataConn {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let me = self.get_mut();
         match &mut me.tls {
-            Some(tls) => tls.poll_flush(&me.stream, cx),
-            None => Pin::new(&mut me.stream).poll_flush(cx),
+            Some(tls) => tls.poll_flush(&mut me.link, cx),
+            None => Pin::new(&mut me.link).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let me = self.get_mut();
         if let Some(tls) = &mut me.tls {
-            ready!(tls.poll_close(&me.stream, cx))?;
+            ready!(tls.poll_close(&mut me.link, cx))?;
         }
-        Pin::new(&mut me.stream).poll_shutdown(cx)
+        Pin::new(&mut me.link).poll_shutdown(cx)
     }
 }

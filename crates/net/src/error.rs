@@ -23,9 +23,17 @@ pub enum NetError {
         /// Why.
         source: io::Error,
     },
-    /// A stack names a driver this build or this server does not allow.
-    #[error("driver '{0}' is not available or not allowed")]
+    /// A stack names a driver this build does not have.
+    #[error("{0} driver not available")]
     DriverNotAllowed(String),
+    /// A driver refused its options, or sits where it cannot.
+    #[error("{driver} driver: {why}")]
+    DriverOptions {
+        /// The driver.
+        driver: String,
+        /// What is wrong.
+        why: String,
+    },
     /// The GSI handshake or peer check of a data connection failed (DCAU).
     #[error("data channel authentication failed: {0}")]
     Security(String),

@@ -6,6 +6,7 @@ use std::task::{Context, Poll, Waker};
 use tokio::net::{TcpListener, TcpSocket};
 
 use crate::conn::DataConn;
+use crate::link::TransportStream;
 use crate::{NetError, SocketTuning};
 
 /// Connections a listener queues before the DTP accepts them.
@@ -38,20 +39,54 @@ impl std::str::FromStr for PortRange {
 /// A listening data endpoint that accepts any number of data connections.
 #[derive(Debug)]
 pub struct DataListener {
-    inner: TcpListener,
+    inner: Listening,
     tuning: SocketTuning,
 }
 
+/// A transport's listening endpoint.
+#[derive(Debug)]
+enum Listening {
+    Tcp(TcpListener),
+    Other(Box<dyn TransportListener>),
+}
+
+/// The listening side of a transport other than TCP (see [`crate::Transport`]).
+pub trait TransportListener: Send + Sync + std::fmt::Debug {
+    /// The bound address.
+    fn local_addr(&self) -> std::io::Result<SocketAddr>;
+    /// The next connection, when one is waiting.
+    fn poll_accept(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<Box<dyn TransportStream>>>;
+}
+
 impl DataListener {
+    /// A listener of another transport.
+    pub fn from_transport(listener: Box<dyn TransportListener>) -> DataListener {
+        DataListener {
+            inner: Listening::Other(listener),
+            tuning: SocketTuning::default(),
+        }
+    }
+
     /// The bound address.
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.inner.local_addr()
+        match &self.inner {
+            Listening::Tcp(l) => l.local_addr(),
+            Listening::Other(l) => l.local_addr(),
+        }
     }
 
     /// Accepts the next data connection.
     pub async fn accept(&self) -> Result<DataConn, NetError> {
-        let (stream, _) = self.inner.accept().await?;
-        DataConn::from_tcp(stream, &self.tuning)
+        match &self.inner {
+            Listening::Tcp(l) => {
+                let (stream, _) = l.accept().await?;
+                DataConn::from_tcp(stream, &self.tuning)
+            }
+            Listening::Other(l) => {
+                let stream = std::future::poll_fn(|cx| l.poll_accept(cx)).await?;
+                Ok(DataConn::from_transport(stream))
+            }
+        }
     }
 }
 
@@ -63,9 +98,12 @@ impl Drop for DataListener {
     fn drop(&mut self) {
         let mut cx = Context::from_waker(Waker::noop());
         for _ in 0..BACKLOG {
-            match self.inner.poll_accept(&mut cx) {
-                Poll::Ready(Ok((stream, _))) => drop(stream),
-                _ => break,
+            let accepted = match &self.inner {
+                Listening::Tcp(l) => l.poll_accept(&mut cx).map_ok(drop),
+                Listening::Other(l) => l.poll_accept(&mut cx).map_ok(drop),
+            };
+            if !matches!(accepted, Poll::Ready(Ok(()))) {
+                break;
             }
         }
     }
@@ -105,7 +143,10 @@ pub fn bind_listener(
             found.ok_or(NetError::NoFreePort { lo: r.lo, hi: r.hi })?
         }
     };
-    Ok(DataListener { inner, tuning })
+    Ok(DataListener {
+        inner: Listening::Tcp(inner),
+        tuning,
+    })
 }
 
 /// A cheap pseudo-random number below `n` from the clock; only spreads ports, needs no quality.

@@ -11,8 +11,8 @@ use std::task::{ready, Context, Poll};
 
 use ferry_gsi::{DataSecurity, GsiError, PeerCheck, RecordLayer, SecurityContext, Step};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadBuf};
-use tokio::net::TcpStream;
 
+use crate::link::Link;
 use crate::NetError;
 
 /// Largest TLS record on the wire (TLS 1.2 allows 2^14 + 2048 of ciphertext).
@@ -111,7 +111,7 @@ impl std::fmt::Debug for TlsState {
 /// Returns the context to keep when the connection is protected (PROT S/P), `None` when the
 /// data that follows is clear (PROT C).
 pub(crate) async fn handshake(
-    stream: &mut TcpStream,
+    stream: &mut Link,
     initiator: bool,
     prot: &DataProtection,
 ) -> Result<Option<TlsState>, NetError> {
@@ -186,7 +186,7 @@ pub(crate) async fn handshake(
     }))
 }
 
-async fn read_record(stream: &mut TcpStream, record: &mut Vec<u8>) -> Result<(), NetError> {
+async fn read_record(stream: &mut Link, record: &mut Vec<u8>) -> Result<(), NetError> {
     record.resize(5, 0);
     stream.read_exact(&mut record[..5]).await.map_err(eof)?;
     if !(20..=24).contains(&record[0]) || record[1] != 3 {
@@ -218,14 +218,11 @@ fn other(e: GsiError) -> io::Error {
 
 impl TlsState {
     /// Sends queued ciphertext until none is left.
-    fn poll_send(&mut self, stream: &TcpStream, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    fn poll_send(&mut self, link: &mut Link, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while !self.ctx.unsent().is_empty() {
-            ready!(stream.poll_write_ready(cx))?;
-            match stream.try_write(self.ctx.unsent()) {
-                Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                Ok(n) => self.ctx.mark_sent(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Poll::Ready(Err(e)),
+            match ready!(link.poll_write_some(cx, self.ctx.unsent()))? {
+                0 => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                n => self.ctx.mark_sent(n),
             }
         }
         Poll::Ready(Ok(()))
@@ -233,7 +230,7 @@ impl TlsState {
 
     pub(crate) fn poll_read(
         &mut self,
-        stream: &TcpStream,
+        link: &mut Link,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
@@ -242,13 +239,17 @@ impl TlsState {
                 buf.advance(n);
                 return Poll::Ready(Ok(()));
             }
-            ready!(stream.poll_read_ready(cx))?;
-            match self.ctx.receive_with(CHUNK, |b| stream.try_read(b)) {
+            let fill = |b: &mut [u8]| match link.poll_read_into(cx, b) {
+                Poll::Ready(r) => r,
+                // The link registered the wake-up; nothing was read.
+                Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+            };
+            match self.ctx.receive_with(CHUNK, fill) {
                 // The peer closed TCP without a close_notify: Globus peers may do so, and a
                 // stream-mode transfer then ends here (MODE E counts its bytes itself).
                 Ok(0) => return Poll::Ready(Ok(())),
                 Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Poll::Pending,
                 Err(e) => return Poll::Ready(Err(e)),
             }
         }
@@ -256,7 +257,7 @@ impl TlsState {
 
     pub(crate) fn poll_write_vectored(
         &mut self,
-        stream: &TcpStream,
+        link: &mut Link,
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
@@ -275,28 +276,28 @@ impl TlsState {
             }
             self.pending_plain = total;
         }
-        ready!(self.poll_send(stream, cx))?;
+        ready!(self.poll_send(link, cx))?;
         Poll::Ready(Ok(std::mem::take(&mut self.pending_plain)))
     }
 
     pub(crate) fn poll_flush(
         &mut self,
-        stream: &TcpStream,
+        link: &mut Link,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<()>> {
-        self.poll_send(stream, cx)
+        self.poll_send(link, cx)
     }
 
     /// Queues our close_notify and sends it; the caller then shuts the socket down.
     pub(crate) fn poll_close(
         &mut self,
-        stream: &TcpStream,
+        link: &mut Link,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<()>> {
         if !self.closing {
             self.ctx.close().map_err(other)?;
             self.closing = true;
         }
-        self.poll_send(stream, cx)
+        self.poll_send(link, cx)
     }
 }

@@ -90,7 +90,16 @@ async fn transfer(
     passive: DataProtection,
     payload: Vec<u8>,
 ) -> (Result<Vec<u8>, NetError>, Result<(), NetError>) {
-    let (a, b) = pair().await;
+    transfer_on(pair().await, active, passive, payload).await
+}
+
+/// [`transfer`] over a given pair of connections.
+async fn transfer_on(
+    (a, b): (DataConn, DataConn),
+    active: DataProtection,
+    passive: DataProtection,
+    payload: Vec<u8>,
+) -> (Result<Vec<u8>, NetError>, Result<(), NetError>) {
     let sender = tokio::spawn(async move {
         let mut a = a.secure(true, &active).await?;
         let mut off = 0;
@@ -118,6 +127,104 @@ async fn transfer(
     let got = receiver.await;
     let sent = sender.await.unwrap();
     (got, sent)
+}
+
+/// A transport that is not TCP: an in-memory pipe, as a registered transport's stream.
+#[derive(Debug)]
+struct Pipe(tokio::io::DuplexStream);
+
+impl ferry_net::TransportStream for Pipe {
+    fn peer_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        Ok(([127, 0, 0, 1], 1).into())
+    }
+    fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        Ok(([127, 0, 0, 1], 2).into())
+    }
+}
+
+impl tokio::io::AsyncRead for Pipe {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Pipe {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+    }
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().0).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+    }
+}
+
+fn pipe_pair() -> (DataConn, DataConn) {
+    // A small pipe, so records are cut and writes wait for the reader.
+    let (a, b) = tokio::io::duplex(7 * 1024);
+    (
+        DataConn::from_transport(Box::new(Pipe(a))),
+        DataConn::from_transport(Box::new(Pipe(b))),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gsi_protection_composes_above_a_transport_other_than_tcp() {
+    let pki = pki();
+    let payload = data(3 << 20);
+    for tls12 in [false, true] {
+        for protected in [false, true] {
+            let side = |cred| protection(&pki, cred, PeerCheck::SameIdentity, protected, tls12);
+            let (got, sent) = transfer_on(
+                pipe_pair(),
+                side(proxy_of(&pki.alice)),
+                side(proxy_of(&proxy_of(&pki.alice))),
+                payload.clone(),
+            )
+            .await;
+            sent.unwrap_or_else(|e| panic!("tls12={tls12} protected={protected}: {e}"));
+            assert!(
+                got.unwrap() == payload,
+                "tls12={tls12} protected={protected}: other bytes arrived"
+            );
+        }
+    }
+    // A stranger is still refused over it.
+    let (got, _) = transfer_on(
+        pipe_pair(),
+        protection(
+            &pki,
+            proxy_of(&pki.bob),
+            PeerCheck::SameIdentity,
+            true,
+            false,
+        ),
+        protection(
+            &pki,
+            proxy_of(&pki.alice),
+            PeerCheck::SameIdentity,
+            true,
+            false,
+        ),
+        payload,
+    )
+    .await;
+    assert!(matches!(got, Err(NetError::Security(_))), "{got:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -28,6 +28,8 @@ pub(crate) struct ServerContext {
     pub(crate) modules: ModuleRegistry,
     /// The disk-stack drivers sessions may name (and `--fs-whitelist` admits).
     pub(crate) disk_stacks: Arc<ferry_dtp::disk_stack::DiskStacks>,
+    /// The data-channel transports sessions may name (and `--dc-whitelist` admits).
+    pub(crate) transports: Arc<ferry_net::Transports>,
     pub(crate) translog: Option<TransferLog>,
     pub(crate) connections: AtomicUsize,
     pub(crate) next_transfer: AtomicU64,
@@ -95,10 +97,27 @@ pub enum StartError {
     },
 }
 
+/// The driver registries a server offers clients (`SITE SETNETSTACK`, `SITE SETDISKSTACK`):
+/// this build's own, plus whatever an embedding program (or a test) registers.
+#[derive(Debug, Clone, Default)]
+pub struct Drivers {
+    /// Data-channel transports.
+    pub transports: ferry_net::Transports,
+    /// Disk-stack drivers.
+    pub disk_stacks: ferry_dtp::disk_stack::DiskStacks,
+}
+
 impl Server {
     /// Validates `config`, opens the root and binds the control port.
     pub async fn bind(config: ServerConfig) -> Result<Server, StartError> {
+        Server::bind_with(config, Drivers::default()).await
+    }
+
+    /// [`Server::bind`], offering `drivers` instead of this build's standard set.
+    pub async fn bind_with(config: ServerConfig, drivers: Drivers) -> Result<Server, StartError> {
         config.validate()?;
+        let transports = Arc::new(drivers.transports);
+        let disk_stacks = Arc::new(drivers.disk_stacks);
         let root_err = |source| StartError::Root {
             path: config.root.display().to_string(),
             source,
@@ -159,6 +178,8 @@ impl Server {
                 auth,
                 allow,
                 host,
+                transports,
+                disk_stacks,
             });
             return Ok(Server {
                 listener,
@@ -185,7 +206,8 @@ impl Server {
             pool,
             poll_budget,
             modules: ModuleRegistry::with_builtins(),
-            disk_stacks: Arc::new(ferry_dtp::disk_stack::DiskStacks::standard()),
+            disk_stacks,
+            transports,
             translog,
             connections: AtomicUsize::new(0),
             next_transfer: AtomicU64::new(1),

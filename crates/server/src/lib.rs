@@ -12,7 +12,7 @@ mod striped;
 mod translog;
 
 pub use config::ServerConfig;
-pub use daemon::Server;
+pub use daemon::{Drivers, Server};
 
 /// The version string shown in the banner and `SITE VERSION`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

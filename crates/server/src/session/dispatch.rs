@@ -402,6 +402,7 @@ impl Session {
                 let mut dtp = Dtp::new(Arc::clone(&storage), Arc::clone(&self.ctx.pool), read_only);
                 dtp.poll_lone_streams(Some(Arc::clone(&self.ctx.poll_budget)));
                 dtp.use_disk_stacks(Arc::clone(&self.ctx.disk_stacks));
+                dtp.use_transports(Arc::clone(&self.ctx.transports));
                 if self.gsi_identity.is_some() {
                     dtp.set_security(self.data_security());
                 }
@@ -507,6 +508,7 @@ impl Session {
             ports: range,
             tuning,
             striped: matches!(kind, PassiveKind::Spas { .. }),
+            stack: self.net_stack.clone(),
         };
         let addrs = match login.dtp.open_passive(req).await {
             Ok(a) if !a.is_empty() => a,

@@ -57,9 +57,11 @@ impl Session {
         match kind {
             StackKind::Net => {
                 let whitelist = Whitelist::new(config.dc_whitelist.iter().cloned());
+                let transports = &self.ctx.transports;
                 whitelist
-                    .admit(&stack, ferry_net::driver_exists)
+                    .admit(&stack, |name| transports.has_driver(name))
                     .map_err(|e| e.to_string())?;
+                transports.transport_of(&stack).map_err(|e| e.to_string())?;
             }
             StackKind::Disk => {
                 let whitelist = Whitelist::new(config.fs_whitelist.iter().cloned());

@@ -24,7 +24,6 @@ use ferry_dtp::{
     ChannelSecurity, ChannelSetup, DataMover, Direction, DtpError, DtpEvent, MoverFuture,
     PassiveRequest, StripeInfo, TransferDescription, TransferOutcome,
 };
-use ferry_net::SocketTuning;
 use ferry_proto::command::TransferMode;
 use ferry_storage::{Storage, WriteOptions};
 use tokio::sync::mpsc;
@@ -229,11 +228,13 @@ impl RemoteDtp {
 
     /// `SPAS` (`striped`: one listener on every node) or `PASV`/`EPSV` (one node): the
     /// listeners' addresses in stripe order.
-    async fn passive(
-        &mut self,
-        striped: bool,
-        tuning: SocketTuning,
-    ) -> Result<Vec<SocketAddr>, String> {
+    async fn passive(&mut self, req: PassiveRequest) -> Result<Vec<SocketAddr>, String> {
+        let PassiveRequest {
+            striped,
+            tuning,
+            stack,
+            ..
+        } = req;
         self.cached = None;
         self.using.clear();
         let candidates = if striped {
@@ -244,7 +245,11 @@ impl RemoteDtp {
         // Every node gets its request before any answer is read: one round trip in all.
         let mut asked = Vec::new();
         for i in candidates {
-            match self.tell(i, &ToNode::OpenPassive { tuning }).await {
+            let msg = ToNode::OpenPassive {
+                tuning,
+                stack: stack.clone(),
+            };
+            match self.tell(i, &msg).await {
                 Ok(()) => asked.push(i),
                 Err(e) => self.lost(i, e),
             }
@@ -465,12 +470,10 @@ impl DataMover for RemoteDtp {
         req: PassiveRequest,
     ) -> MoverFuture<'_, Result<Vec<SocketAddr>, DtpError>> {
         Box::pin(async move {
-            self.passive(req.striped, req.tuning)
-                .await
-                .map_err(|e| DtpError::Remote {
-                    code: 425,
-                    message: format!("Cannot open passive listener: {e}"),
-                })
+            self.passive(req).await.map_err(|e| DtpError::Remote {
+                code: 425,
+                message: format!("Cannot open passive listener: {e}"),
+            })
         })
     }
 

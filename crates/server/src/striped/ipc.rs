@@ -22,6 +22,7 @@ use std::time::Duration;
 use ferry_dtp::{DtpEvent, TransferDescription};
 use ferry_net::{DataProtection, SocketTuning};
 use ferry_proto::frame::{encode_frame, FrameDecoder};
+use ferry_proto::stack::StackSpec;
 use openssl::ssl::{Ssl, SslContext, SslMethod, SslOptions, SslVerifyMode, SslVersion};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -57,6 +58,8 @@ pub(crate) enum ToNode {
     OpenPassive {
         /// Socket buffers.
         tuning: SocketTuning,
+        /// The session's net stack.
+        stack: StackSpec,
     },
     /// `set_active`: the endpoints come with each description; no answer.
     SetActive,

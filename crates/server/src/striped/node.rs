@@ -32,6 +32,10 @@ pub(crate) struct NodeContext {
     pub(crate) allow: AllowFrom,
     /// Host credential and CAs (GSI nodes): data connections under DCAU use them.
     pub(crate) host: Option<(Credential, Arc<TrustStore>)>,
+    /// The transports descriptions may name.
+    pub(crate) transports: Arc<ferry_net::Transports>,
+    /// The disk-stack drivers descriptions may name.
+    pub(crate) disk_stacks: Arc<ferry_dtp::disk_stack::DiskStacks>,
 }
 
 impl std::fmt::Debug for NodeContext {
@@ -111,6 +115,8 @@ async fn session(link: Link, ctx: &NodeContext) -> std::io::Result<()> {
         }
     };
     let mut dtp = Dtp::new(storage, Arc::clone(&ctx.pool), read_only);
+    dtp.use_transports(Arc::clone(&ctx.transports));
+    dtp.use_disk_stacks(Arc::clone(&ctx.disk_stacks));
     match data_security(ctx, delegated_pem.as_deref()) {
         Ok(sec) => dtp.set_security(sec),
         Err(e) => {
@@ -137,12 +143,13 @@ async fn serve_mover(
 ) -> std::io::Result<()> {
     while let Some(msg) = rd.recv::<ToNode>().await? {
         match msg {
-            ToNode::OpenPassive { tuning } => {
+            ToNode::OpenPassive { tuning, stack } => {
                 let req = PassiveRequest {
                     ip: data_ip,
                     ports: ctx.config.port_range,
                     tuning,
                     striped: false,
+                    stack,
                 };
                 let reply = match mover.open_passive(req).await {
                     Ok(a) => FromNode::Passive(a),

@@ -94,10 +94,18 @@ impl TestServer {
     pub async fn try_start_with(
         adjust: impl FnOnce(&mut ServerConfig),
     ) -> Result<TestServer, String> {
+        TestServer::try_start_with_drivers(adjust, ferry_server::Drivers::default()).await
+    }
+
+    /// A server offering `drivers` (a test's own transport or disk-stack driver).
+    pub async fn try_start_with_drivers(
+        adjust: impl FnOnce(&mut ServerConfig),
+        drivers: ferry_server::Drivers,
+    ) -> Result<TestServer, String> {
         let base = tempfile::tempdir().expect("tempdir");
         let mut config = base_config(base.path());
         adjust(&mut config);
-        let server = Server::bind(config.clone())
+        let server = Server::bind_with(config.clone(), drivers)
             .await
             .map_err(|e| e.to_string())?;
         let addr = server.local_addr().expect("local_addr");
