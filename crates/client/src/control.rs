@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
-use ferry_gsi::{ContextConfig, SecurityContext, Step, Target, Verified};
+use ferry_gsi::{protect, ContextConfig, SecurityContext, Step, Target, Verified};
 use ferry_proto::{Reply, ReplyParser};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -64,13 +64,10 @@ impl ControlClient {
             }
             let raw = self.read_raw().await?;
             match self.gss.as_mut() {
-                Some(gss) if matches!(raw.code, 631..=633) => {
+                Some(gss) if protect::is_protected_reply(raw.code) => {
                     // Each line carries one wrapped line of the real reply, CRLF included.
                     for line in &raw.lines {
-                        let token = B64.decode(line.trim()).map_err(|_| {
-                            ClientError::Auth(format!("a {} reply that is not base64", raw.code))
-                        })?;
-                        let plain = gss.unwrap(&token).map_err(|e| {
+                        let plain = protect::unwrap_reply_line(gss, line).map_err(|e| {
                             ClientError::Auth(format!("cannot open a protected reply: {e}"))
                         })?;
                         self.inner.feed(&plain);
@@ -118,14 +115,9 @@ impl ControlClient {
                 out.extend_from_slice(b"\r\n");
             }
             Some(gss) => {
-                let token = gss
-                    .wrap(format!("{line}\r\n").as_bytes())
+                let wire = protect::wrap_command(gss, line.as_bytes())
                     .map_err(|e| ClientError::Auth(format!("cannot protect a command: {e}")))?;
-                let verb = if gss.confidential() { "ENC" } else { "MIC" };
-                out.extend_from_slice(verb.as_bytes());
-                out.push(b' ');
-                out.extend_from_slice(B64.encode(token).as_bytes());
-                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(&wire);
             }
         }
         Ok(())

@@ -1,13 +1,7 @@
 //! Remote file management on a session: listings (MLSD/MLST), MKD, DELE/RMD/RDEL, RNFR/RNTO,
 //! CKSM, SIZE.
 
-use ferry_dtp::{
-    ChannelSetup, Direction, MarkerIntervals, Section, StripeInfo, TransferDescription,
-    TransferSource,
-};
-use ferry_proto::command::TransferMode;
-use ferry_proto::stack::StackSpec;
-use ferry_proto::RangeSet;
+use ferry_dtp::{ChannelSetup, Direction, TransferDescription};
 use ferry_storage::VirtualPath;
 use tokio::sync::mpsc;
 
@@ -91,30 +85,12 @@ impl RemoteSession {
         self.binary_extended().await?;
         self.listen_for_server(Default::default()).await?;
         let desc = TransferDescription {
-            id: 0,
-            direction: Direction::Receive,
-            source: TransferSource::File,
-            path: VirtualPath::root(),
-            mode: TransferMode::Extended,
-            ascii: false,
-            section: Section {
-                file_offset: 0,
-                length: None,
-            },
-            restart: RangeSet::new(),
-            truncate: false,
-            create_new: false,
-            parallelism: 1,
-            block_size: None,
-            tuning: Default::default(),
-            channel: ChannelSetup::Passive,
-            stack: StackSpec::default_net(),
-            disk_stack: StackSpec::default_disk(),
-            markers: MarkerIntervals::default(),
-            stripe: StripeInfo::default(),
-            layout: Default::default(),
             security: self.channel_security.clone(),
-            idle_timeout_ms: 600_000,
+            ..TransferDescription::new(
+                Direction::Receive,
+                VirtualPath::root(),
+                ChannelSetup::Passive,
+            )
         };
         let cmd = format!("MLSD {path}");
         let first = self.command(&cmd).await?;

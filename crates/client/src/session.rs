@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferry_dtp::{BufferPool, Dtp};
+use ferry_dtp::{BufferPool, DataMover, Dtp};
 use ferry_net::SocketTuning;
 use ferry_proto::hostport::HostPort;
 use ferry_proto::Reply;
@@ -256,7 +256,7 @@ impl RemoteSession {
             if r.is_success() {
                 // A buffer change invalidates cached data connections on the server.
                 self.data = DataSetup::None;
-                self.dtp.channel().forget();
+                DataMover::forget(&mut self.dtp);
                 break;
             }
         }
@@ -268,7 +268,7 @@ impl RemoteSession {
         &mut self,
         tuning: SocketTuning,
     ) -> Result<(), ClientError> {
-        if self.data == DataSetup::Listening && self.dtp.channel().listener().is_some() {
+        if self.data == DataSetup::Listening && self.dtp.is_listening() {
             return Ok(());
         }
         let ip = self.ctl.local_addr()?.ip();
@@ -323,7 +323,7 @@ impl RemoteSession {
     /// Forgets every data channel (after an error, or when a transfer could not reuse it).
     pub(crate) fn reset_data(&mut self) {
         self.data = DataSetup::None;
-        self.dtp.channel().forget();
+        DataMover::forget(&mut self.dtp);
     }
 }
 
@@ -341,7 +341,7 @@ pub(crate) async fn listen_locally(
         striped: false,
         stack: ferry_proto::stack::StackSpec::default_net(),
     };
-    let addrs = ferry_dtp::DataMover::open_passive(dtp, req).await?;
+    let addrs = DataMover::open_passive(dtp, req).await?;
     let addr = addrs
         .first()
         .copied()

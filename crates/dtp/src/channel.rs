@@ -13,7 +13,7 @@ use crate::{ChannelSetup, Direction};
 /// connections that ended with EOD (no CLOSE), reused for the next transfer in the same
 /// direction with the same endpoints; any new PASV/PORT or security change forgets them.
 #[derive(Debug, Default)]
-pub struct DataChannel {
+pub(crate) struct DataChannel {
     listener: Option<Arc<DataListener>>,
     cached: Vec<DataConn>,
     cached_direction: Option<Direction>,
@@ -23,7 +23,7 @@ pub struct DataChannel {
 impl DataChannel {
     /// Opens a new passive listener on `stack`'s transport (forgetting any previous channel)
     /// and returns its address.
-    pub fn open_passive(
+    pub(crate) fn open_passive(
         &mut self,
         transports: &Transports,
         stack: &StackSpec,
@@ -39,25 +39,25 @@ impl DataChannel {
     }
 
     /// Drops the listener and every cached connection.
-    pub fn forget(&mut self) {
+    pub(crate) fn forget(&mut self) {
         self.listener = None;
         self.forget_cache();
     }
 
     /// Drops cached connections but keeps the listener.
-    pub fn forget_cache(&mut self) {
+    pub(crate) fn forget_cache(&mut self) {
         self.cached.clear();
         self.cached_direction = None;
         self.cached_setup = None;
     }
 
     /// The passive listener, if one is open.
-    pub fn listener(&self) -> Option<Arc<DataListener>> {
+    pub(crate) fn listener(&self) -> Option<Arc<DataListener>> {
         self.listener.clone()
     }
 
     /// Whether a transfer in `direction` with `setup` would reuse cached connections.
-    pub fn can_reuse(&self, direction: Direction, setup: &ChannelSetup) -> bool {
+    pub(crate) fn can_reuse(&self, direction: Direction, setup: &ChannelSetup) -> bool {
         !self.cached.is_empty()
             && self.cached_direction == Some(direction)
             && self.cached_setup.as_ref() == Some(setup)

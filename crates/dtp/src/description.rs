@@ -181,3 +181,37 @@ pub struct TransferDescription {
     /// Abort when no data moves for this long (milliseconds).
     pub idle_timeout_ms: u64,
 }
+
+impl TransferDescription {
+    /// A whole-file MODE E transfer of `path` over `channel` with every other setting at its
+    /// default (one stream, clear, no restart and no markers, the default stacks, a 10 minute
+    /// idle timeout); callers set the rest field by field.
+    pub fn new(direction: Direction, path: VirtualPath, channel: ChannelSetup) -> Self {
+        TransferDescription {
+            id: 0,
+            direction,
+            source: TransferSource::File,
+            path,
+            mode: TransferMode::Extended,
+            ascii: false,
+            section: Section {
+                file_offset: 0,
+                length: None,
+            },
+            restart: RangeSet::new(),
+            truncate: false,
+            create_new: false,
+            parallelism: 1,
+            block_size: None,
+            tuning: SocketTuning::default(),
+            channel,
+            stack: StackSpec::default_net(),
+            disk_stack: StackSpec::default_disk(),
+            security: ChannelSecurity::default(),
+            markers: MarkerIntervals::default(),
+            stripe: StripeInfo::default(),
+            layout: LayoutSpec::default(),
+            idle_timeout_ms: 600_000,
+        }
+    }
+}

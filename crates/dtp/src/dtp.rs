@@ -130,9 +130,9 @@ impl Dtp {
         (self.moved.0)()
     }
 
-    /// The data-channel state (passive listener, cached connections).
-    pub fn channel(&mut self) -> &mut DataChannel {
-        &mut self.channel
+    /// Whether a passive listener is open.
+    pub fn is_listening(&self) -> bool {
+        self.channel.listener().is_some()
     }
 
     /// Whether `desc` will run on cached connections (the PI answers 125 instead of 150).

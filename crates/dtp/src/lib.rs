@@ -24,7 +24,6 @@ mod send;
 mod source;
 mod zerocopy;
 
-pub use channel::DataChannel;
 pub use description::{
     ChannelSecurity, ChannelSetup, Direction, LayoutSpec, ListKind, MarkerIntervals, Section,
     StripeInfo, TransferDescription, TransferSource,

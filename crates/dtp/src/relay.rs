@@ -189,37 +189,11 @@ mod tests {
     }
 
     fn description() -> TransferDescription {
-        use crate::{
-            ChannelSecurity, ChannelSetup, Direction, MarkerIntervals, Section, StripeInfo,
-            TransferSource,
-        };
-        use ferry_proto::command::TransferMode;
-        TransferDescription {
-            id: 1,
-            direction: Direction::Send,
-            source: TransferSource::File,
-            path: ferry_storage::VirtualPath::root(),
-            mode: TransferMode::Extended,
-            ascii: false,
-            section: Section {
-                file_offset: 0,
-                length: None,
-            },
-            restart: RangeSet::new(),
-            truncate: false,
-            create_new: false,
-            parallelism: 1,
-            block_size: None,
-            tuning: ferry_net::SocketTuning::default(),
-            channel: ChannelSetup::Passive,
-            stack: ferry_proto::stack::StackSpec::default_net(),
-            disk_stack: ferry_proto::stack::StackSpec::default_disk(),
-            security: ChannelSecurity::default(),
-            markers: MarkerIntervals::default(),
-            stripe: StripeInfo::default(),
-            layout: Default::default(),
-            idle_timeout_ms: 1_000,
-        }
+        TransferDescription::new(
+            crate::Direction::Send,
+            ferry_storage::VirtualPath::root(),
+            crate::ChannelSetup::Passive,
+        )
     }
 
     #[tokio::test]

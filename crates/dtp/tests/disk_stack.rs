@@ -6,13 +6,10 @@ use std::sync::Arc;
 
 use ferry_dtp::disk_stack::{Access, DiskDriver, DiskStackError, DiskStacks};
 use ferry_dtp::{
-    BufferPool, ChannelSecurity, ChannelSetup, Direction, Dtp, DtpError, DtpEvent, MarkerIntervals,
-    Section, StripeInfo, TransferDescription, TransferSource,
+    BufferPool, ChannelSetup, Direction, Dtp, DtpError, DtpEvent, TransferDescription,
 };
-use ferry_net::SocketTuning;
 use ferry_proto::command::TransferMode;
 use ferry_proto::stack::StackSpec;
-use ferry_proto::RangeSet;
 use ferry_storage::{FileHandle, PosixStorage, Storage, StorageError, VirtualPath};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -95,30 +92,15 @@ fn description(
     stack: &str,
 ) -> TransferDescription {
     TransferDescription {
-        id: 1,
-        direction,
-        source: TransferSource::File,
-        path: VirtualPath::resolve(&VirtualPath::root(), "/f.bin").expect("path"),
         mode: TransferMode::Stream,
-        ascii: false,
-        section: Section {
-            file_offset: 0,
-            length: None,
-        },
-        restart: RangeSet::new(),
         truncate: true,
-        create_new: false,
-        parallelism: 1,
-        block_size: None,
-        tuning: SocketTuning::default(),
-        channel: ChannelSetup::Active(vec![addr]),
-        stack: StackSpec::default_net(),
         disk_stack: StackSpec::parse(stack).expect("stack"),
-        security: ChannelSecurity::default(),
-        markers: MarkerIntervals::default(),
-        stripe: StripeInfo::default(),
-        layout: Default::default(),
         idle_timeout_ms: 30_000,
+        ..TransferDescription::new(
+            direction,
+            VirtualPath::resolve(&VirtualPath::root(), "/f.bin").expect("path"),
+            ChannelSetup::Active(vec![addr]),
+        )
     }
 }
 

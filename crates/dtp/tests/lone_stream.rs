@@ -6,14 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_dtp::{
-    BufferPool, ChannelSecurity, ChannelSetup, Direction, Dtp, DtpError, MarkerIntervals, Section,
-    StripeInfo, TransferDescription, TransferOutcome, TransferSource,
+    BufferPool, ChannelSetup, Direction, Dtp, DtpError, TransferDescription, TransferOutcome,
 };
-use ferry_net::SocketTuning;
-use ferry_proto::command::TransferMode;
 use ferry_proto::mode_e::BlockHeader;
-use ferry_proto::stack::StackSpec;
-use ferry_proto::RangeSet;
 use ferry_storage::{PosixStorage, Storage, VirtualPath};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -26,29 +21,13 @@ fn receive_into(dir: &std::path::Path, addr: std::net::SocketAddr) -> (Dtp, Tran
     dtp.poll_lone_streams(Some(ferry_dtp::PollBudget::new(1)));
     let desc = TransferDescription {
         id: 1,
-        direction: Direction::Receive,
-        source: TransferSource::File,
-        path: VirtualPath::resolve(&VirtualPath::root(), "/got.bin").expect("path"),
-        mode: TransferMode::Extended,
-        ascii: false,
-        section: Section {
-            file_offset: 0,
-            length: None,
-        },
-        restart: RangeSet::new(),
         truncate: true,
-        create_new: false,
-        parallelism: 1,
-        block_size: None,
-        tuning: SocketTuning::default(),
-        channel: ChannelSetup::Active(vec![addr]),
-        stack: StackSpec::default_net(),
-        disk_stack: StackSpec::default_disk(),
-        security: ChannelSecurity::default(),
-        markers: MarkerIntervals::default(),
-        stripe: StripeInfo::default(),
-        layout: Default::default(),
         idle_timeout_ms: 60_000,
+        ..TransferDescription::new(
+            Direction::Receive,
+            VirtualPath::resolve(&VirtualPath::root(), "/got.bin").expect("path"),
+            ChannelSetup::Active(vec![addr]),
+        )
     };
     (dtp, desc)
 }

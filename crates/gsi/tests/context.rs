@@ -187,3 +187,39 @@ fn garbage_tokens_are_errors() {
     let mut a = SecurityContext::acceptor(acc).unwrap();
     assert!(a.step(b"GET / HTTP/1.1\r\n\r\n").is_err());
 }
+
+#[test]
+fn the_control_channel_codec_wraps_commands_and_multi_line_replies_both_ways() {
+    use ferry_gsi::protect::{
+        is_protected_reply, unwrap_command, unwrap_reply_line, wrap_command, wrap_reply,
+    };
+    let pki = Pki::new();
+    for version in [None, Some(SslVersion::TLS1_2)] {
+        let (init, acc) = configs(&pki, Delegation::None, version);
+        let (mut client, mut server, _) = establish(init, acc).unwrap();
+        // Client → server: one ENC line, which opens to the command and its CRLF.
+        let wire = wrap_command(&mut client, b"RETR /data/f").unwrap();
+        assert!(wire.starts_with(b"ENC ") && wire.ends_with(b"\r\n"));
+        let line = &wire[..wire.len() - 2];
+        assert_eq!(
+            unwrap_command(&mut server, line).unwrap(),
+            b"RETR /data/f\r\n"
+        );
+        assert!(unwrap_command(&mut server, b"RETR /data/f").is_none());
+        assert!(unwrap_command(&mut server, b"ENC not-base64!").is_none());
+        // Server → client: a three-line reply becomes 632-, 632-, 632 lines.
+        let reply = b"211-Features:\r\n MODE E\r\n211 End.\r\n";
+        let wire = String::from_utf8(wrap_reply(&mut server, reply).unwrap()).unwrap();
+        let lines: Vec<&str> = wire.split_terminator("\r\n").collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].starts_with("632-") && lines[1].starts_with("632-"));
+        assert!(lines[2].starts_with("632 "));
+        assert!(is_protected_reply(632) && !is_protected_reply(230));
+        let mut plain = Vec::new();
+        for l in lines {
+            plain.extend(unwrap_reply_line(&mut client, &l[4..]).unwrap());
+        }
+        assert_eq!(plain, reply);
+        assert!(unwrap_reply_line(&mut client, "%%%").is_err());
+    }
+}

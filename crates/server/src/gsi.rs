@@ -5,8 +5,6 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use base64::engine::general_purpose::STANDARD as B64;
-use base64::Engine;
 use ferry_gsi::credential::process_env;
 use ferry_gsi::{
     Authorizer, ContextConfig, Credential, GridMap, GsiError, SecurityContext, TrustStore,
@@ -106,17 +104,8 @@ pub(crate) type Shared = Arc<Mutex<SecurityContext>>;
 /// Turns one protected command line into the plain bytes it carries, or `None` when the line
 /// is not a protected command (or does not unwrap).
 pub(crate) fn unwrap_command(shared: &Shared, line: &[u8]) -> Option<Vec<u8>> {
-    let text = std::str::from_utf8(line).ok()?;
-    let (verb, arg) = text.trim_end().split_once(' ')?;
-    if !["ENC", "MIC", "CONF"]
-        .iter()
-        .any(|v| verb.eq_ignore_ascii_case(v))
-    {
-        return None;
-    }
-    let token = B64.decode(arg.trim()).ok()?;
     let mut ctx = shared.lock().ok()?;
-    ctx.unwrap(&token).ok()
+    ferry_gsi::protect::unwrap_command(&mut ctx, line)
 }
 
 /// The next plain line of a protected session: unwraps lines from `outer` into `plain` as
@@ -146,16 +135,5 @@ pub(crate) fn wrap_reply(shared: &Shared, bytes: &[u8]) -> std::io::Result<Vec<u
     let mut ctx = shared
         .lock()
         .map_err(|_| std::io::Error::other("security context poisoned"))?;
-    let code = if ctx.confidential() { "632" } else { "631" };
-    let lines: Vec<&[u8]> = bytes
-        .split_inclusive(|&b| b == b'\n')
-        .filter(|l| !l.is_empty())
-        .collect();
-    let mut out = Vec::new();
-    for (i, line) in lines.iter().enumerate() {
-        let token = ctx.wrap(line).map_err(std::io::Error::other)?;
-        let sep = if i + 1 == lines.len() { ' ' } else { '-' };
-        out.extend_from_slice(format!("{code}{sep}{}\r\n", B64.encode(token)).as_bytes());
-    }
-    Ok(out)
+    ferry_gsi::protect::wrap_reply(&mut ctx, bytes).map_err(std::io::Error::other)
 }
