@@ -88,6 +88,8 @@ fn human(s: &mut State, ev: CopyEvent, verbose: bool) {
                 b.set_position(total);
             }
         }
+        // Checkpoints matter to programs reading `--json`, not to a person watching.
+        CopyEvent::Stored { .. } => {}
         CopyEvent::Retry {
             attempt,
             resumed_bytes,

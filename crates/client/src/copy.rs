@@ -7,15 +7,16 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ferry_proto::RangeSet;
-use ferry_storage::{ChecksumAlgorithm, PosixStorage, Storage};
+use ferry_storage::ChecksumAlgorithm;
+use tokio_util::sync::CancellationToken;
 
-use crate::drive::Progress;
-use crate::plan::{display, local, Job, Plan};
-use crate::request::{local_path, FileRequest};
+use crate::checks::up_to_date;
+use crate::job::{auto_parallelism, FileCopy, FileCopyEvent, Retry};
+use crate::plan::{display, Job, Plan};
+use crate::request::FileRequest;
 use crate::sessions::Sessions;
 use crate::url::Location;
-use crate::{third_party, third_party_pipelined, ClientError, ErrorClass};
+use crate::{third_party_pipelined, ClientError, ErrorClass};
 
 /// How `--sync` decides a destination is already up to date.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +50,8 @@ pub struct CopyOptions {
     pub sync: SyncLevel,
     /// GSI for `gsiftp://` servers.
     pub gsi: crate::GsiOptions,
+    /// Stops the copy: files in flight end with [`ClientError::Cancelled`] and no more start.
+    pub cancel: CancellationToken,
 }
 
 impl Default for CopyOptions {
@@ -65,6 +68,7 @@ impl Default for CopyOptions {
             verify: None,
             sync: SyncLevel::Off,
             gsi: crate::GsiOptions::default(),
+            cancel: CancellationToken::new(),
         }
     }
 }
@@ -97,6 +101,13 @@ pub enum CopyEvent {
         file: usize,
         /// Bytes so far.
         bytes: u64,
+    },
+    /// A checkpoint: the ranges of a file the destination holds, from its restart markers.
+    Stored {
+        /// Index in the plan.
+        file: usize,
+        /// The ranges, as `REST` spells them (`0-1048576,2097152-4194304`).
+        ranges: String,
     },
     /// A file is being retried.
     Retry {
@@ -244,7 +255,7 @@ async fn worker(
         let batch = take_batch(&queue, &opts);
         let mut rest = batch.into_iter();
         let mut announced = 0;
-        if rest.len() > 1 {
+        if rest.len() > 1 && !opts.cancel.is_cancelled() {
             let (done, began) =
                 run_pipeline(rest.as_slice(), &mut sessions, &opts, &events, &summary).await;
             announced = began - done;
@@ -443,15 +454,8 @@ fn finished(
     }
 }
 
-/// Streams for a file of `size` bytes when the user did not say.
-fn auto_parallelism(size: Option<u64>, rtt: Duration) -> u32 {
-    match size {
-        Some(s) if s < 16 << 20 => 1,
-        _ if rtt > Duration::from_millis(20) => 8,
-        _ => 4,
-    }
-}
-
+/// One file of the plan through the resumable copy API ([`FileCopy`]), retried from the ranges
+/// the last attempt stored while the failure says a retry can help.
 async fn copy_one(
     i: usize,
     job: &Job,
@@ -459,6 +463,9 @@ async fn copy_one(
     opts: &CopyOptions,
     events: &EventSink,
 ) -> Result<CopyEvent, ClientError> {
+    if opts.cancel.is_cancelled() {
+        return Err(ClientError::Cancelled);
+    }
     if opts.sync != SyncLevel::Off && up_to_date(job, sessions, opts).await? {
         return Ok(CopyEvent::Done {
             file: i,
@@ -469,194 +476,52 @@ async fn copy_one(
             checksum: None,
         });
     }
-    let mut req = opts.request.clone();
-    if req.offset > 0 && req.length.is_none() {
-        // `ERET P <offset> -1` makes globus-gridftp-server drop the control connection; an
-        // explicit length means the same (to the end) to every server.
-        req.length = job.size.map(|size| size.saturating_sub(req.offset));
-    }
-    // What the file's payload is, for the figures when the sender's count is lower (markers).
-    let payload = job.size.map(|size| {
-        size.saturating_sub(req.offset)
-            .min(req.length.unwrap_or(u64::MAX))
-    });
+    let mut file = FileCopy {
+        src: job.src.clone(),
+        dst: job.dst.clone(),
+        size: job.size,
+        request: opts.request.clone(),
+        stored: opts.request.restart.clone(),
+        verify: opts.verify,
+    };
     let started = Instant::now();
     let mut attempt = 1;
-    let mut stored = RangeSet::new();
     loop {
-        if req.parallelism == 0 || attempt > 1 && opts.request.parallelism == 0 {
-            let rtt = match (&job.src, &job.dst) {
-                (Location::Remote(r), _) | (_, Location::Remote(r)) => {
-                    sessions.get(r).await.map(|s| s.rtt()).unwrap_or_default()
-                }
-                _ => Duration::ZERO,
-            };
-            req.parallelism = auto_parallelism(job.size, rtt);
-        }
-        req.restart = stored.clone();
-        let events2 = Arc::clone(events);
-        let mut on_progress = |p: Progress| match p {
-            Progress::Bytes(b) => events2(CopyEvent::Bytes { file: i, bytes: b }),
-            Progress::Stored(r) => stored.merge(&r),
+        let mut on_event = |ev: FileCopyEvent| match ev {
+            FileCopyEvent::Performance { bytes, .. } => events(CopyEvent::Bytes { file: i, bytes }),
+            FileCopyEvent::Stored { ranges } => events(CopyEvent::Stored {
+                file: i,
+                ranges: ranges.to_string(),
+            }),
+            _ => {}
         };
-        let r = transfer(job, sessions, &req, &mut on_progress).await;
-        match r {
-            Ok((bytes, streams)) => {
-                let checksum = match opts.verify {
-                    Some(alg) => Some(verify(job, sessions, alg, &req).await?),
-                    None => None,
-                };
-                // The whole file (or range) is there now, whatever the last attempt moved.
-                let bytes = payload.unwrap_or(bytes).max(bytes);
+        match file.run(sessions, &opts.cancel, &mut on_event).await {
+            Ok(done) => {
                 return Ok(CopyEvent::Done {
                     file: i,
-                    bytes,
+                    bytes: done.bytes,
                     seconds: started.elapsed().as_secs_f64(),
-                    streams,
+                    streams: done.streams,
                     skipped: false,
-                    checksum,
-                });
+                    checksum: done.checksum,
+                })
             }
-            Err(e) if e.class() == ErrorClass::Network && attempt <= opts.retries => {
-                forget_sessions(job, sessions);
+            Err(e) if e.retry() == Retry::Resume && attempt <= opts.retries => {
                 attempt += 1;
+                file.stored = e.stored;
                 events(CopyEvent::Retry {
                     file: i,
                     attempt,
-                    resumed_bytes: stored.total(),
-                    error: e.to_string(),
+                    resumed_bytes: file.stored.total(),
+                    error: e.error.to_string(),
                 });
-                tokio::time::sleep(opts.retry_wait * 2u32.saturating_pow(attempt - 2).min(32))
-                    .await;
+                let wait = opts.retry_wait * 2u32.saturating_pow(attempt - 2).min(32);
+                tokio::select! {
+                    _ = opts.cancel.cancelled() => return Err(ClientError::Cancelled),
+                    _ = tokio::time::sleep(wait) => {}
+                }
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.error),
         }
     }
-}
-
-fn forget_sessions(job: &Job, sessions: &mut Sessions) {
-    for loc in [&job.src, &job.dst] {
-        if let Location::Remote(r) = loc {
-            sessions.drop_server(r);
-        }
-    }
-}
-
-/// Moves one file; returns (bytes, streams).
-async fn transfer(
-    job: &Job,
-    sessions: &mut Sessions,
-    req: &FileRequest,
-    on_progress: &mut (dyn FnMut(Progress) + Send),
-) -> Result<(u64, u32), ClientError> {
-    let o = match (&job.src, &job.dst) {
-        (Location::Remote(s), Location::Local(d)) => {
-            sessions
-                .get(s)
-                .await?
-                .get(&s.path, d, req, on_progress)
-                .await?
-        }
-        (Location::Local(s), Location::Remote(d)) => {
-            sessions
-                .get(d)
-                .await?
-                .put(s, &d.path, req, on_progress)
-                .await?
-        }
-        (Location::Remote(s), Location::Remote(d)) => {
-            let (a, b) = sessions.pair(s, d).await?;
-            third_party(a, &s.path, b, &d.path, req, on_progress).await?
-        }
-        (Location::Local(s), Location::Local(d)) => {
-            let n = tokio::fs::copy(s, d).await?;
-            return Ok((n, 0));
-        }
-    };
-    Ok((o.bytes, o.streams))
-}
-
-/// A checksum of one end of a job.
-async fn checksum_of(
-    loc: &Location,
-    sessions: &mut Sessions,
-    alg: ChecksumAlgorithm,
-    offset: u64,
-    length: Option<u64>,
-) -> Result<String, ClientError> {
-    match loc {
-        Location::Remote(r) => {
-            sessions
-                .get(r)
-                .await?
-                .checksum(&r.path, alg.name(), offset, length)
-                .await
-        }
-        Location::Local(p) => {
-            let vp = local_path(p)?;
-            tokio::task::spawn_blocking(move || {
-                let storage = PosixStorage::open(Path::new("/"), true)?;
-                storage.checksum(&vp, alg, offset, length)
-            })
-            .await
-            .map_err(|e| ClientError::Network(format!("checksum task failed: {e}")))?
-            .map_err(ClientError::from)
-        }
-    }
-}
-
-async fn verify(
-    job: &Job,
-    sessions: &mut Sessions,
-    alg: ChecksumAlgorithm,
-    req: &FileRequest,
-) -> Result<String, ClientError> {
-    let a = checksum_of(&job.src, sessions, alg, req.offset, req.length).await?;
-    let b = checksum_of(&job.dst, sessions, alg, req.offset, req.length).await?;
-    if a != b {
-        return Err(ClientError::Verification(format!(
-            "{} checksum mismatch: {} has {a}, {} has {b}; the destination is corrupt, copy it again",
-            alg.name(),
-            display(&job.src),
-            display(&job.dst)
-        )));
-    }
-    Ok(a)
-}
-
-async fn up_to_date(
-    job: &Job,
-    sessions: &mut Sessions,
-    opts: &CopyOptions,
-) -> Result<bool, ClientError> {
-    let size_of = |loc: &Location| -> Option<u64> {
-        local(loc)
-            .and_then(|p| std::fs::metadata(p).ok())
-            .map(|m| m.len())
-    };
-    let dst_size = match &job.dst {
-        Location::Local(_) => size_of(&job.dst),
-        Location::Remote(r) => sessions.get(r).await?.size(&r.path).await.ok(),
-    };
-    let Some(dst_size) = dst_size else {
-        return Ok(false);
-    };
-    if opts.sync == SyncLevel::Exists {
-        return Ok(true);
-    }
-    let src_size = match (&job.src, job.size) {
-        (_, Some(s)) => Some(s),
-        (Location::Local(_), None) => size_of(&job.src),
-        (Location::Remote(r), None) => sessions.get(r).await?.size(&r.path).await.ok(),
-    };
-    if src_size != Some(dst_size) {
-        return Ok(false);
-    }
-    if opts.sync == SyncLevel::Size {
-        return Ok(true);
-    }
-    let alg = opts.verify.unwrap_or(ChecksumAlgorithm::Adler32);
-    let a = checksum_of(&job.src, sessions, alg, 0, None).await?;
-    let b = checksum_of(&job.dst, sessions, alg, 0, None).await?;
-    Ok(a == b)
 }

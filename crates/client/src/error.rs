@@ -47,6 +47,9 @@ pub enum ClientError {
     /// Bad arguments.
     #[error("{0}")]
     Usage(String),
+    /// The caller cancelled the copy.
+    #[error("cancelled")]
+    Cancelled,
     /// A URL that does not parse.
     #[error(transparent)]
     Url(#[from] crate::url::UrlError),

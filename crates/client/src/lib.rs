@@ -3,11 +3,13 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+mod checks;
 mod control;
 mod copy;
 mod drive;
 mod error;
 mod gsi;
+mod job;
 mod oneshot;
 mod ops;
 mod plan;
@@ -23,12 +25,14 @@ pub use drive::Progress;
 pub use error::{ClientError, ErrorClass};
 pub use ferry_gsi::Delegation;
 pub use gsi::{GsiOptions, GsiSetup};
+pub use job::{FileCopied, FileCopy, FileCopyError, FileCopyEvent, Retry};
 pub use oneshot::{get, put, TransferOptions};
 pub use ops::{parse_mlsx_line, EntryKind, RemoteEntry};
 pub use plan::{display, plan, Job, Plan};
 pub use request::FileRequest;
 pub use session::RemoteSession;
 pub use sessions::Sessions;
+pub use tokio_util::sync::CancellationToken;
 pub use transfer::{third_party, third_party_pipelined};
 pub use url::{Location, RemoteUrl};
 

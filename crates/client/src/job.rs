@@ -1,0 +1,299 @@
+//! The resumable copy API: one file's copy as a value a program can store, run, cancel and run
+//! again. Each run is one attempt; the caller keeps the ranges it reports and decides whether
+//! and when to try again, so a queue (the transfer service) or a command (`ferry copy`, gcp)
+//! resumes without sending a stored byte twice.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use ferry_proto::RangeSet;
+use ferry_storage::ChecksumAlgorithm;
+use tokio_util::sync::CancellationToken;
+
+use crate::checks::verify;
+use crate::drive::Progress;
+use crate::request::FileRequest;
+use crate::sessions::Sessions;
+use crate::url::Location;
+use crate::{third_party, ClientError, ErrorClass};
+
+/// One file to copy. The value never changes while it runs: what the destination holds after
+/// a run comes back in the outcome, the error or the [`FileCopyEvent::Stored`] checkpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileCopy {
+    /// Where the file is read.
+    pub src: Location,
+    /// Where it is written.
+    pub dst: Location,
+    /// Its size, when known (chooses the stream count and completes partial-range lengths).
+    pub size: Option<u64>,
+    /// How to move it; `parallelism == 0` chooses by size and round-trip time. Its `restart`
+    /// is not read: `stored` is what the destination holds.
+    pub request: FileRequest,
+    /// Ranges (relative to `request.offset`) the destination already holds, as an earlier
+    /// run reported them: none of these bytes is sent again.
+    pub stored: RangeSet,
+    /// Checksum algorithm to compare both ends with once the data is there.
+    pub verify: Option<ChecksumAlgorithm>,
+}
+
+/// What a run reports while it goes.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum FileCopyEvent {
+    /// A performance sample: bytes moved by this run so far, and the seconds it has taken.
+    Performance {
+        /// Bytes this run moved.
+        bytes: u64,
+        /// Seconds since the run started.
+        seconds: f64,
+    },
+    /// A checkpoint from the receiver's restart markers: everything the destination holds now,
+    /// the job's own ranges included. Persist it to resume later.
+    Stored {
+        /// Ranges stored at the destination.
+        ranges: RangeSet,
+    },
+    /// Both ends have this checksum.
+    Checksum {
+        /// The algorithm's name as servers spell it (`ADLER32`, `MD5` …).
+        algorithm: String,
+        /// Its value.
+        value: String,
+    },
+}
+
+/// A run that finished: the whole requested range is at the destination.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileCopied {
+    /// Payload bytes at the destination (the file, or the requested range).
+    pub bytes: u64,
+    /// Bytes this run moved (less than `bytes` when it resumed).
+    pub moved: u64,
+    /// Parallel streams used (0 for a local copy).
+    pub streams: u32,
+    /// Seconds the run took.
+    pub seconds: f64,
+    /// The verified checksum, when the job asked for one.
+    pub checksum: Option<String>,
+}
+
+/// Whether trying the same job again can succeed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// The connection or the peer failed: run again with the ranges in the error.
+    Resume,
+    /// The destination's bytes are wrong (checksums differ): run again from nothing.
+    FromScratch,
+    /// Refused, missing, cancelled or a local problem: the same run would fail the same way.
+    No,
+}
+
+/// A run that stopped before the file was complete.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct FileCopyError {
+    /// What went wrong.
+    pub error: ClientError,
+    /// What the destination holds now (the job's ranges and the checkpoints of this run);
+    /// empty when the destination's bytes are not to be trusted.
+    pub stored: RangeSet,
+}
+
+impl FileCopyError {
+    /// Whether and how to try again.
+    pub fn retry(&self) -> Retry {
+        match self.error.class() {
+            ErrorClass::Network => Retry::Resume,
+            ErrorClass::Verification => Retry::FromScratch,
+            _ => Retry::No,
+        }
+    }
+}
+
+impl FileCopy {
+    /// A whole-file copy with default settings and nothing stored yet.
+    pub fn new(src: Location, dst: Location) -> FileCopy {
+        FileCopy {
+            src,
+            dst,
+            size: None,
+            request: FileRequest {
+                parallelism: 0,
+                ..FileRequest::default()
+            },
+            stored: RangeSet::new(),
+            verify: None,
+        }
+    }
+
+    /// Runs one attempt on `sessions` (connecting as needed) until the file is there, it fails
+    /// or `cancel` fires. A cancelled or failed run drops the sessions it used, since they may
+    /// be mid-transfer; closing the control connection makes the servers abort.
+    pub async fn run(
+        &self,
+        sessions: &mut Sessions,
+        cancel: &CancellationToken,
+        on_event: &mut (dyn FnMut(FileCopyEvent) + Send),
+    ) -> Result<FileCopied, FileCopyError> {
+        let started = Instant::now();
+        let mut stored = self.stored.clone();
+        let result = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Err(ClientError::Cancelled),
+            r = self.attempt(sessions, &mut stored, started, on_event) => r,
+        };
+        match result {
+            Ok(copied) => Ok(copied),
+            Err(error) => {
+                if matches!(error.class(), ErrorClass::Network)
+                    || matches!(error, ClientError::Cancelled)
+                {
+                    self.forget_sessions(sessions);
+                }
+                if error.class() == ErrorClass::Verification {
+                    stored = RangeSet::new();
+                }
+                Err(FileCopyError { error, stored })
+            }
+        }
+    }
+
+    async fn attempt(
+        &self,
+        sessions: &mut Sessions,
+        stored: &mut RangeSet,
+        started: Instant,
+        on_event: &mut (dyn FnMut(FileCopyEvent) + Send),
+    ) -> Result<FileCopied, ClientError> {
+        let mut req = self.request.clone();
+        if req.offset > 0 && req.length.is_none() {
+            // `ERET P <offset> -1` makes globus-gridftp-server drop the control connection; an
+            // explicit length means the same (to the end) to every server.
+            req.length = self.size.map(|size| size.saturating_sub(req.offset));
+        }
+        if req.parallelism == 0 {
+            req.parallelism = auto_parallelism(self.size, self.rtt(sessions).await);
+        }
+        req.restart = stored.clone();
+        let mut on_progress = |p: Progress| match p {
+            Progress::Bytes(bytes) => on_event(FileCopyEvent::Performance {
+                bytes,
+                seconds: started.elapsed().as_secs_f64(),
+            }),
+            Progress::Stored(r) => {
+                let before = stored.total();
+                stored.merge(&r);
+                if stored.total() != before {
+                    on_event(FileCopyEvent::Stored {
+                        ranges: stored.clone(),
+                    });
+                }
+            }
+        };
+        let (moved, streams) = self.transfer(sessions, &req, &mut on_progress).await?;
+        let checksum = match self.verify {
+            Some(alg) => {
+                let value = verify(&self.src, &self.dst, sessions, alg, &req).await?;
+                on_event(FileCopyEvent::Checksum {
+                    algorithm: alg.name().to_string(),
+                    value: value.clone(),
+                });
+                Some(value)
+            }
+            None => None,
+        };
+        // The whole file (or range) is there now, whatever this run moved.
+        let payload = self.size.map(|size| {
+            size.saturating_sub(req.offset)
+                .min(req.length.unwrap_or(u64::MAX))
+        });
+        Ok(FileCopied {
+            bytes: payload.unwrap_or(moved).max(moved),
+            moved,
+            streams,
+            seconds: started.elapsed().as_secs_f64(),
+            checksum,
+        })
+    }
+
+    /// The round-trip time to the first remote end, for choosing streams.
+    async fn rtt(&self, sessions: &mut Sessions) -> Duration {
+        match (&self.src, &self.dst) {
+            (Location::Remote(r), _) | (_, Location::Remote(r)) => {
+                sessions.get(r).await.map(|s| s.rtt()).unwrap_or_default()
+            }
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// Moves the file; returns (bytes moved, streams).
+    async fn transfer(
+        &self,
+        sessions: &mut Sessions,
+        req: &FileRequest,
+        on_progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<(u64, u32), ClientError> {
+        let o = match (&self.src, &self.dst) {
+            (Location::Remote(s), Location::Local(d)) => {
+                sessions
+                    .get(s)
+                    .await?
+                    .get(&s.path, d, req, on_progress)
+                    .await?
+            }
+            (Location::Local(s), Location::Remote(d)) => {
+                sessions
+                    .get(d)
+                    .await?
+                    .put(s, &d.path, req, on_progress)
+                    .await?
+            }
+            (Location::Remote(s), Location::Remote(d)) => {
+                let (a, b) = sessions.pair(s, d).await?;
+                third_party(a, &s.path, b, &d.path, req, on_progress).await?
+            }
+            (Location::Local(s), Location::Local(d)) => return local_copy(s, d, req).await,
+        };
+        Ok((o.bytes, o.streams))
+    }
+
+    fn forget_sessions(&self, sessions: &mut Sessions) {
+        for loc in [&self.src, &self.dst] {
+            if let Location::Remote(r) = loc {
+                sessions.drop_server(r);
+            }
+        }
+    }
+}
+
+/// A copy between two local paths: the whole file, or the requested range written at the same
+/// offset, skipping nothing (restart markers belong to network transfers).
+async fn local_copy(src: &Path, dst: &Path, req: &FileRequest) -> Result<(u64, u32), ClientError> {
+    if !req.is_partial() {
+        return Ok((tokio::fs::copy(src, dst).await?, 0));
+    }
+    use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+    let mut from = tokio::fs::File::open(src).await?;
+    let mut to = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(dst)
+        .await?;
+    from.seek(std::io::SeekFrom::Start(req.offset)).await?;
+    to.seek(std::io::SeekFrom::Start(req.offset)).await?;
+    let mut limited = from.take(req.length.unwrap_or(u64::MAX));
+    let n = tokio::io::copy(&mut limited, &mut to).await?;
+    to.flush().await?;
+    Ok((n, 0))
+}
+
+/// Streams for a file of `size` bytes when the user did not say.
+pub(crate) fn auto_parallelism(size: Option<u64>, rtt: Duration) -> u32 {
+    match size {
+        Some(s) if s < 16 << 20 => 1,
+        _ if rtt > Duration::from_millis(20) => 8,
+        _ => 4,
+    }
+}
