@@ -5,13 +5,15 @@ use ferry_storage::{DirEntry, FileKind, Storage, StorageError, VirtualPath};
 
 use crate::ListKind;
 
-/// Builds the listing bytes (CRLF line ends). A file path lists that one entry.
+/// Builds the listing bytes (CRLF line ends). A file path lists that one entry; `now` (Unix
+/// seconds) decides which LIST times show a year.
 pub(crate) fn render(
     storage: &dyn Storage,
     path: &VirtualPath,
     kind: ListKind,
     facts: &[String],
     read_only: bool,
+    now: i64,
 ) -> Result<Vec<u8>, StorageError> {
     let meta = storage.stat(path)?;
     let entries = if meta.kind == FileKind::Dir {
@@ -23,10 +25,6 @@ pub(crate) fn render(
             metadata: storage.symlink_metadata(path)?,
         }]
     };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
     let sel = FactSelection {
         facts: facts.to_vec(),
     };

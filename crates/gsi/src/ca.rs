@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use ferry_proto::clock::unix_now;
 use openssl::asn1::{Asn1Integer, Asn1Time};
 use openssl::bn::{BigNum, MsbOption};
 use openssl::hash::MessageDigest;
@@ -18,7 +19,6 @@ use openssl::x509::{X509Name, X509NameBuilder, X509};
 use crate::credential::Credential;
 use crate::dn;
 use crate::error::{GsiError, Result};
-use crate::proxy::unix_now;
 
 /// A CA that can sign host and user certificates.
 #[derive(Clone)]

@@ -5,6 +5,7 @@ use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use ferry_proto::clock::unix_now;
 use openssl::pkey::{PKey, Private};
 use openssl::x509::{X509Ref, X509};
 
@@ -195,7 +196,7 @@ impl Credential {
         for c in self.certs() {
             end = end.min(proxy::time_to_unix(c.not_after())?);
         }
-        Ok(end - proxy::unix_now())
+        Ok(end - unix_now())
     }
 
     /// The leaf then the chain.

@@ -2,8 +2,9 @@
 //! limited, independent, restricted) and signing new ones, as grid-proxy-init and GSI
 //! delegation do.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use ferry_proto::clock::unix_now;
 use openssl::asn1::{Asn1Integer, Asn1Object, Asn1OctetString, Asn1Time};
 use openssl::bn::BigNum;
 use openssl::hash::MessageDigest;
@@ -322,13 +323,6 @@ pub(crate) fn signing_digest(cert: &X509Ref) -> MessageDigest {
 fn serial_for<T: HasPublic>(key: &PKeyRef<T>) -> Result<u32> {
     let digest = openssl::hash::hash(MessageDigest::sha1(), &key.public_key_to_der()?)?;
     Ok(u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]) & 0x7fff_ffff)
-}
-
-pub(crate) fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
 }
 
 /// Seconds since the epoch of an ASN.1 time.

@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use ferry_proto::clock::unix_now;
 use openssl::stack::Stack;
 use openssl::x509::store::{X509Store, X509StoreBuilder};
 use openssl::x509::verify::X509VerifyFlags;
@@ -194,7 +195,8 @@ impl TrustStore {
         // Legacy (GT2) and draft (GT3) proxies at the bottom are checked link by link here
         // (OpenSSL knows only RFC 3820 proxies); from the first other certificate up, OpenSSL
         // validates the path as for any chain.
-        let (mut path, top, rest) = old_format_proxies(leaf, chain).map_err(&untrusted)?;
+        let now = unix_now();
+        let (mut path, top, rest) = old_format_proxies(leaf, chain, now).map_err(&untrusted)?;
         let store = self.x509_store()?;
         let mut stack = Stack::new()?;
         for c in &rest {
@@ -237,7 +239,8 @@ impl TrustStore {
                 identity = Some(dn::one_line(cert.subject_name()));
             }
             let Some(issuer) = issuer else { continue };
-            self.check_revocation(cert, issuer).map_err(&untrusted)?;
+            self.check_revocation(cert, issuer, now)
+                .map_err(&untrusted)?;
             let issuer_is_ca = i + 2 == path.len()
                 || proxy::classify(issuer, path.get(i + 2).map(|c| &**c))? == CertKind::Ca;
             if issuer_is_ca && options.require_signing_policy {
@@ -258,7 +261,8 @@ impl TrustStore {
         })
     }
 
-    fn check_revocation(&self, cert: &X509Ref, issuer: &X509Ref) -> Result<(), String> {
+    /// Checks `cert` against its issuer's CRLs, which must not have expired before `now`.
+    fn check_revocation(&self, cert: &X509Ref, issuer: &X509Ref, now: i64) -> Result<(), String> {
         let issuer_key = issuer.public_key().map_err(|e| e.to_string())?;
         for crl in &self.crls {
             if crl.issuer_name().to_der().ok() != issuer.subject_name().to_der().ok() {
@@ -271,7 +275,7 @@ impl TrustStore {
                 ));
             }
             if let Some(next) = crl.next_update() {
-                if proxy::time_to_unix(next).map_err(|e| e.to_string())? < proxy::unix_now() {
+                if proxy::time_to_unix(next).map_err(|e| e.to_string())? < now {
                     return Err(format!(
                         "the CRL of {} expired; update the CRLs (fetch-crl)",
                         dn::one_line(issuer.subject_name())
@@ -315,19 +319,19 @@ impl TrustStore {
 ///
 /// A legacy or draft proxy is signed by an end-entity certificate (or another proxy), which
 /// OpenSSL's validator refuses as "invalid CA"; Globus' verify callback accepts such links
-/// under the rules applied here: the issuer's signature (checked by OpenSSL), validity,
+/// under the rules applied here: the issuer's signature (checked by OpenSSL), validity at `now`,
 /// subject = issuer subject + one CN, an issuer that is no CA, no proxy formats mixed in one
 /// chain, no unknown critical extension, and the draft ProxyCertInfo's path length.
 #[allow(clippy::type_complexity)]
 fn old_format_proxies(
     leaf: &X509Ref,
     chain: &[X509],
+    now: i64,
 ) -> std::result::Result<(Vec<X509>, X509, Vec<X509>), String> {
     let mut rest: Vec<X509> = chain.to_vec();
     let mut below: Vec<X509> = Vec::new();
     let mut cur = leaf.to_owned();
     let mut format = None;
-    let now = proxy::unix_now();
     let e = |e: GsiError| e.to_string();
     loop {
         let issuer_at = rest.iter().position(|c| {

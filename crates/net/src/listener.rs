@@ -151,10 +151,7 @@ pub fn bind_listener(
 
 /// A cheap pseudo-random number below `n` from the clock; only spreads ports, needs no quality.
 fn random_below(n: u32) -> u32 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
+    let nanos = ferry_proto::clock::now_since_epoch().subsec_nanos();
     nanos.wrapping_mul(2_654_435_761) % n.max(1)
 }
 

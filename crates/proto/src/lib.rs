@@ -1,11 +1,14 @@
 //! Sans-IO GridFTP protocol core.
 //!
 //! Everything here turns bytes into typed values and back, with bounded sizes and typed errors:
-//! no sockets, no async, no clock. The server PI, the client and the fuzz targets all drive it.
+//! no sockets, no async, no clock reads in the protocol logic (`clock` is the workspace's one
+//! seam for the wall clock, for callers to use). The server PI, the client and the fuzz targets
+//! all drive it.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
-mod civil;
+pub mod civil;
+pub mod clock;
 pub mod command;
 pub mod frame;
 pub mod hostport;

@@ -5,10 +5,12 @@
 //!   and its messages: one transfer description out, events back.
 //! - [`node`]: `ferry serve --data-node`, a DTP per frontend session.
 //! - [`frontend`]: the frontend's side, a DTP stand-in that drives many nodes.
+//! - [`node_job`]: one node's part of a transfer, as the frontend runs it.
 
 pub(crate) mod frontend;
 pub(crate) mod ipc;
 pub(crate) mod node;
+mod node_job;
 
 use std::net::IpAddr;
 use std::str::FromStr;

@@ -4,6 +4,8 @@ mod mdtm;
 
 use std::fmt::Write as _;
 
+use ferry_proto::civil::Civil;
+
 use crate::{DirEntry, FileKind, Metadata};
 
 pub use mdtm::{format_mdtm, parse_mdtm};
@@ -195,7 +197,7 @@ const MONTHS: [&str; 12] = [
 /// UTC: `HH:MM` within six months before `now`, else ` YYYY`, like `ls -l`.
 pub fn list_line(entry: &DirEntry, now: i64) -> String {
     let meta = &entry.metadata;
-    let c = mdtm::Civil::from_unix(meta.mtime);
+    let c = Civil::from_unix(meta.mtime);
     let month = MONTHS
         .get(c.month.saturating_sub(1) as usize)
         .copied()

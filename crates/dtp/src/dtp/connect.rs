@@ -1,0 +1,177 @@
+//! Data-connection establishment: the `DataMover` channel setup, and connecting, accepting and
+//! securing (DCAU) a transfer's data connections.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferry_net::{DataConn, DataProtection, Transports};
+use ferry_proto::command::TransferMode;
+use tokio::sync::mpsc;
+
+use super::Dtp;
+use crate::mover::{DataMover, MoverFuture, PassiveRequest};
+use crate::{ChannelSetup, Direction, DtpError, DtpEvent, TransferDescription, TransferOutcome};
+
+impl Dtp {
+    /// Takes cached connections and connects, or accepts, the rest for a sending transfer.
+    pub(super) async fn send_connections(
+        &mut self,
+        desc: &TransferDescription,
+        addrs: &[SocketAddr],
+        idle: Duration,
+    ) -> Result<Vec<DataConn>, DtpError> {
+        match (&desc.channel, desc.mode) {
+            (ChannelSetup::Active(_), TransferMode::Extended) if addrs.is_empty() => {
+                self.channel.forget_cache();
+                Ok(Vec::new())
+            }
+            (ChannelSetup::Active(_), TransferMode::Extended) => {
+                let mut conns = self.channel.take_cached(Direction::Send, &desc.channel);
+                let wanted = addrs.len() * desc.parallelism.max(1) as usize;
+                let mut next = conns.len();
+                let mut pending = Vec::new();
+                while next < wanted {
+                    pending.push(addrs[next % addrs.len()]);
+                    next += 1;
+                }
+                let prot = self.protection(desc)?;
+                conns.extend(connect_all(&self.transports, &pending, desc, prot, idle).await?);
+                Ok(conns)
+            }
+            (ChannelSetup::Active(_), TransferMode::Stream) => {
+                self.channel.forget_cache();
+                let first = addrs.first().copied().ok_or(DtpError::NoDataChannel)?;
+                connect_all(
+                    &self.transports,
+                    &[first],
+                    desc,
+                    self.protection(desc)?,
+                    idle,
+                )
+                .await
+            }
+            (ChannelSetup::Passive, mode) => {
+                let mut conns = if mode == TransferMode::Extended {
+                    self.channel.take_cached(Direction::Send, &desc.channel)
+                } else {
+                    self.channel.forget_cache();
+                    Vec::new()
+                };
+                if conns.is_empty() {
+                    let prot = self.protection(desc)?;
+                    let l = self.channel.listener().ok_or(DtpError::NoDataChannel)?;
+                    let c = tokio::time::timeout(idle, l.accept())
+                        .await
+                        .map_err(|_| DtpError::IdleTimeout(idle.as_secs()))?
+                        .map_err(DtpError::Connect)?;
+                    conns.push(secure(c, false, prot.as_ref(), idle).await?);
+                }
+                Ok(conns)
+            }
+        }
+    }
+}
+
+impl DataMover for Dtp {
+    fn open_passive(
+        &mut self,
+        req: PassiveRequest,
+    ) -> MoverFuture<'_, Result<Vec<SocketAddr>, DtpError>> {
+        let opened = self
+            .channel
+            .open_passive(&self.transports, &req.stack, req.ip, req.ports, req.tuning)
+            .map(|a| vec![a])
+            .map_err(DtpError::Listen);
+        Box::pin(std::future::ready(opened))
+    }
+
+    fn set_active<'a>(
+        &'a mut self,
+        _endpoints: &'a [SocketAddr],
+    ) -> MoverFuture<'a, Result<(), DtpError>> {
+        // The endpoints arrive with each transfer's description; only the old channel goes.
+        self.channel.forget();
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn forget(&mut self) {
+        self.channel.forget();
+    }
+
+    fn forget_cache(&mut self) {
+        self.channel.forget_cache();
+    }
+
+    fn will_reuse(&self, desc: &TransferDescription) -> bool {
+        Dtp::will_reuse(self, desc)
+    }
+
+    fn run<'a>(
+        &'a mut self,
+        desc: &'a TransferDescription,
+        events: &'a mpsc::Sender<DtpEvent>,
+    ) -> MoverFuture<'a, Result<TransferOutcome, DtpError>> {
+        Box::pin(Dtp::run(self, desc, events))
+    }
+
+    fn bytes_moved(&self) -> u64 {
+        Dtp::bytes_moved(self)
+    }
+}
+
+/// Runs the GSI handshake and peer check on a new data connection when DCAU asks for one
+/// (`initiator`: we connected).
+pub(crate) async fn secure(
+    conn: DataConn,
+    initiator: bool,
+    prot: Option<&DataProtection>,
+    idle: Duration,
+) -> Result<DataConn, DtpError> {
+    let Some(prot) = prot else {
+        return Ok(conn);
+    };
+    tokio::time::timeout(idle, conn.secure(initiator, prot))
+        .await
+        .map_err(|_| DtpError::IdleTimeout(idle.as_secs()))?
+        .map_err(DtpError::Connect)
+}
+
+/// Connects to every address at once (each handshake on its own task).
+pub(super) async fn connect_all(
+    transports: &Arc<Transports>,
+    addrs: &[SocketAddr],
+    desc: &TransferDescription,
+    prot: Option<DataProtection>,
+    idle: Duration,
+) -> Result<Vec<DataConn>, DtpError> {
+    let mut set = tokio::task::JoinSet::new();
+    let prot = prot.map(Arc::new);
+    for (i, a) in addrs.iter().enumerate() {
+        let (a, tuning, prot) = (*a, desc.tuning, prot.clone());
+        let (transports, stack) = (Arc::clone(transports), desc.stack.clone());
+        set.spawn(async move {
+            let conn = async {
+                let c = transports
+                    .connect(&stack, a, tuning)
+                    .await
+                    .map_err(DtpError::Connect)?;
+                secure(c, true, prot.as_deref(), idle).await
+            };
+            (i, conn.await)
+        });
+    }
+    let mut out: Vec<Option<DataConn>> = (0..addrs.len()).map(|_| None).collect();
+    let all = async {
+        while let Some(r) = set.join_next().await {
+            let (i, c) =
+                r.map_err(|e| DtpError::Connection(format!("connect task failed: {e}")))?;
+            out[i] = Some(c?);
+        }
+        Ok::<(), DtpError>(())
+    };
+    tokio::time::timeout(idle, all)
+        .await
+        .map_err(|_| DtpError::IdleTimeout(idle.as_secs()))??;
+    Ok(out.into_iter().flatten().collect())
+}

@@ -1,0 +1,326 @@
+//! Running one transfer: sending a source over its stripes' connections, or receiving into a
+//! file, with markers.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ferry_net::DataConn;
+use ferry_proto::clock;
+use ferry_proto::command::TransferMode;
+use ferry_proto::RangeSet;
+use ferry_storage::{FileHandle, WriteOptions};
+use tokio::sync::mpsc;
+
+use super::connect::{connect_all, secure};
+use super::markers::{begin, with_markers};
+use super::{access, Dtp, Moved};
+use crate::disk_stack::DiskStack;
+use crate::pool::auto_block_size;
+use crate::receive::{receive_mode_e, receive_stream, RecvJob};
+use crate::send::{send_mode_e, send_stream, BlockClaimer, Counters, SendJob};
+use crate::source::Source;
+use crate::{
+    listing, ChannelSetup, Direction, DtpError, DtpEvent, TransferDescription, TransferSource,
+};
+
+impl Dtp {
+    pub(super) async fn run_send(
+        &mut self,
+        desc: &TransferDescription,
+        disk: &DiskStack,
+        idle: Duration,
+        events: &mpsc::Sender<DtpEvent>,
+    ) -> Result<(u64, u32), DtpError> {
+        let source = match &desc.source {
+            TransferSource::File => {
+                let file = self.storage.open_read(&desc.path)?;
+                Source::file(disk.wrap(file, access(desc))?)?
+            }
+            TransferSource::Listing { kind, facts } => {
+                let bytes = listing::render(
+                    &*self.storage,
+                    &desc.path,
+                    *kind,
+                    facts,
+                    self.read_only,
+                    clock::unix_now(),
+                )?;
+                Source::Memory(bytes.into())
+            }
+        };
+        self.protection(desc)?;
+        begin(events).await;
+        let total = match (desc.section.length, source.known_len()) {
+            (Some(len), Some(size)) => len.min(size.saturating_sub(desc.section.file_offset)),
+            (Some(len), None) => len,
+            (None, Some(size)) => size.saturating_sub(desc.section.file_offset),
+            (None, None) => u64::MAX - desc.section.file_offset,
+        };
+        let mut ranges = RangeSet::from_range(0, total);
+        ranges.subtract(&desc.restart);
+        // Several receiving stripes (SPOR with more than one address): each stripe gets only the
+        // bytes the layout gives it, over its own connections, with its own EOF. A data node of
+        // a striped server (stripe j of M) serves the receiving stripes r with r mod M = j, so
+        // each receiving stripe hears from one sender.
+        let plan = StripePlan::of(desc);
+        let conns = self.send_connections(desc, &plan.targets, idle).await?;
+        let streams = conns.len() as u32;
+        let block = match (desc.mode, desc.block_size) {
+            (TransferMode::Extended, Some(size)) => u64::from(size.max(4096)),
+            (TransferMode::Extended, None) => auto_block_size(conns.len(), total),
+            (TransferMode::Stream, _) => self.pool.buffer_size() as u64,
+        };
+        let bounded = desc.section.length.is_some() || source.known_len().is_some();
+        let stripes = plan.mine.len();
+        if stripes == 0 {
+            // A data node with no receiving stripe of its own in this transfer.
+            return Ok((0, 0));
+        }
+        let layout = desc.layout.resolve(total, plan.total);
+        // Connection i goes to this node's stripe i mod stripes (see send_connections).
+        let mut groups: Vec<Vec<DataConn>> = (0..stripes).map(|_| Vec::new()).collect();
+        for (i, c) in conns.into_iter().enumerate() {
+            groups[i % stripes].push(c);
+        }
+        let mut jobs = Vec::with_capacity(stripes);
+        for (g, group) in groups.iter().enumerate() {
+            let owned = if plan.total == 1 {
+                ranges.clone()
+            } else {
+                layout.owned(&ranges, plan.mine[g], plan.total)
+            };
+            jobs.push(SendJob {
+                bounded,
+                source: source.clone(),
+                claimer: Arc::new(BlockClaimer::with_streams(&owned, block, group.len())),
+                file_offset: desc.section.file_offset,
+                pool: Arc::clone(&self.pool),
+                counters: Arc::new((0..group.len()).map(|_| AtomicU64::new(0)).collect()),
+                idle,
+            });
+        }
+        let all_counters: Vec<Counters> = jobs.iter().map(|j| Arc::clone(&j.counters)).collect();
+        let total_bytes = move || {
+            all_counters
+                .iter()
+                .flat_map(|c| c.iter())
+                .map(|a| a.load(Ordering::Relaxed))
+                .sum::<u64>()
+        };
+        self.moved = Moved(Arc::new(total_bytes.clone()));
+        match desc.mode {
+            TransferMode::Extended => {
+                let fut = send_stripes(groups, jobs);
+                let conns = with_markers(fut, desc, events, &total_bytes, &RangeSet::new).await?;
+                self.channel.put_back(Direction::Send, &desc.channel, conns);
+            }
+            TransferMode::Stream => {
+                let conn = groups
+                    .into_iter()
+                    .flatten()
+                    .next()
+                    .ok_or(DtpError::NoDataChannel)?;
+                let job = jobs.into_iter().next().ok_or(DtpError::NoDataChannel)?;
+                let fut = send_stream(conn, job, desc.ascii);
+                with_markers(fut, desc, events, &total_bytes, &RangeSet::new).await?;
+            }
+        }
+        Ok((total_bytes(), streams))
+    }
+
+    pub(super) async fn run_receive(
+        &mut self,
+        desc: &TransferDescription,
+        disk: &DiskStack,
+        idle: Duration,
+        events: &mpsc::Sender<DtpEvent>,
+        sink: Option<Arc<dyn FileHandle>>,
+    ) -> Result<(u64, u32), DtpError> {
+        let file = match sink {
+            Some(f) => f,
+            None => {
+                let opts = WriteOptions {
+                    create: true,
+                    truncate: desc.truncate && desc.restart.is_empty(),
+                    create_new: desc.create_new,
+                };
+                disk.wrap(self.storage.open_write(&desc.path, opts)?, access(desc))?
+            }
+        };
+        self.protection(desc)?;
+        begin(events).await;
+        let job = Arc::new(RecvJob {
+            file,
+            file_offset: desc.section.file_offset,
+            pool: Arc::clone(&self.pool),
+            bytes: Arc::new(AtomicU64::new(0)),
+            written: Arc::new(Mutex::new(Vec::new())),
+            idle,
+            poll: self.poll_budget.clone(),
+            readers: AtomicUsize::new(0),
+        });
+        let total_bytes = {
+            let b = Arc::clone(&job.bytes);
+            move || b.load(Ordering::Relaxed)
+        };
+        self.moved = Moved(Arc::new(total_bytes.clone()));
+        let take_written = {
+            let j = Arc::clone(&job);
+            move || j.take_written()
+        };
+        let streams = match desc.mode {
+            TransferMode::Extended => {
+                let prot = self.protection(desc)?;
+                let (cached, listener) = match &desc.channel {
+                    ChannelSetup::Passive => {
+                        let cached = self.channel.take_cached(Direction::Receive, &desc.channel);
+                        (cached, self.channel.listener())
+                    }
+                    ChannelSetup::Active(_) => {
+                        self.channel.forget_cache();
+                        let pending: Vec<SocketAddr> = StripePlan::of(desc)
+                            .targets
+                            .iter()
+                            .flat_map(|a| std::iter::repeat_n(*a, desc.parallelism.max(1) as usize))
+                            .collect();
+                        (
+                            connect_all(&self.transports, &pending, desc, prot.clone(), idle)
+                                .await?,
+                            None,
+                        )
+                    }
+                };
+                let fut = receive_mode_e(cached, listener, prot, Arc::clone(&job));
+                let (conns, used) =
+                    with_markers(fut, desc, events, &total_bytes, &take_written).await?;
+                self.channel
+                    .put_back(Direction::Receive, &desc.channel, conns);
+                used
+            }
+            TransferMode::Stream => {
+                self.channel.forget_cache();
+                let prot = self.protection(desc)?;
+                let conn = match &desc.channel {
+                    ChannelSetup::Passive => {
+                        let l = self.channel.listener().ok_or(DtpError::NoDataChannel)?;
+                        let c = tokio::time::timeout(idle, l.accept())
+                            .await
+                            .map_err(|_| DtpError::IdleTimeout(idle.as_secs()))?
+                            .map_err(DtpError::Connect)?;
+                        secure(c, false, prot.as_ref(), idle).await?
+                    }
+                    ChannelSetup::Active(addrs) => {
+                        let first = addrs.first().copied().ok_or(DtpError::NoDataChannel)?;
+                        connect_all(&self.transports, &[first], desc, prot, idle)
+                            .await?
+                            .remove(0)
+                    }
+                };
+                if let Ok(mut w) = job.written.lock() {
+                    w.push(Arc::new(Mutex::new(RangeSet::new())));
+                }
+                let start = stream_restart_offset(&desc.restart);
+                let fut = receive_stream(conn, &job, start, desc.ascii);
+                with_markers(fut, desc, events, &total_bytes, &take_written).await?;
+                1
+            }
+        };
+        Ok((total_bytes(), streams))
+    }
+}
+
+/// Which stripes of a transfer this DTP serves and the addresses it connects to.
+pub(super) struct StripePlan {
+    /// Stripes on the other side (the layout is over this many).
+    pub(super) total: u32,
+    /// This DTP's stripes among them.
+    pub(super) mine: Vec<u32>,
+    /// Their addresses, when this side connects (empty when it listens).
+    pub(super) targets: Vec<SocketAddr>,
+}
+
+impl StripePlan {
+    /// The plan for `desc`.
+    pub(super) fn of(desc: &TransferDescription) -> StripePlan {
+        match &desc.channel {
+            ChannelSetup::Active(addrs) if desc.mode == TransferMode::Extended => {
+                let total = addrs.len().max(1) as u32;
+                let mine = ferry_proto::stripe::stripes_of_sender(
+                    desc.stripe.index,
+                    desc.stripe.count,
+                    total,
+                );
+                let targets = mine
+                    .iter()
+                    .filter_map(|r| addrs.get(*r as usize).copied())
+                    .collect();
+                StripePlan {
+                    total,
+                    mine,
+                    targets,
+                }
+            }
+            ChannelSetup::Active(addrs) => StripePlan {
+                total: 1,
+                mine: vec![0],
+                targets: addrs.iter().take(1).copied().collect(),
+            },
+            ChannelSetup::Passive => StripePlan {
+                total: 1,
+                mine: vec![0],
+                targets: Vec::new(),
+            },
+        }
+    }
+}
+
+/// Where a stream-mode receive resumes: the end of the range that starts at 0.
+fn stream_restart_offset(restart: &RangeSet) -> u64 {
+    match restart.iter().next() {
+        Some((0, end)) => end,
+        _ => 0,
+    }
+}
+
+/// Sends every stripe's share on its own connections (one stripe: on this task, as before;
+/// several: a task each) and returns the connections in their original order, connection `i`
+/// being stripe `i mod N`'s, so a reuse maps them to the same addresses.
+async fn send_stripes(
+    groups: Vec<Vec<DataConn>>,
+    jobs: Vec<SendJob>,
+) -> Result<Vec<DataConn>, DtpError> {
+    if groups.len() == 1 {
+        let (group, job) = groups
+            .into_iter()
+            .zip(jobs)
+            .next()
+            .ok_or(DtpError::NoDataChannel)?;
+        return send_mode_e(group, job).await;
+    }
+    let n = groups.len();
+    let sizes: Vec<usize> = groups.iter().map(Vec::len).collect();
+    let mut set = tokio::task::JoinSet::new();
+    for (r, (group, job)) in groups.into_iter().zip(jobs).enumerate() {
+        set.spawn(async move { send_mode_e(group, job).await.map(|c| (r, c)) });
+    }
+    let mut slots: Vec<Option<DataConn>> = (0..sizes.iter().sum()).map(|_| None).collect();
+    let mut complete = true;
+    while let Some(joined) = set.join_next().await {
+        let (r, conns) =
+            joined.map_err(|e| DtpError::Connection(format!("stripe task failed: {e}")))??;
+        // A stripe that closed a connection loses the order: then nothing is kept.
+        complete &= conns.len() == sizes[r];
+        for (k, c) in conns.into_iter().enumerate() {
+            if let Some(slot) = slots.get_mut(r + k * n) {
+                *slot = Some(c);
+            }
+        }
+    }
+    Ok(if complete {
+        slots.into_iter().flatten().collect()
+    } else {
+        Vec::new()
+    })
+}
