@@ -7,6 +7,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use clap::Args;
 use ferry_client::{ControlClient, TransferOptions};
+use ferry_proto::Command;
 use ferry_server::{Server, ServerConfig};
 use md5::{Digest, Md5};
 
@@ -120,9 +121,16 @@ pub(crate) fn run(args: DemoArgs) -> anyhow::Result<()> {
         report("put", o.bytes, o.streams, o.duration);
         let o = ferry_client::get(&mut ctl, "/demo.bin", &back, &opts).await?;
         report("get", o.bytes, o.streams, o.duration);
-        let r = ctl.expect_ok("CKSM MD5 0 -1 /demo.bin").await?;
+        let r = ctl
+            .expect_ok(&Command::Cksm {
+                algorithm: "MD5".into(),
+                offset: 0,
+                length: None,
+                path: "/demo.bin".into(),
+            })
+            .await?;
         let server_sum = r.text();
-        ctl.command("QUIT").await.ok();
+        ctl.command(&Command::Quit).await.ok();
         let got = md5_file(&back)?;
         println!("  md5: original {want}, on server {server_sum}, copied back {got}");
         if server_sum != want || got != want {

@@ -13,6 +13,9 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ferry_proto::command::{Dcau, TransferType};
+use ferry_proto::Command as FtpCommand;
+
 mod common;
 
 /// An installed program (PATH, then the Debian sbin/bin directories).
@@ -658,13 +661,17 @@ fn a_data_connection_from_another_users_credential_is_refused_and_stores_nothing
     let stranger = ferry_gsi::Credential::load_proxy(&proxy(&site, "Stranger")).unwrap();
     let mut ctl = gsi_login(&rt, &site, mapped).unwrap();
     rt.block_on(async {
-        ctl.expect_ok("TYPE I").await.unwrap();
-        ctl.expect_ok("DCAU A").await.unwrap();
-        let pasv = ctl.expect_ok("PASV").await.unwrap();
+        ctl.expect_ok(&FtpCommand::Type(TransferType::Image))
+            .await
+            .unwrap();
+        ctl.expect_ok(&FtpCommand::Dcau(Dcau::Self_)).await.unwrap();
+        let pasv = ctl.expect_ok(&FtpCommand::Pasv).await.unwrap();
         let addr = ferry_proto::hostport::HostPort::from_pasv_reply(&pasv.text())
             .unwrap()
             .0;
-        ctl.send("STOR victim.bin").await.unwrap();
+        ctl.send(&FtpCommand::Stor("victim.bin".into()))
+            .await
+            .unwrap();
         // The stranger's proxy chains to the same CA but is another identity.
         let trust = Arc::new(ferry_gsi::TrustStore::load(&site.cert_dir()).unwrap());
         let prot = ferry_net::DataProtection {

@@ -5,22 +5,23 @@ use std::net::SocketAddr;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use ferry_gsi::{protect, ContextConfig, SecurityContext, Step, Target, Verified};
-use ferry_proto::{Reply, ReplyParser};
+use ferry_proto::{ClientPi, Command, Reply, ReplyParser};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::ClientError;
 
-/// A connected control channel.
+/// A connected control channel: the sans-IO [`ClientPi`] run on a TCP connection, with GSI
+/// protection (RFC 2228 as GSI does it) between the two once a GSI login is done.
 #[derive(Debug)]
 pub struct ControlClient {
     stream: TcpStream,
-    parser: ReplyParser,
+    pi: ClientPi,
     peer: SocketAddr,
     /// After a GSI login: every command leaves wrapped (`ENC`), every `63x` reply is opened.
     gss: Option<Box<SecurityContext>>,
-    /// The replies inside `63x` lines.
-    inner: ReplyParser,
+    /// The wire's replies on a protected session, before they are opened.
+    wire: ReplyParser,
 }
 
 impl ControlClient {
@@ -30,10 +31,10 @@ impl ControlClient {
         stream.set_nodelay(true)?;
         let mut c = ControlClient {
             stream,
-            parser: ReplyParser::new(),
+            pi: ClientPi::new(),
             peer: addr,
             gss: None,
-            inner: ReplyParser::new(),
+            wire: ReplyParser::new(),
         };
         let banner = c.read_reply().await?;
         if banner.code != 220 {
@@ -58,33 +59,9 @@ impl ControlClient {
     /// Reads the next complete reply (opened, on a protected session).
     pub async fn read_reply(&mut self) -> Result<Reply, ClientError> {
         loop {
-            if let Some(r) = self.inner.next_reply()? {
+            if let Some(a) = self.pi.poll_reply()? {
+                let r = a.reply;
                 tracing::debug!("{} < {}", self.peer, r.text().replace('\n', "\n    "));
-                return Ok(r);
-            }
-            let raw = self.read_raw().await?;
-            match self.gss.as_mut() {
-                Some(gss) if protect::is_protected_reply(raw.code) => {
-                    // Each line carries one wrapped line of the real reply, CRLF included.
-                    for line in &raw.lines {
-                        let plain = protect::unwrap_reply_line(gss, line).map_err(|e| {
-                            ClientError::Auth(format!("cannot open a protected reply: {e}"))
-                        })?;
-                        self.inner.feed(&plain);
-                    }
-                }
-                _ => {
-                    tracing::debug!("{} < {}", self.peer, raw.text().replace('\n', "\n    "));
-                    return Ok(raw);
-                }
-            }
-        }
-    }
-
-    /// The next reply as it is on the wire.
-    async fn read_raw(&mut self) -> Result<Reply, ClientError> {
-        loop {
-            if let Some(r) = self.parser.next_reply()? {
                 return Ok(r);
             }
             let mut buf = [0u8; 4096];
@@ -92,34 +69,53 @@ impl ControlClient {
             if n == 0 {
                 return Err(ClientError::Closed);
             }
-            self.parser.feed(&buf[..n]);
-        }
-    }
-
-    /// Sends several command lines in one write (pipelining; never passwords).
-    pub async fn send_all(&mut self, lines: &[String]) -> Result<(), ClientError> {
-        let mut bytes = Vec::new();
-        for line in lines {
-            tracing::debug!("{} > {line}", self.peer);
-            self.encode(line, &mut bytes)?;
-        }
-        self.stream.write_all(&bytes).await?;
-        Ok(())
-    }
-
-    /// Appends a command line as it goes on the wire: as is, or wrapped on a GSI session.
-    fn encode(&mut self, line: &str, out: &mut Vec<u8>) -> Result<(), ClientError> {
-        match self.gss.as_mut() {
-            None => {
-                out.extend_from_slice(line.as_bytes());
-                out.extend_from_slice(b"\r\n");
+            let Some(gss) = self.gss.as_mut() else {
+                self.pi.feed(&buf[..n]);
+                continue;
+            };
+            self.wire.feed(&buf[..n]);
+            while let Some(raw) = self.wire.next_reply()? {
+                if !protect::is_protected_reply(raw.code) {
+                    self.pi.feed(&raw.to_bytes());
+                    continue;
+                }
+                // Each line carries one wrapped line of the real reply, CRLF included.
+                for line in &raw.lines {
+                    let plain = protect::unwrap_reply_line(gss, line).map_err(|e| {
+                        ClientError::Auth(format!("cannot open a protected reply: {e}"))
+                    })?;
+                    self.pi.feed(&plain);
+                }
             }
+        }
+    }
+
+    /// Sends several commands in one write (pipelining; never passwords).
+    pub async fn send_all(&mut self, commands: &[Command]) -> Result<(), ClientError> {
+        for cmd in commands {
+            tracing::debug!("{} > {cmd}", self.peer);
+            self.pi.send(cmd);
+        }
+        self.transmit().await
+    }
+
+    /// Writes what the PI has queued: as is, or each line wrapped on a GSI session.
+    async fn transmit(&mut self) -> Result<(), ClientError> {
+        let bytes = self.pi.poll_transmit();
+        let wire = match self.gss.as_mut() {
+            None => bytes,
             Some(gss) => {
-                let wire = protect::wrap_command(gss, line.as_bytes())
-                    .map_err(|e| ClientError::Auth(format!("cannot protect a command: {e}")))?;
-                out.extend_from_slice(&wire);
+                let mut out = Vec::with_capacity(bytes.len() * 2);
+                for line in bytes.split_inclusive(|&b| b == b'\n') {
+                    let line = line.strip_suffix(b"\r\n").unwrap_or(line);
+                    let wrapped = protect::wrap_command(gss, line)
+                        .map_err(|e| ClientError::Auth(format!("cannot protect a command: {e}")))?;
+                    out.extend_from_slice(&wrapped);
+                }
+                out
             }
-        }
+        };
+        self.stream.write_all(&wire).await?;
         Ok(())
     }
 
@@ -139,15 +135,13 @@ impl ControlClient {
             ))
         };
         let gsi = |e: ferry_gsi::GsiError| ClientError::Auth(format!("GSI: {e}"));
-        let r = self.command("AUTH GSSAPI").await?;
+        let r = self.command(&Command::Auth("GSSAPI".into())).await?;
         if r.code != 334 {
             return Err(refused("AUTH GSSAPI", &r));
         }
         let (mut ctx, mut token) = SecurityContext::initiator(config).map_err(gsi)?;
         loop {
-            let r = self
-                .command(&format!("ADAT {}", B64.encode(&token)))
-                .await?;
+            let r = self.command(&Command::Adat(B64.encode(&token))).await?;
             let answer = r
                 .text()
                 .trim()
@@ -186,46 +180,69 @@ impl ControlClient {
         Ok(peer)
     }
 
-    /// Sends one command line.
-    pub async fn send(&mut self, line: &str) -> Result<(), ClientError> {
-        let shown = if line.starts_with("PASS ") {
-            "PASS ****"
-        } else {
-            line
-        };
-        tracing::debug!("{} > {shown}", self.peer);
-        let mut bytes = Vec::with_capacity(line.len() + 2);
-        self.encode(line, &mut bytes)?;
-        self.stream.write_all(&bytes).await?;
-        Ok(())
+    /// Sends one command, formatted by `ferry_proto`.
+    pub async fn send(&mut self, cmd: &Command) -> Result<(), ClientError> {
+        self.write_line(&cmd.to_string(), &shown(cmd)).await
     }
 
     /// Sends a command and returns its reply, whatever the code.
-    pub async fn command(&mut self, line: &str) -> Result<Reply, ClientError> {
-        self.send(line).await?;
+    pub async fn command(&mut self, cmd: &Command) -> Result<Reply, ClientError> {
+        self.send(cmd).await?;
         self.read_reply().await
     }
 
-    /// Sends a command and requires a 2xx or 3xx reply.
-    pub async fn expect_ok(&mut self, line: &str) -> Result<Reply, ClientError> {
-        let r = self.command(line).await?;
+    /// Sends a command and requires a 1xx, 2xx or 3xx reply.
+    pub async fn expect_ok(&mut self, cmd: &Command) -> Result<Reply, ClientError> {
+        let r = self.command(cmd).await?;
         if r.code >= 400 {
-            let command = if line.starts_with("PASS") {
-                "PASS ****".into()
-            } else {
-                line.to_string()
-            };
-            return Err(ClientError::Refused { command, reply: r });
+            return Err(ClientError::Refused {
+                command: shown(cmd),
+                reply: r,
+            });
         }
         Ok(r)
     }
 
+    /// Sends a line as it is, garbage included: for tests of servers and for lines a person
+    /// typed. The client's own commands go through [`ControlClient::send`].
+    pub async fn send_line(&mut self, line: &str) -> Result<(), ClientError> {
+        let shown = if line
+            .get(..5)
+            .is_some_and(|v| v.eq_ignore_ascii_case("PASS "))
+        {
+            "PASS ****"
+        } else {
+            line
+        };
+        self.write_line(line, shown).await
+    }
+
+    /// Sends a raw line (see [`ControlClient::send_line`]) and returns the reply.
+    pub async fn command_line(&mut self, line: &str) -> Result<Reply, ClientError> {
+        self.send_line(line).await?;
+        self.read_reply().await
+    }
+
+    async fn write_line(&mut self, line: &str, shown: &str) -> Result<(), ClientError> {
+        tracing::debug!("{} > {shown}", self.peer);
+        self.pi.send_line(line);
+        self.transmit().await
+    }
+
     /// USER and PASS.
     pub async fn login(&mut self, user: &str, password: &str) -> Result<(), ClientError> {
-        let r = self.expect_ok(&format!("USER {user}")).await?;
+        let r = self.expect_ok(&Command::User(user.into())).await?;
         if r.code == 331 {
-            self.expect_ok(&format!("PASS {password}")).await?;
+            self.expect_ok(&Command::Pass(password.into())).await?;
         }
         Ok(())
+    }
+}
+
+/// A command as logs and errors show it: passwords hidden.
+pub(crate) fn shown(cmd: &Command) -> String {
+    match cmd {
+        Command::Pass(_) => "PASS ****".into(),
+        c => c.to_string(),
     }
 }

@@ -5,7 +5,7 @@ use ferry_dtp::{
     relay, Dtp, DtpEvent, RelaySink, Relayed, TransferDescription, TransferOutcome, Watch,
 };
 use ferry_proto::markers::{PerfMarker, RestartMarker};
-use ferry_proto::{RangeSet, Reply};
+use ferry_proto::{Command, RangeSet, Reply};
 
 use crate::{ClientError, ControlClient};
 
@@ -25,7 +25,7 @@ pub enum Progress {
 pub(crate) async fn drive(
     ctl: &mut ControlClient,
     dtp: Option<(&mut Dtp, &TransferDescription)>,
-    command: &str,
+    command: &Command,
     on_progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<TransferOutcome, ClientError> {
     let started = std::time::Instant::now();
@@ -42,7 +42,7 @@ pub(crate) async fn drive(
             Relayed::Stopped => {
                 let reply = sink.final_reply.take().ok_or(ClientError::Closed)?;
                 return Err(ClientError::Refused {
-                    command: command.into(),
+                    command: command.to_string(),
                     reply,
                 });
             }
@@ -56,7 +56,7 @@ pub(crate) async fn drive(
     let reply = sink.final_reply.ok_or(ClientError::Closed)?;
     if reply.code != 226 && reply.code != 250 {
         return Err(ClientError::Refused {
-            command: command.into(),
+            command: command.to_string(),
             reply,
         });
     }

@@ -5,7 +5,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use ferry_dtp::{BufferPool, ChannelSetup, Direction, Dtp, TransferOutcome};
+use ferry_proto::command::{TransferMode, TransferType};
 use ferry_proto::hostport::HostPort;
+use ferry_proto::Command;
 use ferry_storage::{PosixStorage, Storage};
 
 use crate::drive::drive;
@@ -36,9 +38,8 @@ pub async fn put(
     remote: &str,
     req: &FileRequest,
 ) -> Result<TransferOutcome, ClientError> {
-    ctl.expect_ok("TYPE I").await?;
-    ctl.expect_ok("MODE E").await?;
-    let r = ctl.expect_ok("PASV").await?;
+    binary_extended(ctl).await?;
+    let r = ctl.expect_ok(&Command::Pasv).await?;
     let addr = HostPort::from_pasv_reply(&r.text())
         .map_err(|e| ClientError::Address(e.to_string()))?
         .0;
@@ -56,17 +57,28 @@ pub async fn get(
     local: &Path,
     req: &FileRequest,
 ) -> Result<TransferOutcome, ClientError> {
-    ctl.expect_ok("TYPE I").await?;
-    ctl.expect_ok("MODE E").await?;
+    binary_extended(ctl).await?;
     let mut dtp = local_dtp(req.block_size)?;
     let ip = ctl.local_addr()?.ip();
     let cmd = crate::session::listen_locally(&mut dtp, ip, req.tuning()).await?;
     ctl.expect_ok(&cmd).await?;
     let n = req.parallelism.max(1);
-    ctl.expect_ok(&format!("OPTS RETR Parallelism={n},{n},{n};"))
-        .await?;
+    ctl.expect_ok(&crate::session::parallelism_opts(n)).await?;
     let desc = req.local_description(Direction::Receive, local, ChannelSetup::Passive)?;
-    let cmd = req.retrieve_command(remote);
+    let size = if req.needs_size() {
+        let r = ctl.expect_ok(&Command::Size(remote.into())).await?;
+        r.text().trim().parse().ok()
+    } else {
+        None
+    };
+    let cmd = req.retrieve_command(remote, size)?;
     ctl.send(&cmd).await?;
     drive(ctl, Some((&mut dtp, &desc)), &cmd, &mut |_| {}).await
+}
+
+async fn binary_extended(ctl: &mut ControlClient) -> Result<(), ClientError> {
+    ctl.expect_ok(&Command::Type(TransferType::Image)).await?;
+    ctl.expect_ok(&Command::Mode(TransferMode::Extended))
+        .await?;
+    Ok(())
 }

@@ -2,6 +2,8 @@
 //! CKSM, SIZE.
 
 use ferry_dtp::{ChannelSetup, Direction, TransferDescription};
+use ferry_proto::site::SiteCommand;
+use ferry_proto::Command;
 use ferry_storage::VirtualPath;
 use tokio::sync::mpsc;
 
@@ -92,11 +94,11 @@ impl RemoteSession {
                 ChannelSetup::Passive,
             )
         };
-        let cmd = format!("MLSD {path}");
+        let cmd = Command::Mlsd(Some(path.into()));
         let first = self.command(&cmd).await?;
         if !first.is_preliminary() {
             return Err(ClientError::Refused {
-                command: cmd,
+                command: cmd.to_string(),
                 reply: first,
             });
         }
@@ -115,7 +117,7 @@ impl RemoteSession {
                             continue;
                         }
                         if r.code != 226 && result.is_none() {
-                            return Err(ClientError::Refused { command: cmd, reply: r });
+                            return Err(ClientError::Refused { command: cmd.to_string(), reply: r });
                         }
                         reply = Some(r);
                     }
@@ -124,7 +126,7 @@ impl RemoteSession {
             let reply = reply.ok_or(ClientError::Closed)?;
             if reply.code != 226 {
                 return Err(ClientError::Refused {
-                    command: cmd,
+                    command: cmd.to_string(),
                     reply,
                 });
             }
@@ -138,21 +140,21 @@ impl RemoteSession {
 
     /// One entry's facts (MLST).
     pub async fn stat(&mut self, path: &str) -> Result<RemoteEntry, ClientError> {
-        let cmd = format!("MLST {path}");
+        let cmd = Command::Mlst(Some(path.into()));
         let r = self.expect_ok(&cmd).await?;
         r.lines
             .iter()
             .skip(1)
             .find_map(|l| l.starts_with(' ').then(|| parse_mlsx_line(l)).flatten())
             .ok_or_else(|| ClientError::Refused {
-                command: cmd,
+                command: cmd.to_string(),
                 reply: r.clone(),
             })
     }
 
     /// Creates a directory.
     pub async fn mkdir(&mut self, path: &str) -> Result<(), ClientError> {
-        self.expect_ok(&format!("MKD {path}")).await.map(|_| ())
+        self.expect_ok(&Command::Mkd(path.into())).await.map(|_| ())
     }
 
     /// Creates a directory and any missing parents; existing ones are fine.
@@ -161,13 +163,14 @@ impl RemoteSession {
         for part in path.split('/').filter(|p| !p.is_empty()) {
             prefix.push('/');
             prefix.push_str(part);
-            let r = self.command(&format!("MKD {prefix}")).await?;
+            let mkd = Command::Mkd(prefix.clone());
+            let r = self.command(&mkd).await?;
             if r.is_error() {
                 match self.stat(&prefix).await {
                     Ok(e) if e.kind == EntryKind::Dir => {}
                     _ => {
                         return Err(ClientError::Refused {
-                            command: format!("MKD {prefix}"),
+                            command: mkd.to_string(),
                             reply: r,
                         })
                     }
@@ -181,12 +184,17 @@ impl RemoteSession {
     pub async fn remove(&mut self, path: &str, recursive: bool) -> Result<(), ClientError> {
         let entry = self.stat(path).await?;
         if entry.kind != EntryKind::Dir {
-            return self.expect_ok(&format!("DELE {path}")).await.map(|_| ());
+            return self
+                .expect_ok(&Command::Dele(path.into()))
+                .await
+                .map(|_| ());
         }
         if !recursive {
-            return self.expect_ok(&format!("RMD {path}")).await.map(|_| ());
+            return self.expect_ok(&Command::Rmd(path.into())).await.map(|_| ());
         }
-        let r = self.command(&format!("SITE RDEL {path}")).await?;
+        let r = self
+            .command(&Command::Site(SiteCommand::Rdel(path.into())))
+            .await?;
         if r.is_success() {
             return Ok(());
         }
@@ -194,7 +202,7 @@ impl RemoteSession {
         let mut stack = vec![(path.trim_end_matches('/').to_string(), false)];
         while let Some((dir, visited)) = stack.pop() {
             if visited {
-                self.expect_ok(&format!("RMD {dir}")).await?;
+                self.expect_ok(&Command::Rmd(dir)).await?;
                 continue;
             }
             stack.push((dir.clone(), true));
@@ -203,7 +211,7 @@ impl RemoteSession {
                 if e.kind == EntryKind::Dir {
                     stack.push((child, false));
                 } else {
-                    self.expect_ok(&format!("DELE {child}")).await?;
+                    self.expect_ok(&Command::Dele(child)).await?;
                 }
             }
         }
@@ -212,8 +220,8 @@ impl RemoteSession {
 
     /// Renames within the server.
     pub async fn rename(&mut self, from: &str, to: &str) -> Result<(), ClientError> {
-        self.expect_ok(&format!("RNFR {from}")).await?;
-        self.expect_ok(&format!("RNTO {to}")).await.map(|_| ())
+        self.expect_ok(&Command::Rnfr(from.into())).await?;
+        self.expect_ok(&Command::Rnto(to.into())).await.map(|_| ())
     }
 
     /// The server's checksum of `[offset, offset+length)` (`None`: to the end).
@@ -224,19 +232,23 @@ impl RemoteSession {
         offset: u64,
         length: Option<u64>,
     ) -> Result<String, ClientError> {
-        let len = length.map(|l| l.to_string()).unwrap_or_else(|| "-1".into());
         let r = self
-            .expect_ok(&format!("CKSM {algorithm} {offset} {len} {path}"))
+            .expect_ok(&Command::Cksm {
+                algorithm: algorithm.to_ascii_uppercase(),
+                offset,
+                length,
+                path: path.into(),
+            })
             .await?;
         Ok(r.text().trim().to_ascii_lowercase())
     }
 
     /// The size of a file (SIZE).
     pub async fn size(&mut self, path: &str) -> Result<u64, ClientError> {
-        let cmd = format!("SIZE {path}");
+        let cmd = Command::Size(path.into());
         let r = self.expect_ok(&cmd).await?;
         r.text().trim().parse().map_err(|_| ClientError::Refused {
-            command: cmd,
+            command: cmd.to_string(),
             reply: r,
         })
     }

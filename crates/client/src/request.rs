@@ -7,8 +7,9 @@ use ferry_dtp::{
     TransferDescription, TransferSource,
 };
 use ferry_net::SocketTuning;
-use ferry_proto::command::TransferMode;
+use ferry_proto::command::{Eret, Esto, Restart, TransferMode};
 use ferry_proto::stack::StackSpec;
+use ferry_proto::Command;
 use ferry_proto::RangeSet;
 use ferry_storage::VirtualPath;
 
@@ -66,31 +67,54 @@ impl FileRequest {
         }
     }
 
-    /// The server command that sends the file.
-    pub(crate) fn retrieve_command(&self, path: &str) -> String {
-        if self.is_partial() {
-            let len = self
-                .length
-                .map(|l| l.to_string())
-                .unwrap_or_else(|| "-1".into());
-            format!("ERET P {} {len} {path}", self.offset)
-        } else {
-            format!("RETR {path}")
+    /// The server command that sends the file: `RETR`, or `ERET P` for a section. A section
+    /// to the end of a file needs the file's size: `ERET P` has no "to the end" that every
+    /// server takes (globus-gridftp-server drops the connection on `-1`).
+    pub(crate) fn retrieve_command(
+        &self,
+        path: &str,
+        size: Option<u64>,
+    ) -> Result<Command, ClientError> {
+        if !self.is_partial() {
+            return Ok(Command::Retr(path.into()));
         }
+        let length = match (self.length, size) {
+            (Some(l), _) => l,
+            (None, Some(size)) => size.saturating_sub(self.offset),
+            (None, None) => {
+                return Err(ClientError::Usage(format!(
+                    "a partial retrieve of {path} from byte {} needs a length or the file's size",
+                    self.offset
+                )))
+            }
+        };
+        Ok(Command::Eret(Eret::Partial {
+            offset: self.offset,
+            length,
+            path: path.into(),
+        }))
+    }
+
+    /// Whether [`FileRequest::retrieve_command`] needs the file's size.
+    pub(crate) fn needs_size(&self) -> bool {
+        self.is_partial() && self.length.is_none()
     }
 
     /// The server command that stores the file.
-    pub(crate) fn store_command(&self, path: &str) -> String {
+    pub(crate) fn store_command(&self, path: &str) -> Command {
         if self.is_partial() {
-            format!("ESTO A {} {path}", self.offset)
+            Command::Esto(Esto::Adjusted {
+                offset: self.offset,
+                path: path.into(),
+            })
         } else {
-            format!("STOR {path}")
+            Command::Stor(path.into())
         }
     }
 
     /// The `REST` command for a restart, if any.
-    pub(crate) fn rest_command(&self) -> Option<String> {
-        (!self.restart.is_empty()).then(|| format!("REST {}", self.restart))
+    pub(crate) fn rest_command(&self) -> Option<Command> {
+        (!self.restart.is_empty()).then(|| Command::Rest(Restart::Ranges(self.restart.clone())))
     }
 
     /// The description the client's DTP runs for its end of a two-party transfer.

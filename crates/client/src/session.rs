@@ -7,11 +7,15 @@ use std::time::{Duration, Instant};
 
 use ferry_dtp::{BufferPool, DataMover, Dtp};
 use ferry_net::SocketTuning;
+use ferry_proto::command::{Dcau, Protection, TransferMode, TransferType, TrevEvent};
 use ferry_proto::hostport::HostPort;
-use ferry_proto::Reply;
+use ferry_proto::opts::{Opts, RetrOpts};
+use ferry_proto::site::SiteCommand;
+use ferry_proto::{Command, Reply};
 use ferry_storage::{PosixStorage, Storage};
 
 use crate::gsi::GsiSetup;
+use crate::request::FileRequest;
 use crate::url::{RemoteUrl, Scheme};
 use crate::{ClientError, ControlClient};
 
@@ -100,7 +104,7 @@ impl RemoteSession {
             other => other,
         })?;
         let started = Instant::now();
-        let feat = ctl.command("FEAT").await?;
+        let feat = ctl.command(&Command::Feat).await?;
         let rtt = started.elapsed();
         let features = if feat.code == 211 {
             feat.lines
@@ -119,22 +123,19 @@ impl RemoteSession {
         if let Some(data) = data_security {
             // After a GSI login the server's data channels default to DCAU A and PROT C.
             let wanted = gsi.channel_security();
-            match &wanted.dcau {
-                ferry_proto::command::Dcau::None => {
-                    ctl.expect_ok("DCAU N").await?;
-                }
-                _ => {
-                    ctl.expect_ok("DCAU A").await?;
-                }
-            }
-            if wanted.prot != ferry_proto::command::Protection::Clear {
-                ctl.expect_ok("PBSZ 1048576").await?;
-                let p = if wanted.prot == ferry_proto::command::Protection::Safe {
-                    "PROT S"
+            let dcau = match &wanted.dcau {
+                Dcau::None => Dcau::None,
+                _ => Dcau::Self_,
+            };
+            ctl.expect_ok(&Command::Dcau(dcau)).await?;
+            if wanted.prot != Protection::Clear {
+                ctl.expect_ok(&Command::Pbsz(1 << 20)).await?;
+                let p = if wanted.prot == Protection::Safe {
+                    Protection::Safe
                 } else {
-                    "PROT P"
+                    Protection::Private
                 };
-                ctl.expect_ok(p).await?;
+                ctl.expect_ok(&Command::Prot(p)).await?;
             }
             dtp.set_security(Some(data));
             channel_security = wanted;
@@ -174,24 +175,40 @@ impl RemoteSession {
         self.features.iter().any(|f| f.starts_with(&name))
     }
 
-    /// Sends a command and requires a non-error reply, naming the server in errors.
-    pub async fn expect_ok(&mut self, line: &str) -> Result<Reply, ClientError> {
-        self.ctl.expect_ok(line).await
+    /// Sends a command and requires a non-error reply.
+    pub async fn expect_ok(&mut self, cmd: &Command) -> Result<Reply, ClientError> {
+        self.ctl.expect_ok(cmd).await
     }
 
     /// Sends one command and returns its reply.
-    pub async fn command(&mut self, line: &str) -> Result<Reply, ClientError> {
-        self.ctl.command(line).await
+    pub async fn command(&mut self, cmd: &Command) -> Result<Reply, ClientError> {
+        self.ctl.command(cmd).await
+    }
+
+    /// The command that retrieves `req` of `path`, asking the server for the size when a
+    /// section runs to the end of the file.
+    pub(crate) async fn retrieve_command(
+        &mut self,
+        req: &FileRequest,
+        path: &str,
+    ) -> Result<Command, ClientError> {
+        let size = if req.needs_size() {
+            Some(self.size(path).await?)
+        } else {
+            None
+        };
+        req.retrieve_command(path, size)
     }
 
     /// TYPE I and MODE E, once.
     pub(crate) async fn binary_extended(&mut self) -> Result<(), ClientError> {
         if !self.type_image {
-            self.expect_ok("TYPE I").await?;
+            self.expect_ok(&Command::Type(TransferType::Image)).await?;
             self.type_image = true;
         }
         if !self.mode_e {
-            self.expect_ok("MODE E").await?;
+            self.expect_ok(&Command::Mode(TransferMode::Extended))
+                .await?;
             self.mode_e = true;
         }
         Ok(())
@@ -203,7 +220,12 @@ impl RemoteSession {
     pub(crate) async fn frequent_restart_markers(&mut self) -> Result<(), ClientError> {
         if !self.trev_sent {
             self.trev_sent = true;
-            self.ctl.command("TREV RESTART 1").await?;
+            self.ctl
+                .command(&Command::Trev {
+                    event: TrevEvent::Restart,
+                    interval: 1,
+                })
+                .await?;
         }
         Ok(())
     }
@@ -211,8 +233,7 @@ impl RemoteSession {
     /// `OPTS RETR Parallelism=n,n,n;` when the server will send.
     pub(crate) async fn sender_parallelism(&mut self, n: u32) -> Result<(), ClientError> {
         if self.parallelism != Some(n) {
-            self.expect_ok(&format!("OPTS RETR Parallelism={n},{n},{n};"))
-                .await?;
+            self.expect_ok(&parallelism_opts(n)).await?;
             self.parallelism = Some(n);
         }
         Ok(())
@@ -228,7 +249,7 @@ impl RemoteSession {
         if self.block_size == bytes || !self.has_feature("SITE BLOCKSIZE") {
             return Ok(());
         }
-        self.expect_ok(&format!("SITE BLOCKSIZE {}", bytes.unwrap_or(0)))
+        self.expect_ok(&Command::Site(SiteCommand::BlockSize(bytes.unwrap_or(0))))
             .await?;
         self.block_size = bytes;
         Ok(())
@@ -242,17 +263,20 @@ impl RemoteSession {
         retr: bool,
     ) -> Result<(), ClientError> {
         let Some(n) = bytes else { return Ok(()) };
-        let (cached, verbs): (&mut Option<u32>, [&str; 2]) = if retr {
-            (&mut self.retr_buf, ["SITE RETRBUFSIZE", "SBUF"])
+        let size = u64::from(n);
+        let (cached, commands) = if retr {
+            let site = Command::Site(SiteCommand::RetrBufSize(size));
+            (&mut self.retr_buf, [site, Command::Sbuf(size)])
         } else {
-            (&mut self.stor_buf, ["SITE STORBUFSIZE", "SBUF"])
+            let site = Command::Site(SiteCommand::StorBufSize(size));
+            (&mut self.stor_buf, [site, Command::Sbuf(size)])
         };
         if *cached == Some(n) {
             return Ok(());
         }
         *cached = Some(n);
-        for v in verbs {
-            let r = self.ctl.command(&format!("{v} {n}")).await?;
+        for cmd in &commands {
+            let r = self.ctl.command(cmd).await?;
             if r.is_success() {
                 // A buffer change invalidates cached data connections on the server.
                 self.data = DataSetup::None;
@@ -285,12 +309,12 @@ impl RemoteSession {
         }
         let peer = self.ctl.peer();
         let addr = if peer.is_ipv4() {
-            let r = self.expect_ok("PASV").await?;
+            let r = self.expect_ok(&Command::Pasv).await?;
             HostPort::from_pasv_reply(&r.text())
                 .map_err(|e| ClientError::Address(e.to_string()))?
                 .0
         } else {
-            let r = self.expect_ok("EPSV").await?;
+            let r = self.expect_ok(&Command::Epsv(None)).await?;
             let port = HostPort::port_from_epsv_reply(&r.text())
                 .map_err(|e| ClientError::Address(e.to_string()))?;
             SocketAddr::new(peer.ip(), port)
@@ -305,12 +329,8 @@ impl RemoteSession {
         if let DataSetup::ServerStriped(a) = &self.data {
             return Ok(a.clone());
         }
-        let spas = if self.ctl.peer().is_ipv4() {
-            "SPAS"
-        } else {
-            "SPAS 2"
-        };
-        let r = self.expect_ok(spas).await?;
+        let spas = Command::Spas(!self.ctl.peer().is_ipv4());
+        let r = self.expect_ok(&spas).await?;
         let addrs: Vec<SocketAddr> = HostPort::from_spas_reply(&r.lines)
             .map_err(|e| ClientError::Address(format!("{spas} reply: {e}")))?
             .into_iter()
@@ -333,7 +353,7 @@ pub(crate) async fn listen_locally(
     dtp: &mut Dtp,
     ip: std::net::IpAddr,
     tuning: SocketTuning,
-) -> Result<String, ClientError> {
+) -> Result<Command, ClientError> {
     let req = ferry_dtp::PassiveRequest {
         ip,
         ports: None,
@@ -346,11 +366,7 @@ pub(crate) async fn listen_locally(
         .first()
         .copied()
         .ok_or(ferry_dtp::DtpError::NoDataChannel)?;
-    let hp = HostPort(addr);
-    Ok(match hp.to_port_form() {
-        Some(p) => format!("PORT {p}"),
-        None => format!("EPRT {}", hp.to_eprt_form()),
-    })
+    Ok(Command::port_or_eprt(HostPort(addr)))
 }
 
 async fn resolve(url: &RemoteUrl) -> Result<SocketAddr, ClientError> {
@@ -360,4 +376,12 @@ async fn resolve(url: &RemoteUrl) -> Result<SocketAddr, ClientError> {
     addrs
         .next()
         .ok_or_else(|| ClientError::Network(format!("{} has no address", url.host)))
+}
+
+/// `OPTS RETR Parallelism=n,n,n;`.
+pub(crate) fn parallelism_opts(n: u32) -> Command {
+    Command::Opts(Opts::Retr(RetrOpts {
+        parallelism: Some(n),
+        ..RetrOpts::default()
+    }))
 }

@@ -5,6 +5,8 @@ use std::path::Path;
 
 use ferry_dtp::{ChannelSetup, Direction, TransferOutcome};
 use ferry_proto::command::Protection;
+use ferry_proto::opts::{Opts, RetrOpts, StripeLayout};
+use ferry_proto::{Command, HostPort};
 
 use crate::drive::{drive, Progress};
 use crate::request::FileRequest;
@@ -53,13 +55,9 @@ impl RemoteSession {
         self.buffers(req.tcp_buffer, true).await?;
         self.listen_for_server(req.tuning()).await?;
         let desc = self.describe(req, Direction::Receive, local, ChannelSetup::Passive)?;
-        self.start_and_drive(
-            req.rest_command(),
-            req.retrieve_command(remote),
-            &desc,
-            on_progress,
-        )
-        .await
+        let retrieve = self.retrieve_command(req, remote).await?;
+        self.start_and_drive(req.rest_command(), retrieve, &desc, on_progress)
+            .await
     }
 
     /// Downloads many whole files over one cached data channel with up to `window` RETRs
@@ -104,9 +102,9 @@ impl RemoteSession {
             self.listen_for_server(req.tuning()).await
         };
         setup.await.map_err(|e| (0, e))?;
-        let commands: Vec<String> = files
+        let commands: Vec<Command> = files
             .iter()
-            .map(|(remote, _)| req.retrieve_command(remote))
+            .map(|(remote, _)| Command::Retr((*remote).into()))
             .collect();
         let mut sent = window.min(commands.len());
         self.ctl
@@ -172,8 +170,8 @@ impl RemoteSession {
     /// On failure the session's data channel is forgotten, so the next file sets up a new one.
     async fn start_and_drive(
         &mut self,
-        rest: Option<String>,
-        command: String,
+        rest: Option<Command>,
+        command: Command,
         desc: &ferry_dtp::TransferDescription,
         on_progress: &mut (dyn FnMut(Progress) + Send),
     ) -> Result<TransferOutcome, ClientError> {
@@ -236,6 +234,7 @@ async fn third_party_inner(
     req: &FileRequest,
     on_progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<TransferOutcome, ClientError> {
+    let retrieve = src.retrieve_command(req, src_path).await?;
     connect_pair(src, dst, req.stripe.map(|l| (l, req.parallelism.max(1)))).await?;
     if let Some(rest) = req.rest_command() {
         dst.expect_ok(&rest).await?;
@@ -244,7 +243,6 @@ async fn third_party_inner(
     // A Globus destination answers STOR only once the source has connected to it, so the RETR
     // goes out before either 150 is read, as globus-url-copy does.
     let store = req.store_command(dst_path);
-    let retrieve = req.retrieve_command(src_path);
     dst.ctl.send(&store).await?;
     if let Err(e) = src.ctl.send(&retrieve).await {
         dst.broken = true;
@@ -268,22 +266,14 @@ async fn connect_pair(
     }
     let Some((layout, parallelism)) = stripe else {
         let addr = dst.server_listen().await?;
-        let hp = ferry_proto::HostPort(addr);
-        let cmd = match hp.to_port_form() {
-            Some(p) => format!("PORT {p}"),
-            None => format!("EPRT {}", hp.to_eprt_form()),
-        };
-        src.expect_ok(&cmd).await?;
+        src.expect_ok(&Command::port_or_eprt(HostPort(addr)))
+            .await?;
         src.data = DataSetup::ToPeer(vec![addr]);
         dst.data = DataSetup::FromPeer(vec![addr]);
         return Ok(());
     };
-    let spas = if dst.ctl.peer().is_ipv4() {
-        "SPAS"
-    } else {
-        "SPAS 2"
-    };
-    let r = dst.expect_ok(spas).await?;
+    let spas = Command::Spas(!dst.ctl.peer().is_ipv4());
+    let r = dst.expect_ok(&spas).await?;
     let addrs: Vec<std::net::SocketAddr> = ferry_proto::HostPort::from_spas_reply(&r.lines)
         .map_err(|e| ClientError::Address(format!("{spas} reply: {e}")))?
         .into_iter()
@@ -291,23 +281,19 @@ async fn connect_pair(
         .collect();
     // One OPTS with the parallelism too, as globus-url-copy sends it.
     let p = parallelism;
-    let opts = match layout {
-        ferry_dtp::LayoutSpec::Blocked(block) => {
-            format!("OPTS RETR StripeLayout=Blocked;BlockSize={block};Parallelism={p},{p},{p};")
-        }
-        ferry_dtp::LayoutSpec::Partitioned => {
-            format!("OPTS RETR StripeLayout=Partitioned;Parallelism={p},{p},{p};")
-        }
+    let (layout, block_size) = match layout {
+        ferry_dtp::LayoutSpec::Blocked(block) => (StripeLayout::Blocked, Some(block)),
+        ferry_dtp::LayoutSpec::Partitioned => (StripeLayout::Partitioned, None),
     };
-    src.expect_ok(&opts).await?;
-    let spor: Vec<String> = addrs
-        .iter()
-        .map(|a| {
-            let hp = ferry_proto::HostPort(*a);
-            hp.to_port_form().unwrap_or_else(|| hp.to_eprt_form())
-        })
-        .collect();
-    src.expect_ok(&format!("SPOR {}", spor.join(" "))).await?;
+    let opts = RetrOpts {
+        parallelism: Some(p),
+        layout: Some(layout),
+        block_size,
+        markers: None,
+    };
+    src.expect_ok(&Command::Opts(Opts::Retr(opts))).await?;
+    let spor = addrs.iter().map(|a| HostPort(*a)).collect();
+    src.expect_ok(&Command::Spor(spor)).await?;
     src.data = DataSetup::ToPeer(addrs.clone());
     dst.data = DataSetup::FromPeer(addrs);
     Ok(())
@@ -316,9 +302,9 @@ async fn connect_pair(
 /// Reads both servers' replies to one sent RETR/STOR pair until both are final.
 async fn drive_pair(
     src: &mut RemoteSession,
-    retrieve: &str,
+    retrieve: &Command,
     dst: &mut RemoteSession,
-    store: &str,
+    store: &Command,
     on_progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<TransferOutcome, ClientError> {
     let mut ignore = |_p: Progress| {};
@@ -415,8 +401,14 @@ async fn third_party_pipelined_inner(
         connect_pair(src, dst, req.stripe.map(|l| (l, 1))).await
     };
     setup.await.map_err(|e| (0, e))?;
-    let stores: Vec<String> = files.iter().map(|(_, d)| req.store_command(d)).collect();
-    let retrieves: Vec<String> = files.iter().map(|(s, _)| req.retrieve_command(s)).collect();
+    let stores: Vec<Command> = files
+        .iter()
+        .map(|(_, d)| Command::Stor((*d).into()))
+        .collect();
+    let retrieves: Vec<Command> = files
+        .iter()
+        .map(|(s, _)| Command::Retr((*s).into()))
+        .collect();
     let mut sent = window.min(files.len());
     // STORs first: a Globus destination answers only once the source has connected.
     dst.ctl

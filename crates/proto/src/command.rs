@@ -371,6 +371,17 @@ impl std::str::FromStr for Command {
     }
 }
 
+impl Command {
+    /// `PORT` for an IPv4 address, `EPRT` for any other: what a client sends to name its
+    /// listener, or a third-party source to name its peer.
+    pub fn port_or_eprt(hp: HostPort) -> Command {
+        match hp.to_port_form() {
+            Some(_) => Command::Port(hp),
+            None => Command::Eprt(hp),
+        }
+    }
+}
+
 impl fmt::Display for Command {
     /// The wire form without CRLF; `Command::parse` of it gives back an equal value.
     ///

@@ -8,6 +8,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod civil;
+pub mod client_pi;
 pub mod clock;
 pub mod command;
 pub mod frame;
@@ -22,6 +23,7 @@ pub mod site;
 pub mod stack;
 pub mod stripe;
 
+pub use client_pi::ClientPi;
 pub use command::{Command, CommandError};
 pub use hostport::HostPort;
 pub use line::{LineEvent, LineFramer};

@@ -103,7 +103,9 @@ async fn an_overlong_line_gets_500_too_long_and_the_session_still_works() {
     let srv = TestServer::start().await;
     let mut c = srv.login().await;
     let long = "A".repeat(100 * 1024);
-    within("send long line", c.send(&long)).await.expect("send");
+    within("send long line", c.send_line(&long))
+        .await
+        .expect("send");
     let r = next_reply(&mut c).await;
     assert_eq!(r.code, 500, "{r}");
     assert!(r.text().contains("too long"), "{r}");
@@ -143,12 +145,12 @@ async fn commands_sent_during_a_transfer_are_answered_after_it_in_order_and_stat
     let mut conn = data_connect(addr).await;
     send_block(&mut conn, 0, &data[..10_000]).await;
     // STAT is answered while the transfer runs; the others wait for it to end.
-    c.send("NOOP").await.unwrap();
-    c.send("STAT").await.unwrap();
+    c.send_line("NOOP").await.unwrap();
+    c.send_line("STAT").await.unwrap();
     let r = next_reply(&mut c).await;
     assert_eq!(r.code, 213, "STAT during a transfer: {r}");
-    c.send("PWD").await.unwrap();
-    c.send("SIZE piped.bin").await.unwrap();
+    c.send_line("PWD").await.unwrap();
+    c.send_line("SIZE piped.bin").await.unwrap();
     send_block(&mut conn, 10_000, &data[10_000..]).await;
     send_eof(&mut conn, 1).await;
     expect_final(&mut c, 226).await;

@@ -49,7 +49,7 @@ async fn two_node_cluster() -> Option<(TestServer, std::path::PathBuf, [tempfile
 
 /// Sends a transfer command that must end in 425.
 async fn start_transfer_refused(c: &mut ferry_client::ControlClient, line: &str) {
-    c.send(line).await.unwrap();
+    c.send_line(line).await.unwrap();
     let (_, fin) = final_reply(c).await;
     assert_eq!(fin.code, 425, "{fin}");
 }
@@ -137,7 +137,7 @@ async fn abor_stops_every_node_and_the_next_striped_store_works() {
     let mut s0 = data_connect(addrs[0]).await;
     let _s1 = data_connect(addrs[1]).await;
     send_block(&mut s0, 0, &[7u8; 10_000]).await;
-    c.send("ABOR").await.unwrap();
+    c.send_line("ABOR").await.unwrap();
     let r = next_reply(&mut c).await;
     assert_eq!(r.code, 426, "{r}");
     let r = next_reply(&mut c).await;

@@ -215,7 +215,7 @@ async fn abor_during_a_transfer_answers_426_then_226() {
         assert!(buf.iter().all(|&b| b == 0));
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    c.send("ABOR").await.unwrap();
+    c.send_line("ABOR").await.unwrap();
     let r = next_reply(&mut c).await;
     assert_eq!(r.code, 426, "{r}");
     let r = next_reply(&mut c).await;
@@ -297,7 +297,7 @@ async fn abor_during_a_mode_e_store_answers_426_then_226_and_keeps_what_arrived(
     // Wait until the server has written the block, then abort.
     let r = next_reply(&mut c).await;
     assert_eq!(r.code, 111, "{r}");
-    c.send("ABOR").await.unwrap();
+    c.send_line("ABOR").await.unwrap();
     let (_, fin) = final_reply(&mut c).await;
     assert_eq!(fin.code, 426, "{fin}");
     let r = next_reply(&mut c).await;

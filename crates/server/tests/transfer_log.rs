@@ -106,7 +106,7 @@ async fn an_aborted_transfer_is_logged_as_failed_with_the_bytes_it_moved() {
     )
     .await
     .unwrap();
-    c.send("ABOR").await.unwrap();
+    c.send_line("ABOR").await.unwrap();
     assert_eq!(next_reply(&mut c).await.code, 426);
     assert_eq!(next_reply(&mut c).await.code, 226);
     drop(conn);

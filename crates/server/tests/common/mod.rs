@@ -171,7 +171,7 @@ impl TestServer {
 
 /// Sends `line` and returns its reply, whatever the code.
 pub async fn cmd(c: &mut ControlClient, line: &str) -> Reply {
-    within(line, c.command(line))
+    within(line, c.command_line(line))
         .await
         .unwrap_or_else(|e| panic!("'{line}': {e}"))
 }
