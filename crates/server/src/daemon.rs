@@ -39,6 +39,33 @@ pub(crate) struct ServerContext {
     pub(crate) nodes: Option<Arc<crate::striped::frontend::NodeSet>>,
 }
 
+#[cfg(test)]
+impl ServerContext {
+    /// A single-node context for in-memory PI tests: `config.root` as storage, no GSI, no
+    /// transfer log, this build's drivers.
+    pub(crate) fn for_tests(config: ServerConfig) -> ServerContext {
+        let open = |ro| -> Arc<dyn Storage> {
+            Arc::new(PosixStorage::open(&config.root, ro).expect("test root"))
+        };
+        ServerContext {
+            storage_rw: open(false),
+            storage_ro: open(true),
+            passwords: PasswordDb::default(),
+            pool: BufferPool::new(ferry_dtp::IO_CHUNK, 4),
+            poll_budget: PollBudget::new(1),
+            modules: ModuleRegistry::with_builtins(),
+            disk_stacks: Arc::new(ferry_dtp::disk_stack::DiskStacks::default()),
+            transports: Arc::new(ferry_net::Transports::default()),
+            translog: None,
+            connections: AtomicUsize::new(0),
+            next_transfer: AtomicU64::new(1),
+            gsi: None,
+            nodes: None,
+            config,
+        }
+    }
+}
+
 /// What a bound server does with its connections.
 #[derive(Debug)]
 enum Role {

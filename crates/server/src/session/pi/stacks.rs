@@ -8,11 +8,11 @@
 use ferry_proto::stack::{StackChoice, StackError, StackSpec, Whitelist};
 use ferry_proto::Reply;
 
-use super::Session;
+use super::Pi;
 
 /// Which stack a command sets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum StackKind {
+pub(super) enum StackKind {
     /// The data channel's (`SETNETSTACK`).
     Net,
     /// Storage's (`SETDISKSTACK`).
@@ -36,9 +36,9 @@ impl StackKind {
     }
 }
 
-impl Session {
+impl Pi {
     /// The stack `arg` chooses and the reply: `250 OK.`, or the refusal with the default stack.
-    pub(crate) fn choose_stack(&self, arg: &str, kind: StackKind) -> (StackSpec, Reply) {
+    pub(super) fn choose_stack(&self, arg: &str, kind: StackKind) -> (StackSpec, Reply) {
         match self.admit_stack(arg, kind) {
             Ok(stack) => (stack, Reply::new(250, "OK.")),
             Err(why) => (
