@@ -48,6 +48,10 @@
 //!   `MODE E` on both and `OPTS RETR Parallelism=N,N,N;` to the source.
 //! - `-fast -p 2 -r`: one `PORT` (get) or `PASV` (put); the MLSD and every later RETR/STOR reuse
 //!   the MODE E data connections, answered `125 Beginning transfer; reusing existing data connection.`
+//!
+//! Past 400 lines on purpose: every file under `tests/` is its own binary that links the whole
+//! workspace (about a minute each in release on CI's 2 cores), so a peer's or a feature's
+//! tests share one file rather than spreading over several binaries.
 
 #[macro_use]
 mod common;

@@ -5,6 +5,10 @@
 //!
 //! Data channels at every level: `-nodcau`, the default DCAU A, `-dcsafe` (PROT S), `-dcpriv`
 //! (PROT P).
+//!
+//! Past 400 lines on purpose: every file under `tests/` is its own binary that links the whole
+//! workspace (about a minute each in release on CI's 2 cores), so a peer's or a feature's
+//! tests share one file rather than spreading over several binaries.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};

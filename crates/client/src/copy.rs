@@ -3,7 +3,6 @@
 //! verifying checksums on request.
 
 use std::collections::VecDeque;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -11,12 +10,13 @@ use ferry_storage::ChecksumAlgorithm;
 use tokio_util::sync::CancellationToken;
 
 use crate::checks::up_to_date;
-use crate::job::{auto_parallelism, FileCopy, FileCopyEvent, Retry};
+use crate::job::{FileCopy, FileCopyEvent, Retry};
+use crate::pipeline::{run_pipeline, take_batch};
 use crate::plan::{display, Job, Plan};
 use crate::request::FileRequest;
 use crate::sessions::Sessions;
 use crate::url::Location;
-use crate::{third_party_pipelined, ClientError, ErrorClass};
+use crate::{ClientError, ErrorClass};
 
 /// How `--sync` decides a destination is already up to date.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -281,145 +281,7 @@ async fn worker(
     }
 }
 
-/// Most files one pipeline takes from the queue, and most RETRs outstanding on it.
-const PIPELINE_BATCH: usize = 32;
-const PIPELINE_WINDOW: usize = 8;
-
-/// The next job, or a run of up to [`PIPELINE_BATCH`] whole small files between the same two
-/// ends (a server and local disk, or two servers) that can be pipelined.
-fn take_batch(queue: &Mutex<VecDeque<(usize, Job)>>, opts: &CopyOptions) -> Vec<(usize, Job)> {
-    let Ok(mut q) = queue.lock() else {
-        return Vec::new();
-    };
-    let Some(first) = q.pop_front() else {
-        return Vec::new();
-    };
-    let mut batch = vec![first];
-    if !pipelinable(&batch[0].1, opts) {
-        return batch;
-    }
-    while batch.len() < PIPELINE_BATCH {
-        match q.front() {
-            Some((_, next)) if pipelinable(next, opts) && same_ends(next, &batch[0].1) => {
-                batch.extend(q.pop_front());
-            }
-            _ => break,
-        }
-    }
-    batch
-}
-
-/// Whole-file gets and third-party copies of files small enough for one stream, with nothing
-/// to check per file.
-fn pipelinable(job: &Job, opts: &CopyOptions) -> bool {
-    let r = &opts.request;
-    matches!(job.src, Location::Remote(_))
-        && job
-            .size
-            .is_some_and(|s| auto_parallelism(Some(s), Duration::ZERO) == 1)
-        && r.parallelism <= 1
-        && r.offset == 0
-        && r.length.is_none()
-        && opts.sync == SyncLevel::Off
-        && opts.verify.is_none()
-}
-
-fn same_ends(a: &Job, b: &Job) -> bool {
-    let same = |x: &Location, y: &Location| match (x, y) {
-        (Location::Remote(x), Location::Remote(y)) => x.same_server(y),
-        (Location::Local(_), Location::Local(_)) => true,
-        _ => false,
-    };
-    same(&a.src, &b.src) && same(&a.dst, &b.dst)
-}
-
-/// Runs a batch as one pipeline; returns how many of its files completed and how many were
-/// announced as started (the rest are left to the caller). Failures are not reported here:
-/// the caller retries those files one by one.
-async fn run_pipeline(
-    batch: &[(usize, Job)],
-    sessions: &mut Sessions,
-    opts: &CopyOptions,
-    events: &EventSink,
-    summary: &Mutex<CopySummary>,
-) -> (usize, usize) {
-    let mut req = opts.request.clone();
-    req.parallelism = 1;
-    let (mut done, mut began) = (0, 0);
-    let mut on_start = |k: usize| {
-        began = k + 1;
-        started(events, batch[k].0, &batch[k].1);
-    };
-    let mut on_done = |k: usize, o: ferry_dtp::TransferOutcome| {
-        done = k + 1;
-        let (i, job) = &batch[k];
-        let bytes = job.size.unwrap_or(o.bytes).max(o.bytes);
-        let ev = CopyEvent::Done {
-            file: *i,
-            bytes,
-            seconds: o.duration.as_secs_f64(),
-            streams: 1,
-            skipped: false,
-            checksum: None,
-        };
-        finished(summary, events, *i, Ok(ev));
-    };
-    let r = match (&batch[0].1.src, &batch[0].1.dst) {
-        (Location::Remote(server), Location::Local(_)) => {
-            let files: Vec<(&str, &Path)> = batch
-                .iter()
-                .filter_map(|(_, j)| match (&j.src, &j.dst) {
-                    (Location::Remote(s), Location::Local(d)) => {
-                        Some((s.path.as_str(), d.as_path()))
-                    }
-                    _ => None,
-                })
-                .collect();
-            match sessions.get(server).await {
-                Ok(session) => {
-                    session
-                        .get_pipelined(&files, &req, PIPELINE_WINDOW, &mut on_start, &mut on_done)
-                        .await
-                }
-                Err(e) => Err((0, e)),
-            }
-        }
-        (Location::Remote(a), Location::Remote(b)) => {
-            let files: Vec<(&str, &str)> = batch
-                .iter()
-                .filter_map(|(_, j)| match (&j.src, &j.dst) {
-                    (Location::Remote(s), Location::Remote(d)) => {
-                        Some((s.path.as_str(), d.path.as_str()))
-                    }
-                    _ => None,
-                })
-                .collect();
-            match sessions.pair(a, b).await {
-                Ok((src, dst)) => {
-                    third_party_pipelined(
-                        src,
-                        dst,
-                        &files,
-                        &req,
-                        PIPELINE_WINDOW,
-                        &mut on_start,
-                        &mut on_done,
-                    )
-                    .await
-                }
-                Err(e) => Err((0, e)),
-            }
-        }
-        _ => return (0, 0),
-    };
-    if let Err((k, e)) = r {
-        let at = display(&batch[k.min(batch.len() - 1)].1.src);
-        tracing::debug!("pipeline stopped at {at}: {e}; going on one file at a time");
-    }
-    (done, began)
-}
-
-fn started(events: &EventSink, i: usize, job: &Job) {
+pub(crate) fn started(events: &EventSink, i: usize, job: &Job) {
     events(CopyEvent::Started {
         file: i,
         src: display(&job.src),
@@ -428,7 +290,7 @@ fn started(events: &EventSink, i: usize, job: &Job) {
     });
 }
 
-fn finished(
+pub(crate) fn finished(
     summary: &Mutex<CopySummary>,
     events: &EventSink,
     i: usize,

@@ -12,10 +12,12 @@ mod gsi;
 mod job;
 mod oneshot;
 mod ops;
+mod pipeline;
 mod plan;
 mod request;
 mod session;
 mod sessions;
+mod third_party;
 mod transfer;
 pub mod url;
 
@@ -32,8 +34,8 @@ pub use plan::{display, plan, Job, Plan};
 pub use request::FileRequest;
 pub use session::RemoteSession;
 pub use sessions::Sessions;
+pub use third_party::{third_party, third_party_pipelined};
 pub use tokio_util::sync::CancellationToken;
-pub use transfer::{third_party, third_party_pipelined};
 pub use url::{Location, RemoteUrl};
 
 /// The process's budget of receiving streams that poll at once: a copy runs several sessions

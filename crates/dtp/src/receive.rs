@@ -1,4 +1,8 @@
 //! Receiving: data channel → storage, in stream mode and MODE E from any number of connections.
+//!
+//! Past 400 lines (550 of code, then its tests): the per-connection loop, the shared range
+//! bookkeeping and the EOD/EOF accounting decide together when a transfer is complete, and
+//! splitting them would hide the one invariant a reader must check (no 226 without every byte).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

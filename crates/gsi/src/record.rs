@@ -7,6 +7,7 @@
 //! The record layer is small and fixed by RFC 8446 §5: header, nonce = IV xor sequence number,
 //! the inner content type, KeyUpdate (§4.6.3) and close_notify. Handshake, certificates and
 //! every other TLS detail stay with OpenSSL; TLS 1.2 sessions keep OpenSSL's records.
+//! Past 400 lines only with its tests (420 of code): one record layer, sealing and opening.
 
 use ring::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey, NONCE_LEN};
 use ring::hkdf;

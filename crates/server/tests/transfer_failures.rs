@@ -1,5 +1,9 @@
 //! Transfers that fail: peers that vanish, data connections that never come, full disks and
 //! aborts. Each ends with an error reply (never 226 for lost data) and a usable session.
+//!
+//! Past 400 lines on purpose: every file under `tests/` is its own binary that links the whole
+//! workspace (about a minute each in release on CI's 2 cores), so a peer's or a feature's
+//! tests share one file rather than spreading over several binaries.
 
 mod common;
 

@@ -1,5 +1,9 @@
 //! MODE E transfers: ferry_client gets and puts with parallel streams, and hand-framed blocks
 //! for settings order, data-channel reuse, restarts and partial transfers.
+//!
+//! Past 400 lines on purpose: every file under `tests/` is its own binary that links the whole
+//! workspace (about a minute each in release on CI's 2 cores), so a peer's or a feature's
+//! tests share one file rather than spreading over several binaries.
 
 mod common;
 

@@ -1,5 +1,8 @@
 //! The GridFTP server under test, run as a child process on loopback: ferry, or
 //! globus-gridftp-server as the reference whose behaviour the suite is validated against.
+//!
+//! Past 400 lines on purpose: one harness that every test of this crate shares, so each test
+//! reads as the protocol steps it checks.
 
 use std::fs::{self, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Write};

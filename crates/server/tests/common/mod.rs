@@ -1,6 +1,9 @@
 //! Shared harness for the server's integration tests: an in-process server on loopback with a
 //! temporary root, a logged-in control client, and hand-driven data connections (stream mode
 //! and MODE E blocks).
+//!
+//! Past 400 lines on purpose: one harness that every test of this crate shares, so each test
+//! reads as the protocol steps it checks.
 #![allow(dead_code)]
 
 use std::future::Future;

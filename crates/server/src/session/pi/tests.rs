@@ -2,6 +2,8 @@
 //! through byte buffers, and a fake driver answers the server PI's requests — logins from a
 //! fixed table, listeners at fixed addresses, storage calls on a temporary root, transfers as
 //! the test scripts them. No sockets and no clock: each test runs in milliseconds.
+//!
+//! Past 400 lines on purpose: the harness and the tests it serves read together.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
