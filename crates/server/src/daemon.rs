@@ -41,8 +41,8 @@ pub(crate) struct ServerContext {
 
 #[cfg(test)]
 impl ServerContext {
-    /// A single-node context for in-memory PI tests: `config.root` as storage, no GSI, no
-    /// transfer log, this build's drivers.
+    /// A single-node context for in-memory PI tests: `config.root` as storage, GSI as the
+    /// configuration says, no transfer log, this build's drivers.
     pub(crate) fn for_tests(config: ServerConfig) -> ServerContext {
         let open = |ro| -> Arc<dyn Storage> {
             Arc::new(PosixStorage::open(&config.root, ro).expect("test root"))
@@ -59,7 +59,9 @@ impl ServerContext {
             translog: None,
             connections: AtomicUsize::new(0),
             next_transfer: AtomicU64::new(1),
-            gsi: None,
+            gsi: config
+                .gsi
+                .then(|| crate::gsi::GsiServer::load(&config).expect("test GSI")),
             nodes: None,
             config,
         }

@@ -11,9 +11,10 @@ use std::sync::Arc;
 use ferry_dtp::{
     ChannelSetup, Direction, DtpError, DtpEvent, TransferDescription, TransferOutcome,
 };
+use ferry_gsi::{protect, SecurityContext};
 use ferry_proto::command::{TransferMode, MAX_COMMAND_LINE};
 use ferry_proto::line::{LineEvent, LineFramer};
-use ferry_proto::{ClientPi, RangeSet, Reply};
+use ferry_proto::{ClientPi, RangeSet, Reply, ReplyParser};
 use ferry_storage::{PosixStorage, Storage, StorageError};
 
 use super::{Interrupt, LoginKind, Output, Pi, Request};
@@ -46,16 +47,30 @@ struct Pair {
     forgot: usize,
     script: Script,
     closed: bool,
+    /// Once GSI login is done: the server's context (replies wrapped, commands unwrapped) and
+    /// the client's (commands wrapped, replies unwrapped).
+    server_gss: Option<SecurityContext>,
+    client_gss: Option<SecurityContext>,
+    /// The client's wire on a protected session, before its replies are opened.
+    wire: ReplyParser,
+    /// The next line goes out unwrapped even on a protected session.
+    send_clear: bool,
 }
 
 impl Pair {
     fn new() -> Pair {
+        Pair::with(|_| {})
+    }
+
+    /// A pair whose server configuration `adjust` changes.
+    fn with(adjust: impl FnOnce(&mut ServerConfig)) -> Pair {
         let root = tempfile::tempdir().expect("tempdir");
-        let config = ServerConfig {
+        let mut config = ServerConfig {
             root: root.path().to_path_buf(),
             anonymous: true,
             ..ServerConfig::default()
         };
+        adjust(&mut config);
         let ctx = Arc::new(ServerContext::for_tests(config));
         let storage: Arc<dyn Storage> =
             Arc::new(PosixStorage::open(root.path(), false).expect("storage"));
@@ -73,6 +88,10 @@ impl Pair {
             forgot: 0,
             script: Script::Complete(Vec::new()),
             closed: false,
+            server_gss: None,
+            client_gss: None,
+            wire: ReplyParser::new(),
+            send_clear: false,
         };
         let banner = pair.pump_until_final();
         assert_eq!(banner.last().map(|r| r.code), Some(220));
@@ -106,7 +125,17 @@ impl Pair {
 
     fn pump_until_final(&mut self) -> Vec<Reply> {
         let bytes = self.client.poll_transmit();
-        self.framer.feed(&bytes);
+        match self.client_gss.as_mut() {
+            Some(gss) if !self.send_clear => {
+                for line in bytes.split_inclusive(|&b| b == b'\n') {
+                    let line = line.strip_suffix(b"\r\n").unwrap_or(line);
+                    let wrapped = protect::wrap_command(gss, line).expect("wrap a command");
+                    self.framer.feed(&wrapped);
+                }
+            }
+            _ => self.framer.feed(&bytes),
+        }
+        self.send_clear = false;
         let mut replies = Vec::new();
         loop {
             self.drain();
@@ -121,7 +150,16 @@ impl Pair {
                 return replies;
             }
             match self.framer.next_event() {
-                Some(LineEvent::Line(l)) => self.server.handle_line(&l),
+                Some(LineEvent::Line(l)) => match self.server_gss.as_mut() {
+                    None => self.server.handle_line(&l),
+                    Some(gss) => match protect::unwrap_command(gss, &l) {
+                        Some(plain) => {
+                            let plain = plain.strip_suffix(b"\r\n").unwrap_or(&plain).to_vec();
+                            self.server.handle_line(&plain)
+                        }
+                        None => self.server.handle_line(crate::gsi::UNPROTECTED),
+                    },
+                },
                 Some(LineEvent::TooLong) => self.server.handle_too_long(),
                 None => panic!("no final reply; so far {replies:?}"),
             }
@@ -132,10 +170,35 @@ impl Pair {
     fn drain(&mut self) {
         while let Some(out) = self.server.poll_output() {
             match out {
-                Output::Reply(r) => self.client.feed(&r.to_bytes()),
-                Output::Protect(_) => panic!("no GSI in these tests"),
+                Output::Reply(r) => {
+                    let bytes = match self.server_gss.as_mut() {
+                        Some(gss) => protect::wrap_reply(gss, &r.to_bytes()).expect("wrap"),
+                        None => r.to_bytes(),
+                    };
+                    self.client_receives(&bytes);
+                }
+                Output::Protect(ctx) => self.server_gss = Some(*ctx),
                 Output::Close => self.closed = true,
                 Output::Request(req) => self.answer(req),
+            }
+        }
+    }
+
+    /// What the client does with bytes off the wire: opens protected replies once it has a
+    /// context.
+    fn client_receives(&mut self, bytes: &[u8]) {
+        let Some(gss) = self.client_gss.as_mut() else {
+            return self.client.feed(bytes);
+        };
+        self.wire.feed(bytes);
+        while let Some(raw) = self.wire.next_reply().expect("wire replies parse") {
+            if !protect::is_protected_reply(raw.code) {
+                self.client.feed(&raw.to_bytes());
+                continue;
+            }
+            for line in &raw.lines {
+                let plain = protect::unwrap_reply_line(gss, line).expect("open a reply");
+                self.client.feed(&plain);
             }
         }
     }
@@ -146,6 +209,7 @@ impl Pair {
                 let r = match l.kind {
                     LoginKind::Password(pw) if l.name == "alice" && pw == "right" => Ok(false),
                     LoginKind::Anonymous => Ok(true),
+                    LoginKind::Gsi { .. } => Ok(false),
                     _ => Err(Reply::new(530, "Login incorrect.")),
                 };
                 self.server.login_done(r);
@@ -472,4 +536,104 @@ fn thirty_two_bad_lines_in_a_row_close_the_session_after_their_replies() {
     let rest = p.pump_until_final();
     assert_eq!(rest.iter().map(|r| r.code).collect::<Vec<_>>(), [421]);
     assert!(p.closed);
+}
+
+/// A CA, a host credential, a user credential and a grid-mapfile in a temporary directory.
+struct Pki {
+    dir: tempfile::TempDir,
+    user: ferry_gsi::Credential,
+    trust: Arc<ferry_gsi::TrustStore>,
+}
+
+impl Pki {
+    const USER_DN: &'static str = "/O=ferry test/CN=Alice";
+
+    fn new() -> Pki {
+        use ferry_gsi::ca::{save_pair, CertificateAuthority, IssueSpec};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = CertificateAuthority::create("/O=ferry test/CN=Test CA", 1, 2048).expect("CA");
+        let certs = dir.path().join("certificates");
+        ca.install(&certs).expect("install the CA");
+        let host = ca
+            .issue(&IssueSpec::host("/O=ferry test", "localhost", 1))
+            .expect("host credential");
+        save_pair(dir.path(), "hostcert.pem", "hostkey.pem", &host).expect("save host");
+        let user = ca
+            .issue(&IssueSpec::user(Pki::USER_DN, 1))
+            .expect("user credential");
+        let gridmap = format!("\"{}\" alice\n", Pki::USER_DN);
+        std::fs::write(dir.path().join("grid-mapfile"), gridmap).expect("gridmap");
+        let trust = Arc::new(ferry_gsi::TrustStore::load(&certs).expect("trust store"));
+        Pki { dir, user, trust }
+    }
+
+    fn configure(&self, c: &mut ServerConfig) {
+        let d = self.dir.path();
+        c.gsi = true;
+        c.anonymous = false;
+        c.host_cert = Some(d.join("hostcert.pem"));
+        c.host_key = Some(d.join("hostkey.pem"));
+        c.cert_dir = Some(d.join("certificates"));
+        c.gridmap = Some(d.join("grid-mapfile"));
+    }
+}
+
+#[test]
+fn a_gsi_login_protects_every_later_line_and_opens_dcau_and_prot() {
+    use base64::engine::general_purpose::STANDARD as B64;
+    use base64::Engine;
+    let pki = Pki::new();
+    let mut p = Pair::with(|c| pki.configure(c));
+    p.expect("FEAT", 530);
+    p.expect("AUTH GSSAPI", 334);
+    let config = ferry_gsi::ContextConfig::new(pki.user.clone(), Arc::clone(&pki.trust));
+    let (mut ctx, mut token) = SecurityContext::initiator(config).expect("initiator");
+    loop {
+        let r = p.line(&format!("ADAT {}", B64.encode(&token)));
+        let r = r.last().expect("a reply").clone();
+        let answer = r
+            .text()
+            .trim()
+            .strip_prefix("ADAT=")
+            .map(|t| B64.decode(t).unwrap());
+        match (r.code, answer) {
+            (335, Some(t)) => match ctx.step(&t).expect("a step") {
+                ferry_gsi::Step::Continue(next) | ferry_gsi::Step::Done(Some(next)) => token = next,
+                other => panic!("the exchange stalled: {other:?}"),
+            },
+            (235, last) => {
+                if let Some(t) = last {
+                    ctx.step(&t).expect("the last step");
+                }
+                break;
+            }
+            _ => panic!("ADAT refused: {r:?}"),
+        }
+    }
+    assert!(ctx.is_established());
+    p.client_gss = Some(ctx);
+    let r = p.expect("USER :globus-mapping:", 331);
+    assert_eq!(r.text(), "Password required for alice.");
+    p.expect("PASS dummy", 230);
+    // After a GSI login data channels default to DCAU A; the client may name a subject.
+    p.expect("PASV", 227);
+    p.expect("RETR f", 226);
+    assert_eq!(
+        p.last_transfer().security.dcau,
+        ferry_proto::command::Dcau::Self_
+    );
+    p.expect("DCAU S /O=ferry test/CN=Peer", 200);
+    p.expect("PBSZ 1048576", 200);
+    p.expect("PROT P", 200);
+    p.expect("RETR f", 226);
+    let sec = &p.last_transfer().security;
+    assert_eq!(
+        sec.dcau,
+        ferry_proto::command::Dcau::Subject("/O=ferry test/CN=Peer".into())
+    );
+    assert_eq!(sec.prot, ferry_proto::command::Protection::Private);
+    // A line in clear on a protected session is refused, and the session goes on.
+    p.send_clear = true;
+    p.expect("NOOP", 533);
+    p.expect("NOOP", 200);
 }
