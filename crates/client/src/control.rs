@@ -229,6 +229,31 @@ impl ControlClient {
         self.transmit().await
     }
 
+    /// The size of a file (`SIZE`).
+    pub async fn size(&mut self, path: &str) -> Result<u64, ClientError> {
+        let cmd = Command::Size(path.into());
+        let r = self.expect_ok(&cmd).await?;
+        r.text().trim().parse().map_err(|_| ClientError::Refused {
+            command: cmd.to_string(),
+            reply: r,
+        })
+    }
+
+    /// The command that retrieves `req` of `path`, asking the server for the size when a
+    /// section runs to the end of the file.
+    pub(crate) async fn retrieve_command(
+        &mut self,
+        req: &crate::FileRequest,
+        path: &str,
+    ) -> Result<Command, ClientError> {
+        let size = if req.needs_size() {
+            Some(self.size(path).await?)
+        } else {
+            None
+        };
+        req.retrieve_command(path, size)
+    }
+
     /// USER and PASS.
     pub async fn login(&mut self, user: &str, password: &str) -> Result<(), ClientError> {
         let r = self.expect_ok(&Command::User(user.into())).await?;

@@ -65,13 +65,7 @@ pub async fn get(
     let n = req.parallelism.max(1);
     ctl.expect_ok(&crate::session::parallelism_opts(n)).await?;
     let desc = req.local_description(Direction::Receive, local, ChannelSetup::Passive)?;
-    let size = if req.needs_size() {
-        let r = ctl.expect_ok(&Command::Size(remote.into())).await?;
-        r.text().trim().parse().ok()
-    } else {
-        None
-    };
-    let cmd = req.retrieve_command(remote, size)?;
+    let cmd = ctl.retrieve_command(req, remote).await?;
     ctl.send(&cmd).await?;
     drive(ctl, Some((&mut dtp, &desc)), &cmd, &mut |_| {}).await
 }

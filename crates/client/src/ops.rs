@@ -245,12 +245,7 @@ impl RemoteSession {
 
     /// The size of a file (SIZE).
     pub async fn size(&mut self, path: &str) -> Result<u64, ClientError> {
-        let cmd = Command::Size(path.into());
-        let r = self.expect_ok(&cmd).await?;
-        r.text().trim().parse().map_err(|_| ClientError::Refused {
-            command: cmd.to_string(),
-            reply: r,
-        })
+        self.ctl.size(path).await
     }
 }
 

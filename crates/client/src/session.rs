@@ -192,12 +192,7 @@ impl RemoteSession {
         req: &FileRequest,
         path: &str,
     ) -> Result<Command, ClientError> {
-        let size = if req.needs_size() {
-            Some(self.size(path).await?)
-        } else {
-            None
-        };
-        req.retrieve_command(path, size)
+        self.ctl.retrieve_command(req, path).await
     }
 
     /// TYPE I and MODE E, once.

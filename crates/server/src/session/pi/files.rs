@@ -86,13 +86,7 @@ impl Pi {
 
     fn try_file(&mut self, cmd: Command) -> Result<(), StorageError> {
         let read_only = self.read_only();
-        let writable = |vp: &VirtualPath| {
-            if read_only {
-                Err(StorageError::PermissionDenied(vp.to_string()))
-            } else {
-                Ok(())
-            }
-        };
+        let writable = |vp: &VirtualPath| writable(read_only, vp);
         match cmd {
             Command::Pwd => {
                 let cwd = self.settings.cwd.as_str().replace('"', "\"\"");
@@ -278,13 +272,7 @@ impl Pi {
 
     fn try_site(&mut self, cmd: SiteCommand) -> Result<(), StorageError> {
         let read_only = self.read_only();
-        let writable = |vp: &VirtualPath| {
-            if read_only {
-                Err(StorageError::PermissionDenied(vp.to_string()))
-            } else {
-                Ok(())
-            }
-        };
+        let writable = |vp: &VirtualPath| writable(read_only, vp);
         let s = &mut self.settings;
         match cmd {
             SiteCommand::Help => self.send(super::super::text::site_help()),
@@ -394,6 +382,15 @@ impl Pi {
             }
             _ => self.reply(500, "Unknown SITE command."),
         }
+        Ok(())
+    }
+}
+
+/// Refuses a change to `vp` on a read-only login.
+fn writable(read_only: bool, vp: &VirtualPath) -> Result<(), StorageError> {
+    if read_only {
+        Err(StorageError::PermissionDenied(vp.to_string()))
+    } else {
         Ok(())
     }
 }
