@@ -10,6 +10,7 @@
 pub mod civil;
 pub mod client_pi;
 pub mod clock;
+pub mod dirlist;
 pub mod command;
 pub mod frame;
 pub mod hostport;
