@@ -13,13 +13,17 @@ use crate::present::{self, Output};
 /// `ferry copy` flags.
 #[derive(Debug, Args)]
 pub(crate) struct CopyArgs {
-    /// Sources then the destination: ftp://[user[:pass]@]host[:port]/path, file:///path or a
-    /// local path. A trailing / names a directory.
+    /// Sources then the destination: ftp://[user[:pass]@]host[:port]/path (also ftps://,
+    /// ftpes://, gsiftp://), file:///path or a local path. A trailing / names a directory.
     #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
     paths: Vec<String>,
     /// Parallel data streams per file. [default: 1 below 16 MiB, else 4 (8 on paths with RTT > 20 ms)]
     #[arg(short = 'p', long = "parallel", value_name = "N")]
     parallel: Option<u32>,
+    /// With -p N > 1: fail before transferring when a server does not offer MODE E (plain FTP
+    /// servers), instead of copying with one stream in stream mode after a warning.
+    #[arg(long = "require-parallel")]
+    require_parallel: bool,
     /// TCP buffer size for data connections (e.g. 8M). [default: the kernel's autotuning]
     #[arg(long = "tcp-bs", value_name = "SIZE", value_parser = parse_size)]
     tcp_bs: Option<u64>,
@@ -74,6 +78,9 @@ pub(crate) struct CopyArgs {
     /// gsiftp://: encrypted data (PROT P), each parallel stream on its own core.
     #[arg(long)]
     dcpriv: bool,
+    /// ftps:// and ftpes://: trust the CA certificates in this PEM file besides the system's.
+    #[arg(long = "ca-file", value_name = "FILE")]
+    ca_file: Option<std::path::PathBuf>,
     /// gsiftp://: the server's expected subject (DN) instead of a host certificate for the URL's host.
     #[arg(long, value_name = "DN")]
     subject: Option<String>,
@@ -155,6 +162,7 @@ impl CopyArgs {
                 offset: self.offset.unwrap_or(0),
                 length: self.length,
                 stripe: stripe_layout(self.stripe, self.stripe_block_size),
+                require_parallel: self.require_parallel,
                 ..defaults.request.clone()
             },
             create_dirs: self.create_dirs,
@@ -162,12 +170,15 @@ impl CopyArgs {
             retries: self.retries.unwrap_or(defaults.retries),
             verify,
             sync,
-            gsi: GsiOptions::from_flags(
-                self.no_dcau && !self.dcau,
-                self.dcsafe,
-                self.dcpriv,
-                self.subject.clone(),
-            )?,
+            gsi: GsiOptions {
+                ca_file: self.ca_file.clone(),
+                ..GsiOptions::from_flags(
+                    self.no_dcau && !self.dcau,
+                    self.dcsafe,
+                    self.dcpriv,
+                    self.subject.clone(),
+                )?
+            },
             ..defaults
         };
         let output = if self.json {

@@ -132,6 +132,7 @@ fn human(s: &mut State, ev: CopyEvent, verbose: bool) {
                 line(s, format!("  {what}{sum}"));
             }
         }
+        CopyEvent::Warning { message } => line(s, format!("ferry: warning: {message}")),
         CopyEvent::Failed { error, .. } => {
             s.done += 1;
             line(s, format!("ferry: {error}"));

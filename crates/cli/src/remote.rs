@@ -35,6 +35,9 @@ pub(crate) enum RemoteCmd {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// ftps:// and ftpes://: trust the CA certificates in this PEM file besides the system's.
+        #[arg(long = "ca-file", value_name = "FILE")]
+        ca_file: Option<std::path::PathBuf>,
     },
     /// Show one entry's facts.
     Stat(UrlArgs),
@@ -57,11 +60,14 @@ pub(crate) enum RemoteCmd {
 /// A remote URL and output format.
 #[derive(Debug, Args)]
 pub(crate) struct UrlArgs {
-    /// ftp://[user[:pass]@]host[:port]/path
+    /// ftp://[user[:pass]@]host[:port]/path (also ftps://, ftpes://, gsiftp://)
     url: String,
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// ftps:// and ftpes://: trust the CA certificates in this PEM file besides the system's.
+    #[arg(long = "ca-file", value_name = "FILE")]
+    ca_file: Option<std::path::PathBuf>,
 }
 
 fn remote(s: &str) -> Result<RemoteUrl, ClientError> {
@@ -103,11 +109,23 @@ fn json<T: serde::Serialize>(v: &T) {
     }
 }
 
+/// A session with the default GSI setup and `ca_file` trusted for FTPS.
+async fn connect(
+    url: &RemoteUrl,
+    ca_file: Option<std::path::PathBuf>,
+) -> Result<RemoteSession, ClientError> {
+    let options = ferry_client::GsiOptions {
+        ca_file,
+        ..Default::default()
+    };
+    RemoteSession::connect(url, &ferry_client::GsiSetup::new(options)).await
+}
+
 async fn run_async(cmd: RemoteCmd) -> Result<(), ClientError> {
     match cmd {
         RemoteCmd::Ls(a) => {
             let url = remote(&a.url)?;
-            let mut s = RemoteSession::connect(&url, &ferry_client::GsiSetup::default()).await?;
+            let mut s = connect(&url, a.ca_file).await?;
             let entry = s.stat(&url.path).await?;
             let entries = if entry.kind == EntryKind::Dir {
                 s.list(&url.path).await?
@@ -122,7 +140,7 @@ async fn run_async(cmd: RemoteCmd) -> Result<(), ClientError> {
         }
         RemoteCmd::Mkdir { url, parents } => {
             let u = remote(&url.url)?;
-            let mut s = RemoteSession::connect(&u, &ferry_client::GsiSetup::default()).await?;
+            let mut s = connect(&u, url.ca_file).await?;
             if parents {
                 s.mkdir_all(&u.path).await?;
             } else {
@@ -132,7 +150,7 @@ async fn run_async(cmd: RemoteCmd) -> Result<(), ClientError> {
         }
         RemoteCmd::Rm { url, recursive } => {
             let u = remote(&url.url)?;
-            RemoteSession::connect(&u, &ferry_client::GsiSetup::default())
+            connect(&u, url.ca_file)
                 .await?
                 .remove(&u.path, recursive)
                 .await?;
@@ -142,6 +160,7 @@ async fn run_async(cmd: RemoteCmd) -> Result<(), ClientError> {
             from,
             to,
             json: as_json,
+            ca_file,
         } => {
             let f = remote(&from)?;
             let to_path = match Location::parse(&to)? {
@@ -153,7 +172,7 @@ async fn run_async(cmd: RemoteCmd) -> Result<(), ClientError> {
                 }
                 Location::Local(p) => p.to_string_lossy().to_string(),
             };
-            RemoteSession::connect(&f, &ferry_client::GsiSetup::default())
+            connect(&f, ca_file)
                 .await?
                 .rename(&f.path, &to_path)
                 .await?;
@@ -165,10 +184,7 @@ async fn run_async(cmd: RemoteCmd) -> Result<(), ClientError> {
         }
         RemoteCmd::Stat(a) => {
             let u = remote(&a.url)?;
-            let e = RemoteSession::connect(&u, &ferry_client::GsiSetup::default())
-                .await?
-                .stat(&u.path)
-                .await?;
+            let e = connect(&u, a.ca_file).await?.stat(&u.path).await?;
             if a.json {
                 json(&e);
             } else {
@@ -182,7 +198,7 @@ async fn run_async(cmd: RemoteCmd) -> Result<(), ClientError> {
             length,
         } => {
             let u = remote(&url.url)?;
-            let sum = RemoteSession::connect(&u, &ferry_client::GsiSetup::default())
+            let sum = connect(&u, url.ca_file)
                 .await?
                 .checksum(&u.path, &alg.to_ascii_uppercase(), offset, length)
                 .await?;
@@ -227,5 +243,6 @@ pub(crate) fn list_url(url: &str) -> u8 {
     run(RemoteCmd::Ls(UrlArgs {
         url: url.to_string(),
         json: false,
+        ca_file: None,
     }))
 }

@@ -6,16 +6,61 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use ferry_gsi::{protect, ContextConfig, SecurityContext, Step, Target, Verified};
 use ferry_proto::{ClientPi, Command, Reply, ReplyParser};
+use openssl::ssl::{SslConnector, SslSession};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_openssl::SslStream;
 
 use crate::ClientError;
+
+/// The control connection's socket: clear, or in TLS (FTPS) from the start or after
+/// `AUTH TLS`.
+#[derive(Debug)]
+enum ControlStream {
+    Tcp(TcpStream),
+    Tls(Box<SslStream<TcpStream>>),
+    /// Only while the TLS handshake of `AUTH TLS` runs (and after it failed).
+    Upgrading,
+}
+
+impl ControlStream {
+    async fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            ControlStream::Tcp(s) => s.read(buf).await,
+            ControlStream::Tls(s) => s.read(buf).await,
+            ControlStream::Upgrading => Err(not_connected()),
+        }
+    }
+
+    async fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        match self {
+            ControlStream::Tcp(s) => s.write_all(buf).await,
+            ControlStream::Tls(s) => s.write_all(buf).await,
+            ControlStream::Upgrading => Err(not_connected()),
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        match self {
+            ControlStream::Tcp(s) => s.local_addr(),
+            ControlStream::Tls(s) => s.get_ref().local_addr(),
+            ControlStream::Upgrading => Err(not_connected()),
+        }
+    }
+}
+
+fn not_connected() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::NotConnected,
+        "the control connection's TLS handshake failed",
+    )
+}
 
 /// A connected control channel: the sans-IO [`ClientPi`] run on a TCP connection, with GSI
 /// protection (RFC 2228 as GSI does it) between the two once a GSI login is done.
 #[derive(Debug)]
 pub struct ControlClient {
-    stream: TcpStream,
+    stream: ControlStream,
     pi: ClientPi,
     peer: SocketAddr,
     /// After a GSI login: every command leaves wrapped (`ENC`), every `63x` reply is opened.
@@ -29,6 +74,64 @@ impl ControlClient {
     pub async fn connect(addr: SocketAddr) -> Result<ControlClient, ClientError> {
         let stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
+        ControlClient::greeted(ControlStream::Tcp(stream), addr).await
+    }
+
+    /// Connects in TLS from the first byte (implicit FTPS, `ftps://`), checking the server's
+    /// certificate against `host`, and reads the banner.
+    pub async fn connect_tls(
+        addr: SocketAddr,
+        connector: &SslConnector,
+        host: &str,
+    ) -> Result<ControlClient, ClientError> {
+        let stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        let tls = crate::ftps::handshake(connector, host, stream, None)
+            .await
+            .map_err(|why| ClientError::Auth(format!("TLS with {addr}: {why}")))?;
+        ControlClient::greeted(ControlStream::Tls(Box::new(tls)), addr).await
+    }
+
+    /// `AUTH TLS` and the handshake, before login (explicit FTPS, `ftpes://`).
+    pub async fn start_tls(
+        &mut self,
+        connector: &SslConnector,
+        host: &str,
+    ) -> Result<(), ClientError> {
+        let r = self.command(&Command::Auth("TLS".into())).await?;
+        if r.code != 234 {
+            return Err(ClientError::Auth(format!(
+                "{} refused AUTH TLS ({} {}): it does not offer FTP over TLS",
+                self.peer,
+                r.code,
+                r.text().trim()
+            )));
+        }
+        let ControlStream::Tcp(tcp) = std::mem::replace(&mut self.stream, ControlStream::Upgrading)
+        else {
+            return Err(ClientError::Auth(
+                "AUTH TLS on a connection already in TLS".into(),
+            ));
+        };
+        let tls = crate::ftps::handshake(connector, host, tcp, None)
+            .await
+            .map_err(|why| ClientError::Auth(format!("TLS with {}: {why}", self.peer)))?;
+        self.stream = ControlStream::Tls(Box::new(tls));
+        Ok(())
+    }
+
+    /// The TLS session of the control connection, which FTPS data connections resume.
+    pub(crate) fn tls_session(&self) -> Option<SslSession> {
+        match &self.stream {
+            ControlStream::Tls(s) => s.ssl().session().map(ToOwned::to_owned),
+            _ => None,
+        }
+    }
+
+    async fn greeted(
+        stream: ControlStream,
+        addr: SocketAddr,
+    ) -> Result<ControlClient, ClientError> {
         let mut c = ControlClient {
             stream,
             pi: ClientPi::new(),

@@ -135,6 +135,11 @@ pub enum CopyEvent {
         /// The verified checksum, with `--verify-checksum`.
         checksum: Option<String>,
     },
+    /// Something the user should know that does not stop the copy; each said once per copy.
+    Warning {
+        /// What happened and why.
+        message: String,
+    },
     /// A file failed for good.
     Failed {
         /// Index in the plan.
@@ -168,6 +173,7 @@ pub async fn copy(
     opts: &CopyOptions,
     events: EventSink,
 ) -> Result<CopySummary, ClientError> {
+    let events = once_per_warning(events);
     let gsi = std::sync::Arc::new(crate::GsiSetup::new(opts.gsi.clone()));
     let mut planner_sessions = Sessions::with_gsi(std::sync::Arc::clone(&gsi));
     let plan = crate::plan::plan(sources, dest, recursive, &mut planner_sessions).await?;
@@ -204,6 +210,21 @@ pub async fn copy(
     while set.join_next().await.is_some() {}
     let s = summary.lock().map(|s| s.clone()).unwrap_or_default();
     Ok(s)
+}
+
+/// The sink with each distinct warning passed on once: every file of a copy from a server
+/// without MODE E finds the same reason.
+fn once_per_warning(events: EventSink) -> EventSink {
+    let seen = Mutex::new(std::collections::HashSet::new());
+    Arc::new(move |ev: CopyEvent| {
+        if let CopyEvent::Warning { message } = &ev {
+            let first = seen.lock().map(|mut s| s.insert(message.clone()));
+            if !first.unwrap_or(true) {
+                return;
+            }
+        }
+        events(ev)
+    })
 }
 
 async fn make_dirs(
@@ -355,6 +376,7 @@ async fn copy_one(
                 file: i,
                 ranges: ranges.to_string(),
             }),
+            FileCopyEvent::Warning { message } => events(CopyEvent::Warning { message }),
             _ => {}
         };
         match file.run(sessions, &opts.cancel, &mut on_event).await {

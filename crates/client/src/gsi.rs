@@ -25,6 +25,9 @@ pub struct GsiOptions {
     pub subjects: Vec<(RemoteUrl, String)>,
     /// What the client delegates to each server (used for third-party data channels).
     pub delegation: Delegation,
+    /// CA certificates (PEM) trusted for `ftps://` and `ftpes://` servers besides the
+    /// system's (`--ca-file`).
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl Default for GsiOptions {
@@ -37,6 +40,7 @@ impl Default for GsiOptions {
             // As globus-url-copy: a limited proxy is enough for data channels and cannot
             // start jobs.
             delegation: Delegation::Limited,
+            ca_file: None,
         }
     }
 }

@@ -54,6 +54,11 @@ pub enum FileCopyEvent {
         /// Ranges stored at the destination.
         ranges: RangeSet,
     },
+    /// Something the user should know that does not stop the copy (a fallback taken).
+    Warning {
+        /// What happened and why, in a sentence.
+        message: String,
+    },
     /// Both ends have this checksum.
     Checksum {
         /// The algorithm's name as servers spell it (`ADLER32`, `MD5` …).
@@ -138,18 +143,21 @@ impl FileCopy {
     ) -> Result<FileCopied, FileCopyError> {
         let started = Instant::now();
         let mut stored = self.stored.clone();
+        let mut stream_put = false;
         let result = tokio::select! {
             biased;
             _ = cancel.cancelled() => Err(ClientError::Cancelled),
-            r = self.attempt(sessions, &mut stored, started, on_event) => r,
+            r = self.attempt(sessions, &mut stored, &mut stream_put, started, on_event) => r,
         };
         match result {
             Ok(copied) => Ok(copied),
             Err(error) => {
-                if matches!(error.class(), ErrorClass::Network)
-                    || matches!(error, ClientError::Cancelled)
-                {
+                let network = error.class() == ErrorClass::Network;
+                if network || matches!(error, ClientError::Cancelled) {
                     self.forget_sessions(sessions);
+                }
+                if network && stream_put {
+                    stored = self.stored_by_stream_server(sessions).await;
                 }
                 if error.class() == ErrorClass::Verification {
                     stored = RangeSet::new();
@@ -159,14 +167,77 @@ impl FileCopy {
         }
     }
 
+    /// What a server without MODE E holds of an interrupted upload: it sends no restart
+    /// markers, so a new session asks it the file's size (the upload wrote from byte 0). None
+    /// when it cannot say, or says more than the source has.
+    async fn stored_by_stream_server(&self, sessions: &mut Sessions) -> RangeSet {
+        let Location::Remote(dst) = &self.dst else {
+            return RangeSet::new();
+        };
+        let ask = async { sessions.get(dst).await?.size(&dst.path).await };
+        match tokio::time::timeout(Duration::from_secs(30), ask).await {
+            Ok(Ok(n)) if n > 0 && self.size.is_none_or(|size| n <= size) => {
+                RangeSet::from_range(0, n)
+            }
+            _ => RangeSet::new(),
+        }
+    }
+
+    /// The remote ends of this copy that do not offer MODE E.
+    async fn stream_only_ends(&self, sessions: &mut Sessions) -> Result<Vec<String>, ClientError> {
+        let mut ends = Vec::new();
+        for loc in [&self.src, &self.dst] {
+            if let Location::Remote(r) = loc {
+                if !sessions.get(r).await?.offers_mode_e().await? {
+                    ends.push(r.authority());
+                }
+            }
+        }
+        Ok(ends)
+    }
+
+    /// One stream where an end has no MODE E: a warning when more were asked for, or the
+    /// refusal `--require-parallel` wants, before any byte moves.
+    fn fall_back_to_one_stream(
+        &self,
+        ends: &[String],
+        req: &mut FileRequest,
+        on_event: &mut (dyn FnMut(FileCopyEvent) + Send),
+    ) -> Result<(), ClientError> {
+        let asked = self.request.parallelism;
+        if asked > 1 {
+            let reason = format!(
+                "{} {} not offer MODE E (extended block mode), which parallel streams need",
+                ends.join(" and "),
+                if ends.len() == 1 { "does" } else { "do" }
+            );
+            if self.request.require_parallel {
+                return Err(ClientError::Unsupported(format!(
+                    "{reason}; not copying with one stream, as --require-parallel asks"
+                )));
+            }
+            on_event(FileCopyEvent::Warning {
+                message: format!("{reason}: copying with 1 stream in stream mode, not {asked}"),
+            });
+        }
+        req.parallelism = 1;
+        Ok(())
+    }
+
     async fn attempt(
         &self,
         sessions: &mut Sessions,
         stored: &mut RangeSet,
+        stream_put: &mut bool,
         started: Instant,
         on_event: &mut (dyn FnMut(FileCopyEvent) + Send),
     ) -> Result<FileCopied, ClientError> {
         let mut req = self.request.clone();
+        let stream_only = self.stream_only_ends(sessions).await?;
+        if !stream_only.is_empty() {
+            self.fall_back_to_one_stream(&stream_only, &mut req, on_event)?;
+            *stream_put = matches!(self.dst, Location::Remote(_));
+        }
         if req.offset > 0 && req.length.is_none() {
             // `ERET P <offset> -1` makes globus-gridftp-server drop the control connection; an
             // explicit length means the same (to the end) to every server.
@@ -192,6 +263,9 @@ impl FileCopy {
             }
         };
         let (moved, streams) = self.transfer(sessions, &req, &mut on_progress).await?;
+        if !stream_only.is_empty() {
+            self.check_stream_size(sessions).await?;
+        }
         let checksum = match self.verify {
             Some(alg) => {
                 let value = verify(&self.src, &self.dst, sessions, alg, &req).await?;
@@ -256,6 +330,25 @@ impl FileCopy {
             (Location::Local(s), Location::Local(d)) => return local_copy(s, d, req).await,
         };
         Ok((o.bytes, o.streams))
+    }
+
+    /// In stream mode the end of the data is the close of its connection, which a server that
+    /// dies also causes: where the size is known, the destination must have all of it.
+    async fn check_stream_size(&self, sessions: &mut Sessions) -> Result<(), ClientError> {
+        let Some(expected) = self.size.filter(|_| !self.request.is_partial()) else {
+            return Ok(());
+        };
+        let held = match &self.dst {
+            Location::Local(p) => Some(std::fs::metadata(p)?.len()),
+            Location::Remote(d) => sessions.get(d).await?.size(&d.path).await.ok(),
+        };
+        match held {
+            Some(n) if n != expected => Err(ClientError::Network(format!(
+                "{}: {n} of {expected} bytes arrived before the data connection closed",
+                crate::plan::display(&self.dst)
+            ))),
+            _ => Ok(()),
+        }
     }
 
     fn forget_sessions(&self, sessions: &mut Sessions) {

@@ -6,8 +6,10 @@
 mod checks;
 mod control;
 mod copy;
+mod data_channel;
 mod drive;
 mod error;
+mod ftps;
 mod gsi;
 mod job;
 mod oneshot;
@@ -17,6 +19,7 @@ mod plan;
 mod request;
 mod session;
 mod sessions;
+mod stream;
 mod third_party;
 mod transfer;
 pub mod url;

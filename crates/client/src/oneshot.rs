@@ -60,7 +60,7 @@ pub async fn get(
     binary_extended(ctl).await?;
     let mut dtp = local_dtp(req.block_size)?;
     let ip = ctl.local_addr()?.ip();
-    let cmd = crate::session::listen_locally(&mut dtp, ip, req.tuning()).await?;
+    let cmd = crate::data_channel::listen_locally(&mut dtp, ip, req.tuning()).await?;
     ctl.expect_ok(&cmd).await?;
     let n = req.parallelism.max(1);
     ctl.expect_ok(&crate::session::parallelism_opts(n)).await?;

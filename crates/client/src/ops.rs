@@ -1,12 +1,16 @@
-//! Remote file management on a session: listings (MLSD/MLST), MKD, DELE/RMD/RDEL, RNFR/RNTO,
-//! CKSM, SIZE.
+//! Remote file management on a session: listings (MLSD/MLST, or LIST, SIZE, MDTM and CWD on
+//! servers without them), MKD, DELE/RMD/RDEL, RNFR/RNTO, CKSM, SIZE.
 
 use ferry_dtp::{ChannelSetup, Direction, TransferDescription};
+use ferry_proto::command::TransferMode;
+use ferry_proto::dirlist::{parse_list_line, ListedKind};
 use ferry_proto::site::SiteCommand;
+use ferry_proto::stack::StackSpec;
 use ferry_proto::Command;
 use ferry_storage::VirtualPath;
 use tokio::sync::mpsc;
 
+use crate::data_channel::DataSetup;
 use crate::session::RemoteSession;
 use crate::ClientError;
 
@@ -81,65 +85,125 @@ pub fn parse_mlsx_line(line: &str) -> Option<RemoteEntry> {
     Some(e)
 }
 
+/// A `LIST` line as a listing entry (no times: LIST's are local and may lack the year).
+fn listed_entry(line: &str) -> Option<RemoteEntry> {
+    let e = parse_list_line(line)?;
+    Some(RemoteEntry {
+        name: e.name,
+        kind: match e.kind {
+            ListedKind::File => EntryKind::File,
+            ListedKind::Dir => EntryKind::Dir,
+            ListedKind::Link => EntryKind::Link,
+            ListedKind::Other => EntryKind::Other,
+        },
+        size: e.size,
+        modify: None,
+        perm: None,
+        mode: None,
+    })
+}
+
 impl RemoteSession {
-    /// Lists a directory (MLSD over a MODE E data channel, reused like a transfer's).
+    /// Lists a directory: `MLSD` where the server has it (RFC 3659, which FEAT shows as
+    /// `MLST`; every GridFTP server has it), else `LIST` in the Unix or DOS form. Over the
+    /// session's MODE E data channel, reused like a transfer's, or a stream-mode connection.
     pub async fn list(&mut self, path: &str) -> Result<Vec<RemoteEntry>, ClientError> {
-        self.binary_extended().await?;
-        self.listen_for_server(Default::default()).await?;
-        let desc = TransferDescription {
-            security: self.channel_security.clone(),
-            ..TransferDescription::new(
-                Direction::Receive,
-                VirtualPath::root(),
-                ChannelSetup::Passive,
-            )
+        let mode = self.binary().await?;
+        let machine = self.has_feature("MLST") || mode == TransferMode::Extended;
+        let cmd = if machine {
+            Command::Mlsd(Some(path.into()))
+        } else {
+            Command::List(Some(path.into()))
         };
-        let cmd = Command::Mlsd(Some(path.into()));
-        let first = self.command(&cmd).await?;
-        if !first.is_preliminary() {
-            return Err(ClientError::Refused {
-                command: cmd.to_string(),
-                reply: first,
-            });
-        }
-        let (tx, _rx) = mpsc::channel(4);
-        let listing = {
-            let run = self.dtp.receive_to_memory(&desc, &tx, MAX_LISTING);
-            tokio::pin!(run);
-            let mut result = None;
-            let mut reply = None;
-            while result.is_none() || reply.is_none() {
-                tokio::select! {
-                    r = &mut run, if result.is_none() => result = Some(r),
-                    r = self.ctl.read_reply(), if reply.is_none() => {
-                        let r = r?;
-                        if r.is_preliminary() {
-                            continue;
-                        }
-                        if r.code != 226 && result.is_none() {
-                            return Err(ClientError::Refused { command: cmd.to_string(), reply: r });
-                        }
-                        reply = Some(r);
-                    }
-                }
-            }
-            let reply = reply.ok_or(ClientError::Closed)?;
-            if reply.code != 226 {
-                return Err(ClientError::Refused {
-                    command: cmd.to_string(),
-                    reply,
-                });
-            }
-            result.ok_or(ClientError::Closed)??.1
-        };
+        let listing = self.receive_listing(&cmd, mode).await?;
         let text = String::from_utf8_lossy(&listing);
-        let mut entries: Vec<RemoteEntry> = text.lines().filter_map(parse_mlsx_line).collect();
+        let mut entries: Vec<RemoteEntry> = if machine {
+            text.lines().filter_map(parse_mlsx_line).collect()
+        } else {
+            text.lines().filter_map(listed_entry).collect()
+        };
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(entries)
     }
 
-    /// One entry's facts (MLST).
+    /// Runs a listing command and returns the bytes it sent.
+    async fn receive_listing(
+        &mut self,
+        cmd: &Command,
+        mode: TransferMode,
+    ) -> Result<Vec<u8>, ClientError> {
+        let channel = match mode {
+            TransferMode::Extended => {
+                self.listen_for_server(Default::default()).await?;
+                ChannelSetup::Passive
+            }
+            TransferMode::Stream => {
+                let addr = self.passive().await?;
+                self.data = DataSetup::None;
+                ChannelSetup::Active(vec![addr])
+            }
+        };
+        let desc = TransferDescription {
+            security: self.channel_security.clone(),
+            mode,
+            stack: match mode {
+                TransferMode::Stream => self.data_stack.clone(),
+                TransferMode::Extended => StackSpec::default_net(),
+            },
+            ..TransferDescription::new(Direction::Receive, VirtualPath::root(), channel)
+        };
+        // The DTP runs before the 150 is read: a server in passive mode (ProFTPD, Globus)
+        // sends it only once the data connection is up.
+        self.ctl.send(cmd).await?;
+        let result = self.finish_listing(cmd, &desc).await;
+        if result.is_err() {
+            self.reset_data();
+        }
+        result
+    }
+
+    /// Receives a listing command's data while reading its replies, until both are done.
+    async fn finish_listing(
+        &mut self,
+        cmd: &Command,
+        desc: &TransferDescription,
+    ) -> Result<Vec<u8>, ClientError> {
+        let (tx, _rx) = mpsc::channel(4);
+        let run = self.dtp.receive_to_memory(desc, &tx, MAX_LISTING);
+        tokio::pin!(run);
+        let mut result = None;
+        let mut reply = None;
+        while result.is_none() || reply.is_none() {
+            tokio::select! {
+                r = &mut run, if result.is_none() => result = Some(r),
+                r = self.ctl.read_reply(), if reply.is_none() => {
+                    let r = r?;
+                    if r.is_preliminary() {
+                        continue;
+                    }
+                    if r.code != 226 && r.code != 250 && result.is_none() {
+                        return Err(ClientError::Refused { command: cmd.to_string(), reply: r });
+                    }
+                    reply = Some(r);
+                }
+            }
+        }
+        let reply = reply.ok_or(ClientError::Closed)?;
+        if reply.code != 226 && reply.code != 250 {
+            return Err(ClientError::Refused {
+                command: cmd.to_string(),
+                reply,
+            });
+        }
+        Ok(result.ok_or(ClientError::Closed)??.1)
+    }
+
+    /// One entry's facts: `MLST` where the server has it; else `SIZE` and `MDTM` for a file,
+    /// `CWD` for a directory, and the parent's listing for what neither answers.
     pub async fn stat(&mut self, path: &str) -> Result<RemoteEntry, ClientError> {
+        if !self.has_feature("MLST") {
+            return self.stat_plain(path).await;
+        }
         let cmd = Command::Mlst(Some(path.into()));
         let r = self.expect_ok(&cmd).await?;
         r.lines
@@ -150,6 +214,55 @@ impl RemoteSession {
                 command: cmd.to_string(),
                 reply: r.clone(),
             })
+    }
+
+    async fn stat_plain(&mut self, path: &str) -> Result<RemoteEntry, ClientError> {
+        // SIZE is refused in ASCII mode by some servers (ProFTPD).
+        self.binary_type().await?;
+        let size_cmd = Command::Size(path.into());
+        let size = self.command(&size_cmd).await?;
+        let name = path.to_string();
+        if size.code == 213 {
+            let modify = self.command(&Command::Mdtm(path.into())).await?;
+            let modify = (modify.code == 213)
+                .then(|| modify.text().trim().get(..14).map(str::to_string))
+                .flatten();
+            return Ok(RemoteEntry {
+                name,
+                kind: EntryKind::File,
+                size: size.text().trim().parse().ok(),
+                modify,
+                perm: None,
+                mode: None,
+            });
+        }
+        if self.command(&Command::Cwd(path.into())).await?.code == 250 {
+            return Ok(RemoteEntry {
+                name,
+                kind: EntryKind::Dir,
+                size: None,
+                modify: None,
+                perm: None,
+                mode: None,
+            });
+        }
+        let trimmed = path.trim_end_matches('/');
+        if let Some((parent, base)) = trimmed.rsplit_once('/') {
+            let parent = if parent.is_empty() { "/" } else { parent };
+            if let Ok(entries) = self.list(parent).await {
+                if let Some(e) = entries.into_iter().find(|e| e.name == base) {
+                    return Ok(RemoteEntry { name, ..e });
+                }
+            }
+        }
+        Err(ClientError::Refused {
+            command: size_cmd.to_string(),
+            reply: if size.code == 550 {
+                size
+            } else {
+                ferry_proto::Reply::new(550, format!("{path}: No such file or directory."))
+            },
+        })
     }
 
     /// Creates a directory.
@@ -243,8 +356,10 @@ impl RemoteSession {
         Ok(r.text().trim().to_ascii_lowercase())
     }
 
-    /// The size of a file (SIZE).
+    /// The size of a file (SIZE, in TYPE I: servers refuse it in ASCII mode or count the
+    /// line ends ASCII would send).
     pub async fn size(&mut self, path: &str) -> Result<u64, ClientError> {
+        self.binary_type().await?;
         self.ctl.size(path).await
     }
 }

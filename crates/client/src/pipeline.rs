@@ -113,6 +113,10 @@ pub(crate) async fn run_pipeline(
                 .collect();
             match sessions.get(server).await {
                 Ok(session) => {
+                    // Stream mode has no channel to keep between files: one by one.
+                    if !session.offers_mode_e().await.unwrap_or(false) {
+                        return (0, 0);
+                    }
                     session
                         .get_pipelined(&files, &req, PIPELINE_WINDOW, &mut on_start, &mut on_done)
                         .await
@@ -132,6 +136,11 @@ pub(crate) async fn run_pipeline(
                 .collect();
             match sessions.pair(a, b).await {
                 Ok((src, dst)) => {
+                    if !src.offers_mode_e().await.unwrap_or(false)
+                        || !dst.offers_mode_e().await.unwrap_or(false)
+                    {
+                        return (0, 0);
+                    }
                     third_party_pipelined(
                         src,
                         dst,

@@ -36,6 +36,9 @@ pub struct FileRequest {
     /// Third party and puts: stripe over every address the destination offers (`SPAS`) with this
     /// layout; `None` uses one address (`PASV`/`PORT`).
     pub stripe: Option<ferry_dtp::LayoutSpec>,
+    /// Fail, rather than copy with one stream in stream mode, when `parallelism > 1` was asked
+    /// of a server that does not offer MODE E (`--require-parallel`).
+    pub require_parallel: bool,
 }
 
 impl Default for FileRequest {
@@ -49,6 +52,7 @@ impl Default for FileRequest {
             restart: RangeSet::new(),
             idle_timeout_s: 600,
             stripe: None,
+            require_parallel: false,
         }
     }
 }

@@ -6,35 +6,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferry_dtp::{BufferPool, DataMover, Dtp};
-use ferry_net::SocketTuning;
 use ferry_proto::command::{Dcau, Protection, TransferMode, TransferType, TrevEvent};
-use ferry_proto::hostport::HostPort;
 use ferry_proto::opts::{Opts, RetrOpts};
 use ferry_proto::site::SiteCommand;
+use ferry_proto::stack::StackSpec;
 use ferry_proto::{Command, Reply};
 use ferry_storage::{PosixStorage, Storage};
 
+use crate::data_channel::DataSetup;
 use crate::gsi::GsiSetup;
 use crate::request::FileRequest;
 use crate::url::{RemoteUrl, Scheme};
 use crate::{ClientError, ControlClient};
-
-/// The data channel a session has set up and may reuse.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum DataSetup {
-    /// Nothing usable.
-    None,
-    /// We listen locally and told the server with PORT/EPRT (gets).
-    Listening,
-    /// The server listens at this address (PASV/EPSV answer; puts).
-    ServerPassive(SocketAddr),
-    /// A striped server listens on all these (SPAS answer; striped puts).
-    ServerStriped(Vec<SocketAddr>),
-    /// The server connects to another server (third-party source).
-    ToPeer(Vec<SocketAddr>),
-    /// The server listens for another server (third-party destination).
-    FromPeer(Vec<SocketAddr>),
-}
 
 /// One logged-in session.
 #[derive(Debug)]
@@ -48,7 +31,10 @@ pub struct RemoteSession {
     pub(crate) broken: bool,
     type_image: bool,
     trev_sent: bool,
-    mode_e: bool,
+    /// The transfer mode the server is in (stream until MODE E is accepted).
+    mode: TransferMode,
+    /// Whether the server takes MODE E; `None` until asked.
+    pub(crate) mode_e_offered: Option<bool>,
     parallelism: Option<u32>,
     retr_buf: Option<u32>,
     stor_buf: Option<u32>,
@@ -58,6 +44,8 @@ pub struct RemoteSession {
     rtt: Duration,
     /// DCAU and PROT the server holds for this session (DCAU N and PROT C on plain FTP).
     pub(crate) channel_security: ferry_dtp::ChannelSecurity,
+    /// The net stack of this session's stream-mode data connections: TCP, or TLS on FTPS.
+    pub(crate) data_stack: StackSpec,
 }
 
 /// Login name and password for a URL: its own, else anonymous.
@@ -74,7 +62,20 @@ impl RemoteSession {
     /// the control channel's round trip.
     pub async fn connect(url: &RemoteUrl, gsi: &GsiSetup) -> Result<RemoteSession, ClientError> {
         let addr = resolve(url).await?;
-        let mut ctl = ControlClient::connect(addr).await?;
+        let tls = url
+            .scheme
+            .is_tls()
+            .then(|| crate::ftps::connector(gsi.options().ca_file.as_deref()))
+            .transpose()?;
+        let mut ctl = match (&tls, url.scheme) {
+            (Some(connector), Scheme::Ftps) => {
+                ControlClient::connect_tls(addr, connector, &url.host).await?
+            }
+            _ => ControlClient::connect(addr).await?,
+        };
+        if let (Some(connector), Scheme::FtpEs) = (&tls, url.scheme) {
+            ctl.start_tls(connector, &url.host).await?;
+        }
         let mut data_security = None;
         let (user, password) = if url.scheme == Scheme::GsiFtp {
             let loaded = gsi.load()?;
@@ -140,6 +141,18 @@ impl RemoteSession {
             dtp.set_security(Some(data));
             channel_security = wanted;
         }
+        let mut data_stack = StackSpec::default_net();
+        let mut mode_e_offered = None;
+        if let Some(connector) = tls {
+            // Every data connection in TLS too; the client makes them all (passive stream
+            // mode), each resuming this connection's session.
+            ctl.expect_ok(&Command::Pbsz(0)).await?;
+            ctl.expect_ok(&Command::Prot(Protection::Private)).await?;
+            let data = crate::ftps::FtpsData::new(connector, &url.host, ctl.tls_session());
+            dtp.use_transports(Arc::new(ferry_net::Transports::standard().with(data)));
+            data_stack = StackSpec::single(crate::ftps::FTPS_TRANSPORT);
+            mode_e_offered = Some(false);
+        }
         Ok(RemoteSession {
             ctl,
             server: url.with_path("/"),
@@ -148,7 +161,8 @@ impl RemoteSession {
             broken: false,
             type_image: false,
             trev_sent: false,
-            mode_e: false,
+            mode: TransferMode::Stream,
+            mode_e_offered,
             parallelism: None,
             retr_buf: None,
             stor_buf: None,
@@ -156,6 +170,7 @@ impl RemoteSession {
             features,
             rtt,
             channel_security,
+            data_stack,
         })
     }
 
@@ -195,18 +210,66 @@ impl RemoteSession {
         self.ctl.retrieve_command(req, path).await
     }
 
-    /// TYPE I and MODE E, once.
-    pub(crate) async fn binary_extended(&mut self) -> Result<(), ClientError> {
+    /// TYPE I, once.
+    pub(crate) async fn binary_type(&mut self) -> Result<(), ClientError> {
         if !self.type_image {
             self.expect_ok(&Command::Type(TransferType::Image)).await?;
             self.type_image = true;
         }
-        if !self.mode_e {
+        Ok(())
+    }
+
+    /// Whether the server takes MODE E (extended block mode, which parallel streams, partial
+    /// transfers and restart markers need). FEAT has no word for it, so the first call sends
+    /// `MODE E`, as globus-url-copy does: a refusal (plain FTP servers answer 501 or 504)
+    /// means no, and the session stays in stream mode.
+    pub async fn offers_mode_e(&mut self) -> Result<bool, ClientError> {
+        if let Some(offered) = self.mode_e_offered {
+            return Ok(offered);
+        }
+        let r = self
+            .ctl
+            .command(&Command::Mode(TransferMode::Extended))
+            .await?;
+        let offered = r.is_success();
+        if offered {
+            self.mode = TransferMode::Extended;
+        } else {
+            tracing::info!(
+                "{} does not offer MODE E ({} {}): stream mode, one connection per file",
+                self.server.authority(),
+                r.code,
+                r.text().trim()
+            );
+        }
+        self.mode_e_offered = Some(offered);
+        Ok(offered)
+    }
+
+    /// TYPE I, and MODE E when the server offers it: the mode this session's transfers use.
+    pub(crate) async fn binary(&mut self) -> Result<TransferMode, ClientError> {
+        self.binary_type().await?;
+        if !self.offers_mode_e().await? {
+            return Ok(TransferMode::Stream);
+        }
+        if self.mode != TransferMode::Extended {
             self.expect_ok(&Command::Mode(TransferMode::Extended))
                 .await?;
-            self.mode_e = true;
+            self.mode = TransferMode::Extended;
         }
-        Ok(())
+        Ok(TransferMode::Extended)
+    }
+
+    /// TYPE I and MODE E, which the caller needs: a server without MODE E is refused with the
+    /// reason.
+    pub(crate) async fn binary_extended(&mut self) -> Result<(), ClientError> {
+        match self.binary().await? {
+            TransferMode::Extended => Ok(()),
+            TransferMode::Stream => Err(ClientError::Unsupported(format!(
+                "{} does not offer MODE E (extended block mode), which this transfer needs",
+                self.server.authority()
+            ))),
+        }
     }
 
     /// Asks a receiving server for restart markers every second (`TREV RESTART 1`), once, so
@@ -281,87 +344,6 @@ impl RemoteSession {
         }
         Ok(())
     }
-
-    /// Sets up a local listener and tells the server to connect to it (for gets).
-    pub(crate) async fn listen_for_server(
-        &mut self,
-        tuning: SocketTuning,
-    ) -> Result<(), ClientError> {
-        if self.data == DataSetup::Listening && self.dtp.is_listening() {
-            return Ok(());
-        }
-        let ip = self.ctl.local_addr()?.ip();
-        let cmd = listen_locally(&mut self.dtp, ip, tuning).await?;
-        self.expect_ok(&cmd).await?;
-        self.data = DataSetup::Listening;
-        Ok(())
-    }
-
-    /// Asks the server to listen (PASV, or EPSV on IPv6) and returns where.
-    pub(crate) async fn server_listen(&mut self) -> Result<SocketAddr, ClientError> {
-        if let DataSetup::ServerPassive(a) = self.data {
-            return Ok(a);
-        }
-        let peer = self.ctl.peer();
-        let addr = if peer.is_ipv4() {
-            let r = self.expect_ok(&Command::Pasv).await?;
-            HostPort::from_pasv_reply(&r.text())
-                .map_err(|e| ClientError::Address(e.to_string()))?
-                .0
-        } else {
-            let r = self.expect_ok(&Command::Epsv(None)).await?;
-            let port = HostPort::port_from_epsv_reply(&r.text())
-                .map_err(|e| ClientError::Address(e.to_string()))?;
-            SocketAddr::new(peer.ip(), port)
-        };
-        self.data = DataSetup::ServerPassive(addr);
-        Ok(addr)
-    }
-
-    /// Has a striped server listen on every data node (`SPAS`) and returns the addresses, or
-    /// those it gave before for the cached channel.
-    pub(crate) async fn server_listen_striped(&mut self) -> Result<Vec<SocketAddr>, ClientError> {
-        if let DataSetup::ServerStriped(a) = &self.data {
-            return Ok(a.clone());
-        }
-        let spas = Command::Spas(!self.ctl.peer().is_ipv4());
-        let r = self.expect_ok(&spas).await?;
-        let addrs: Vec<SocketAddr> = HostPort::from_spas_reply(&r.lines)
-            .map_err(|e| ClientError::Address(format!("{spas} reply: {e}")))?
-            .into_iter()
-            .map(|h| h.0)
-            .collect();
-        self.data = DataSetup::ServerStriped(addrs.clone());
-        Ok(addrs)
-    }
-
-    /// Forgets every data channel (after an error, or when a transfer could not reuse it).
-    pub(crate) fn reset_data(&mut self) {
-        self.data = DataSetup::None;
-        DataMover::forget(&mut self.dtp);
-    }
-}
-
-/// Opens a listener on the client's own DTP (its default net stack) and returns the PORT or
-/// EPRT command that names it to a server.
-pub(crate) async fn listen_locally(
-    dtp: &mut Dtp,
-    ip: std::net::IpAddr,
-    tuning: SocketTuning,
-) -> Result<Command, ClientError> {
-    let req = ferry_dtp::PassiveRequest {
-        ip,
-        ports: None,
-        tuning,
-        striped: false,
-        stack: ferry_proto::stack::StackSpec::default_net(),
-    };
-    let addrs = DataMover::open_passive(dtp, req).await?;
-    let addr = addrs
-        .first()
-        .copied()
-        .ok_or(ferry_dtp::DtpError::NoDataChannel)?;
-    Ok(Command::port_or_eprt(HostPort(addr)))
 }
 
 async fn resolve(url: &RemoteUrl) -> Result<SocketAddr, ClientError> {

@@ -6,9 +6,10 @@ use ferry_dtp::TransferOutcome;
 use ferry_proto::opts::{Opts, RetrOpts, StripeLayout};
 use ferry_proto::{Command, HostPort};
 
+use crate::data_channel::DataSetup;
 use crate::drive::{drive, Progress};
 use crate::request::FileRequest;
-use crate::session::{DataSetup, RemoteSession};
+use crate::session::RemoteSession;
 use crate::{ClientError, ErrorClass};
 
 /// How long the other server of a third-party transfer may take to report after one failed.

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use ferry_dtp::{ChannelSetup, Direction, TransferOutcome};
-use ferry_proto::command::Protection;
+use ferry_proto::command::{Protection, TransferMode};
 use ferry_proto::Command;
 
 use crate::drive::{drive, Progress};
@@ -35,7 +35,8 @@ impl RemoteSession {
         Ok(desc)
     }
 
-    /// Downloads `remote` into `local` (MODE E; the client listens, the server connects).
+    /// Downloads `remote` into `local` (MODE E: the client listens, the server connects; in
+    /// stream mode from a server without MODE E).
     pub async fn get(
         &mut self,
         remote: &str,
@@ -43,7 +44,9 @@ impl RemoteSession {
         req: &FileRequest,
         on_progress: &mut (dyn FnMut(Progress) + Send),
     ) -> Result<TransferOutcome, ClientError> {
-        self.binary_extended().await?;
+        if self.binary().await? == TransferMode::Stream {
+            return self.get_stream(remote, local, req, on_progress).await;
+        }
         self.sender_parallelism(req.parallelism.max(1)).await?;
         let lone = req.parallelism <= 1 && self.channel_security.prot == Protection::Clear;
         let block = req.block_size.map(u64::from);
@@ -134,7 +137,8 @@ impl RemoteSession {
         Ok(())
     }
 
-    /// Uploads `local` to `remote` (MODE E; the server listens, the client connects).
+    /// Uploads `local` to `remote` (MODE E, or stream mode to a server without it; the server
+    /// listens, the client connects).
     pub async fn put(
         &mut self,
         local: &Path,
@@ -142,7 +146,9 @@ impl RemoteSession {
         req: &FileRequest,
         on_progress: &mut (dyn FnMut(Progress) + Send),
     ) -> Result<TransferOutcome, ClientError> {
-        self.binary_extended().await?;
+        if self.binary().await? == TransferMode::Stream {
+            return self.put_stream(local, remote, req, on_progress).await;
+        }
         self.buffers(req.tcp_buffer, false).await?;
         self.frequent_restart_markers().await?;
         // Striped (`--stripe`): one connection group per data node the server lists in its
@@ -165,7 +171,7 @@ impl RemoteSession {
     /// Sends REST (if any) and the transfer command, then drives the transfer to its final
     /// reply; the 150 is read while the data connections open, since Globus waits for them.
     /// On failure the session's data channel is forgotten, so the next file sets up a new one.
-    async fn start_and_drive(
+    pub(crate) async fn start_and_drive(
         &mut self,
         rest: Option<Command>,
         command: Command,

@@ -8,8 +8,29 @@ use std::path::PathBuf;
 pub enum Scheme {
     /// `ftp://`: anonymous or password login.
     Ftp,
-    /// `gsiftp://`: GSI login (arrives with the GSI issue).
+    /// `gsiftp://`: GSI login.
     GsiFtp,
+    /// `ftps://`: FTP over TLS from the first byte (implicit FTPS).
+    Ftps,
+    /// `ftpes://`: FTP that turns to TLS with `AUTH TLS` before login (explicit FTPS).
+    FtpEs,
+}
+
+impl Scheme {
+    /// Whether the control and data connections run in TLS (RFC 4217).
+    pub fn is_tls(self) -> bool {
+        matches!(self, Scheme::Ftps | Scheme::FtpEs)
+    }
+
+    /// How URLs spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scheme::Ftp => "ftp",
+            Scheme::GsiFtp => "gsiftp",
+            Scheme::Ftps => "ftps",
+            Scheme::FtpEs => "ftpes",
+        }
+    }
 }
 
 /// A file or directory on a GridFTP server.
@@ -43,7 +64,7 @@ pub enum Location {
 #[non_exhaustive]
 pub enum UrlError {
     /// A scheme the client does not speak.
-    #[error("unsupported URL scheme '{0}' (use ftp://, gsiftp://, file:// or a local path)")]
+    #[error("unsupported URL scheme '{0}' (use ftp://, ftps://, ftpes://, gsiftp://, file:// or a local path)")]
     Scheme(String),
     /// No host in a remote URL.
     #[error("URL '{0}' has no host")]
@@ -65,6 +86,8 @@ impl Location {
         let scheme = match scheme.to_ascii_lowercase().as_str() {
             "ftp" => Scheme::Ftp,
             "gsiftp" => Scheme::GsiFtp,
+            "ftps" => Scheme::Ftps,
+            "ftpes" => Scheme::FtpEs,
             "file" => {
                 // file:///abs/path or file://localhost/abs/path
                 let path = rest.strip_prefix("localhost").unwrap_or(rest);
@@ -93,7 +116,12 @@ impl Location {
         if host.is_empty() {
             return Err(UrlError::NoHost(s.into()));
         }
-        let port = port.unwrap_or(2811);
+        // The ports globus-url-copy and every FTP client assume.
+        let port = port.unwrap_or(match scheme {
+            Scheme::Ftp | Scheme::FtpEs => 21,
+            Scheme::GsiFtp => 2811,
+            Scheme::Ftps => 990,
+        });
         let path = percent_decode(path).ok_or_else(|| UrlError::Escape(s.into()))?;
         Ok(Location::Remote(RemoteUrl {
             scheme,
@@ -184,11 +212,7 @@ impl RemoteUrl {
 impl fmt::Display for RemoteUrl {
     /// The URL without its password.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let scheme = match self.scheme {
-            Scheme::Ftp => "ftp",
-            Scheme::GsiFtp => "gsiftp",
-        };
-        write!(f, "{scheme}://")?;
+        write!(f, "{}://", self.scheme.name())?;
         if let Some(u) = &self.user {
             write!(f, "{u}@")?;
         }
@@ -230,6 +254,15 @@ mod tests {
         );
         assert_eq!(r.authority(), "[::1]:2811");
         assert_eq!(remote("ftp://h").path, "/");
+        assert_eq!(
+            (remote("ftp://h/x").port, remote("gsiftp://h/x").port),
+            (21, 2811)
+        );
+        assert_eq!(
+            (remote("ftps://h/x").port, remote("ftpes://h/x").port),
+            (990, 21)
+        );
+        assert_eq!(remote("ftpes://u@h/x").to_string(), "ftpes://u@h:21/x");
     }
 
     #[test]

@@ -92,9 +92,8 @@ fn parse_unix(line: &str) -> Option<ListedEntry> {
     if perms.len() < 10 {
         return None;
     }
-    let month = (2..w.len().saturating_sub(3)).find(|&i| {
-        is_month(w[i].1) && is_day(w[i + 1].1) && is_time_or_year(w[i + 2].1)
-    })?;
+    let month = (2..w.len().saturating_sub(3))
+        .find(|&i| is_month(w[i].1) && is_day(w[i + 1].1) && is_time_or_year(w[i + 2].1))?;
     let (name_at, _) = w[month + 3];
     let name = &line[name_at..];
     let size = match kind {
@@ -137,7 +136,10 @@ fn parse_dos(line: &str) -> Option<ListedEntry> {
     let (kind, size) = if w[2].1.eq_ignore_ascii_case("<DIR>") {
         (ListedKind::Dir, None)
     } else {
-        (ListedKind::File, Some(w[2].1.replace(',', "").parse().ok()?))
+        (
+            ListedKind::File,
+            Some(w[2].1.replace(',', "").parse().ok()?),
+        )
     };
     Some(ListedEntry {
         name: line[w[3].0..].to_string(),

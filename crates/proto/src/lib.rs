@@ -10,8 +10,8 @@
 pub mod civil;
 pub mod client_pi;
 pub mod clock;
-pub mod dirlist;
 pub mod command;
+pub mod dirlist;
 pub mod frame;
 pub mod hostport;
 pub mod line;

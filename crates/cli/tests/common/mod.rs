@@ -11,6 +11,7 @@
 pub mod capture;
 pub mod ferry;
 pub mod files;
+pub mod ftpd;
 pub mod guc;
 pub mod process;
 pub mod sandbox;
