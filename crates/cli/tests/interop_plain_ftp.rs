@@ -230,6 +230,9 @@ fn copies_resume_after_the_servers_session_dies_mid_file() {
         kill_sessions_after(server, &got, 1 << 20);
         let out = run.wait(Duration::from_secs(120));
         out.assert_bytes(&data, &got);
+        if !out.stderr.contains("> REST ") {
+            out.fail("the retried get did not ask the server to skip what had arrived");
+        }
         let retry = out.events_named("retry");
         let resumed = retry.first().and_then(|r| r["resumed_bytes"].as_u64());
         if resumed.unwrap_or(0) == 0 {
@@ -249,6 +252,9 @@ fn copies_resume_after_the_servers_session_dies_mid_file() {
         kill_sessions_after(server, &server.home.join("put.bin"), 1 << 20);
         let out = run.wait(Duration::from_secs(120));
         out.assert_bytes(&data, &server.home.join("put.bin"));
+        if !out.stderr.contains("> APPE /put.bin") {
+            out.fail("the retried put did not append to what the server held");
+        }
         let retry = out.events_named("retry");
         let resumed = retry.first().and_then(|r| r["resumed_bytes"].as_u64());
         if resumed.unwrap_or(0) == 0 {
@@ -284,8 +290,13 @@ fn an_interrupted_put_to_a_server_that_refuses_to_append_is_sent_again_whole() {
     kill_sessions_after(&server, &server.home.join("put.bin"), 512 << 10);
     let out = run.wait(Duration::from_secs(120));
     out.assert_bytes(&data, &server.home.join("put.bin"));
-    if out.events_named("retry").is_empty() || !out.stderr.contains("APPE") {
-        out.fail("expected a retry whose APPE was refused, then a whole STOR");
+    let appe = out.stderr.find("> APPE /put.bin");
+    let stor_after = appe.and_then(|at| out.stderr[at..].find("> STOR /put.bin"));
+    if out.events_named("retry").is_empty()
+        || stor_after.is_none()
+        || !out.stderr.contains("Append/Restart not permitted")
+    {
+        out.fail("expected a retry whose APPE was refused (451), then a whole STOR");
     }
 }
 
@@ -376,6 +387,14 @@ fn ftp_over_tls_refuses_an_untrusted_certificate_and_a_clear_login_clearly() {
         if out.code() != Some(3) || !out.stderr.contains("not trusted") {
             out.fail("an untrusted certificate should fail the login (exit 3) saying so");
         }
+        // A trusted certificate that does not name the host the URL names.
+        let other = server
+            .anon_url("/pub/f.bin")
+            .replacen("localhost", "127.0.0.2", 1);
+        let out = run_ferry_tls(&server, &["copy", &other, path_str(&dst)]);
+        if out.code() != Some(3) || !out.stderr.contains("not trusted for 127.0.0.2") {
+            out.fail("a certificate for another name should fail the login (exit 3) saying so");
+        }
         // A clear login where TLS is required.
         let clear = server
             .anon_url("/pub/f.bin")
@@ -422,6 +441,73 @@ fn login_reply(cmd: &str) -> Option<&'static [u8]> {
         "MODE" => b"504 stream only\r\n",
         _ => return None,
     })
+}
+
+/// State of the fake server below: the bytes its STOR received, and whether one completed.
+static STORED_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static STOR_DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static FIRST_EPSV: std::sync::Once = std::sync::Once::new();
+static DATA_LISTENER: std::sync::Mutex<Option<TcpListener>> = std::sync::Mutex::new(None);
+
+#[test]
+fn a_put_that_fails_before_the_server_opened_the_file_does_not_append_to_an_old_one() {
+    use std::io::Read;
+    use std::sync::atomic::Ordering;
+    // The destination exists (50000 bytes of something else); the first session dies at
+    // EPSV, before any STOR. Its size must not be taken for bytes of this copy.
+    let port = fake_server(|cmd, conn| {
+        if let Some(reply) = login_reply(cmd) {
+            return conn.write_all(reply).is_ok();
+        }
+        let reply = match cmd.split(' ').next().unwrap_or("") {
+            "SIZE" if STOR_DONE.load(Ordering::SeqCst) => {
+                format!("213 {}\r\n", STORED_BYTES.load(Ordering::SeqCst))
+            }
+            "SIZE" => "213 50000\r\n".to_string(),
+            "EPSV" => {
+                let mut first = false;
+                FIRST_EPSV.call_once(|| first = true);
+                if first {
+                    return false;
+                }
+                let data = TcpListener::bind("127.0.0.1:0").unwrap();
+                let p = data.local_addr().unwrap().port();
+                *DATA_LISTENER.lock().unwrap() = Some(data);
+                format!("229 Entering Extended Passive Mode (|||{p}|)\r\n")
+            }
+            "STOR" | "APPE" => {
+                let _ = conn.write_all(b"150 go\r\n");
+                let listener = DATA_LISTENER.lock().unwrap().take().unwrap();
+                let (mut d, _) = listener.accept().unwrap();
+                let mut got = Vec::new();
+                d.read_to_end(&mut got).unwrap();
+                STORED_BYTES.store(got.len() as u64, Ordering::SeqCst);
+                STOR_DONE.store(true, Ordering::SeqCst);
+                "226 stored\r\n".to_string()
+            }
+            _ => "502 no\r\n".to_string(),
+        };
+        conn.write_all(reply.as_bytes()).is_ok()
+    });
+    let sandbox = Sandbox::new();
+    let src = sandbox.local_dir("local").join("src.bin");
+    let data = random_bytes(120_000, 14);
+    write_file(&src, &data);
+    let out = run_ferry(&[
+        "copy",
+        "--json",
+        path_str(&src),
+        &format!("ftp://127.0.0.1:{port}/dst.bin"),
+    ]);
+    out.assert_success();
+    let resumed = out
+        .events_named("retry")
+        .first()
+        .map(|r| r["resumed_bytes"].clone());
+    if resumed != Some(serde_json::json!(0)) || out.stderr.contains("> APPE") {
+        out.fail("the retry should send the whole file with STOR, not append to the old file");
+    }
+    assert_eq!(STORED_BYTES.load(Ordering::SeqCst), data.len() as u64);
 }
 
 #[test]
@@ -496,6 +582,52 @@ fn a_server_that_answers_garbage_or_dies_mid_reply_fails_the_copy_clearly() {
     }
     if out.events_named("failed").is_empty() {
         out.fail("no failed event for the interrupted file");
+    }
+
+    // A server whose data ends short of the size it gave, then says 226: in stream mode only
+    // the size tells that the file is not all there.
+    let port = fake_server(|cmd, conn| {
+        if let Some(reply) = login_reply(cmd) {
+            return conn.write_all(reply).is_ok();
+        }
+        let reply = match cmd.split(' ').next().unwrap_or("") {
+            "SIZE" => "213 100000\r\n".to_string(),
+            "MDTM" => "213 20261125120000\r\n".to_string(),
+            "EPSV" => {
+                let data = TcpListener::bind("127.0.0.1:0").unwrap();
+                let p = data.local_addr().unwrap().port();
+                std::thread::spawn(move || {
+                    if let Ok((mut d, _)) = data.accept() {
+                        let _ = d.write_all(&[7u8; 40_000]);
+                    }
+                });
+                format!("229 Entering Extended Passive Mode (|||{p}|)\r\n")
+            }
+            "RETR" => {
+                let _ = conn.write_all(b"150 sending\r\n");
+                std::thread::sleep(Duration::from_millis(200));
+                "226 done\r\n".to_string()
+            }
+            _ => "502 no\r\n".to_string(),
+        };
+        conn.write_all(reply.as_bytes()).is_ok()
+    });
+    let dst = local.join("short.bin");
+    let out = run_ferry(&[
+        "copy",
+        "--json",
+        "--retries",
+        "0",
+        &format!("ftp://127.0.0.1:{port}/f"),
+        path_str(&dst),
+    ]);
+    let failed = out.events_named("failed");
+    let said = failed
+        .first()
+        .and_then(|f| f["error"].as_str())
+        .unwrap_or("");
+    if out.code() == Some(0) || !said.contains("40000 of 100000 bytes") {
+        out.fail("a short stream-mode file with a 226 was not failed for its size");
     }
 
     // ftpes:// to a server without TLS.

@@ -107,6 +107,15 @@ impl ControlClient {
                 r.text().trim()
             )));
         }
+        if self.pi.has_buffered_input() {
+            // Bytes after the 234 in clear would be read as replies that came over TLS
+            // (the injection of CVE-2021-22947).
+            return Err(ClientError::Auth(format!(
+                "{} sent more after 234 to AUTH TLS, before the TLS handshake: refusing the \
+                 connection, as something on the path may be injecting replies",
+                self.peer
+            )));
+        }
         let ControlStream::Tcp(tcp) = std::mem::replace(&mut self.stream, ControlStream::Upgrading)
         else {
             return Err(ClientError::Auth(

@@ -61,7 +61,8 @@ impl RemoteSession {
     /// it survives NAT) and on IPv6; on IPv4 a refusal of either tries the other.
     pub(crate) async fn passive(&mut self) -> Result<SocketAddr, ClientError> {
         let peer = self.ctl.peer();
-        let epsv_first = !peer.is_ipv4() || self.mode_e_offered == Some(false);
+        let plain = self.mode_e_offered == Some(false);
+        let epsv_first = !peer.is_ipv4() || plain;
         let order: &[Command] = match (peer.is_ipv4(), epsv_first) {
             (false, _) => &[Command::Epsv(None)],
             (true, true) => &[Command::Epsv(None), Command::Pasv],
@@ -79,7 +80,15 @@ impl RemoteSession {
             }
             return match cmd {
                 Command::Pasv => HostPort::from_pasv_reply(&r.text())
-                    .map(|h| fix_pasv_address(h.0, peer))
+                    // GridFTP servers' addresses stand as given, as Globus' client takes them
+                    // (a striped server may name data nodes on a private network).
+                    .map(|h| {
+                        if plain {
+                            fix_pasv_address(h.0, peer)
+                        } else {
+                            h.0
+                        }
+                    })
                     .map_err(|e| ClientError::Address(e.to_string())),
                 _ => HostPort::port_from_epsv_reply(&r.text())
                     .map(|port| SocketAddr::new(peer.ip(), port))

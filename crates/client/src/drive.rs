@@ -16,6 +16,11 @@ pub enum Progress {
     Bytes(u64),
     /// Ranges the receiving side has stored (restart markers).
     Stored(RangeSet),
+    /// The destination is being written again from its start (a server refused to resume):
+    /// nothing stored before counts any more.
+    StartedOver,
+    /// The server has opened the file for the transfer (its 150 or 125).
+    Opened,
 }
 
 /// Once the transfer `command` is sent: runs `desc` on `dtp` (if any) while reading replies
@@ -83,7 +88,9 @@ struct ReplySink<'a> {
 impl ReplySink<'_> {
     /// Takes one reply off the control channel: a marker, or the final reply.
     fn reply(&mut self, r: Reply) {
-        if r.is_preliminary() {
+        if matches!(r.code, 125 | 150) {
+            (self.on_progress)(Progress::Opened);
+        } else if r.is_preliminary() {
             marker(&r, self.on_progress, &mut self.marker_bytes);
         } else {
             self.final_reply = Some(r);
@@ -110,8 +117,10 @@ impl RelaySink for ReplySink<'_> {
         }
         let r = self.ctl.read_reply().await?;
         self.reply(r);
+        // 250 is a plain server's "done" as well (RFC 959 allows it after a transfer); in
+        // stream mode it may come before the data's end reaches this side.
         Ok(match &self.final_reply {
-            Some(r) if r.code != 226 => Watch::Stop,
+            Some(r) if !matches!(r.code, 226 | 250) => Watch::Stop,
             _ => Watch::Continue,
         })
     }

@@ -167,9 +167,9 @@ impl FileCopy {
         }
     }
 
-    /// What a server without MODE E holds of an interrupted upload: it sends no restart
-    /// markers, so a new session asks it the file's size (the upload wrote from byte 0). None
-    /// when it cannot say, or says more than the source has.
+    /// What a server without MODE E holds of an interrupted upload of this copy's: it sends no
+    /// restart markers, so a new session asks it the file's size (the upload wrote from byte
+    /// 0). None when it cannot say, or says more than the source has.
     async fn stored_by_stream_server(&self, sessions: &mut Sessions) -> RangeSet {
         let Location::Remote(dst) = &self.dst else {
             return RangeSet::new();
@@ -234,10 +234,14 @@ impl FileCopy {
     ) -> Result<FileCopied, ClientError> {
         let mut req = self.request.clone();
         let stream_only = self.stream_only_ends(sessions).await?;
+        let stream_dst = !stream_only.is_empty() && matches!(self.dst, Location::Remote(_));
         if !stream_only.is_empty() {
             self.fall_back_to_one_stream(&stream_only, &mut req, on_event)?;
-            *stream_put = matches!(self.dst, Location::Remote(_));
         }
+        // Whether the server's file is this copy's, so that its size says what it holds: once
+        // the server has answered STOR or APPE with 150 it has opened (STOR: truncated) it;
+        // an earlier run's ranges say the same.
+        *stream_put = stream_dst && !self.stored.is_empty();
         if req.offset > 0 && req.length.is_none() {
             // `ERET P <offset> -1` makes globus-gridftp-server drop the control connection; an
             // explicit length means the same (to the end) to every server.
@@ -252,6 +256,13 @@ impl FileCopy {
                 bytes,
                 seconds: started.elapsed().as_secs_f64(),
             }),
+            Progress::Opened => *stream_put |= stream_dst,
+            Progress::StartedOver => {
+                *stored = RangeSet::new();
+                on_event(FileCopyEvent::Stored {
+                    ranges: RangeSet::new(),
+                });
+            }
             Progress::Stored(r) => {
                 let before = stored.total();
                 stored.merge(&r);

@@ -246,14 +246,8 @@ impl RemoteSession {
                 mode: None,
             });
         }
-        let trimmed = path.trim_end_matches('/');
-        if let Some((parent, base)) = trimmed.rsplit_once('/') {
-            let parent = if parent.is_empty() { "/" } else { parent };
-            if let Ok(entries) = self.list(parent).await {
-                if let Some(e) = entries.into_iter().find(|e| e.name == base) {
-                    return Ok(RemoteEntry { name, ..e });
-                }
-            }
+        if let Some(e) = self.listed_in_parent(path).await {
+            return Ok(RemoteEntry { name, ..e });
         }
         Err(ClientError::Refused {
             command: size_cmd.to_string(),
@@ -263,6 +257,14 @@ impl RemoteSession {
                 ferry_proto::Reply::new(550, format!("{path}: No such file or directory."))
             },
         })
+    }
+
+    /// `path`'s entry in its parent's listing, if the listing works and has it.
+    async fn listed_in_parent(&mut self, path: &str) -> Option<RemoteEntry> {
+        let (parent, base) = path.trim_end_matches('/').rsplit_once('/')?;
+        let parent = if parent.is_empty() { "/" } else { parent };
+        let entries = self.list(parent).await.ok()?;
+        entries.into_iter().find(|e| e.name == base)
     }
 
     /// Creates a directory.
@@ -295,7 +297,14 @@ impl RemoteSession {
 
     /// Removes a file, or a directory (with `recursive`, its whole tree).
     pub async fn remove(&mut self, path: &str, recursive: bool) -> Result<(), ClientError> {
-        let entry = self.stat(path).await?;
+        let mut entry = self.stat(path).await?;
+        if entry.kind == EntryKind::Dir && recursive && !self.has_feature("MLST") {
+            // CWD also enters a link to a directory: a recursive walk must not empty the
+            // link's target, so the parent's listing says what the entry is.
+            if let Some(listed) = self.listed_in_parent(path).await {
+                entry.kind = listed.kind;
+            }
+        }
         if entry.kind != EntryKind::Dir {
             return self
                 .expect_ok(&Command::Dele(path.into()))

@@ -33,12 +33,16 @@ impl RemoteSession {
         on_progress: &mut (dyn FnMut(Progress) + Send),
     ) -> Result<TransferOutcome, ClientError> {
         let req = self.stream_request(req, "retrieve")?;
+        // REST goes right before RETR (RFC 959): a server may forget it at PASV.
+        let addr = self.passive().await?;
         let rest = self.stream_restart(&req).await?;
+        if rest.is_none() && !req.restart.is_empty() {
+            on_progress(Progress::StartedOver);
+        }
         let req = FileRequest {
             restart: rest.map(|n| RangeSet::from_range(0, n)).unwrap_or_default(),
             ..req
         };
-        let addr = self.passive().await?;
         let desc = self.stream_description(&req, Direction::Receive, local, addr)?;
         self.stream_transfer(Command::Retr(remote.into()), &desc, on_progress)
             .await
@@ -71,6 +75,7 @@ impl RemoteSession {
                         reply.code,
                         reply.text().trim()
                     );
+                    on_progress(Progress::StartedOver);
                 }
                 done => return done,
             }
@@ -103,8 +108,8 @@ impl RemoteSession {
         })
     }
 
-    /// `REST <offset>` for a get that resumes, when the server takes it: `Some(offset)`; a
-    /// server that refuses REST gets the whole file again.
+    /// `REST <offset>` for a get that resumes, when the server takes it: `Some(offset)`; from a
+    /// server that refuses REST the whole file comes again.
     async fn stream_restart(&mut self, req: &FileRequest) -> Result<Option<u64>, ClientError> {
         let skip = stored_prefix(&req.restart);
         if skip == 0 {

@@ -88,6 +88,12 @@ impl ClientPi {
         Ok(Some(Answer { to, reply, last }))
     }
 
+    /// Whether bytes are waiting beyond the replies taken so far: after `234` to `AUTH TLS`
+    /// there must be none, or someone on the path has put replies in before the handshake.
+    pub fn has_buffered_input(&self) -> bool {
+        self.parser.has_buffered()
+    }
+
     /// Commands sent and not answered yet.
     pub fn outstanding(&self) -> usize {
         self.in_flight.len()

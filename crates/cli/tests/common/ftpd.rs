@@ -60,8 +60,17 @@ impl FtpdKind {
         self.missing()
     }
 
-    /// Why this server cannot run here, if it cannot.
+    /// Why this server cannot run here, if it cannot. With `FERRY_REQUIRE_FTPD` set (CI sets
+    /// it as root) a missing server fails the test instead of skipping it.
     pub fn missing(self) -> Option<String> {
+        let reason = self.why_missing();
+        if let (Some(reason), Some(_)) = (&reason, std::env::var_os("FERRY_REQUIRE_FTPD")) {
+            panic!("{reason}; FERRY_REQUIRE_FTPD is set, so this is a failure");
+        }
+        reason
+    }
+
+    fn why_missing(self) -> Option<String> {
         if effective_uid() != 0 {
             return Some(format!(
                 "skipping {self:?}: plain FTP servers switch users, so these tests need root (CI runs them as root)"

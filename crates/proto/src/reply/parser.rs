@@ -52,6 +52,11 @@ impl ReplyParser {
         }
     }
 
+    /// Whether received bytes are waiting that no reply has taken yet.
+    pub fn has_buffered(&self) -> bool {
+        self.buf.len() > self.start || self.pending.is_some() || self.discarding
+    }
+
     /// The next complete reply, `Ok(None)` if more bytes are needed.
     pub fn next_reply(&mut self) -> Result<Option<Reply>, ReplyError> {
         loop {
