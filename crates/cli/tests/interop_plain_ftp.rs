@@ -207,60 +207,61 @@ fn kill_sessions_after(server: &Ftpd, path: &Path, bytes: u64) {
     assert!(server.kill_sessions() > 0, "no session to kill");
 }
 
+/// `ferry copy --json --retries 3 [--ca-file F] SRC DST`, not waited for.
+fn spawn_resumable_copy(server: &Ftpd, src: &str, dst: &str) -> common::FerryProcess {
+    let ca = server.ca_args();
+    let mut args = vec!["copy", "--json", "--retries", "3"];
+    args.extend(ca.iter().map(String::as_str));
+    args.extend([src, dst]);
+    spawn_ferry(&args)
+}
+
 #[test]
 fn copies_resume_after_the_servers_session_dies_mid_file() {
-    let opts = FtpdOptions {
-        rate_kib: Some(512),
-        ..FtpdOptions::default()
-    };
-    each_server_with(opts, |sandbox, server| {
-        let local = sandbox.local_dir("local");
-        let data = random_bytes(3 << 20, 9);
-        server.put_file(&server.home, "big.bin", &data);
+    // In clear and over TLS (explicit, which both servers have).
+    for tls in [None, Some(FtpsMode::Explicit)] {
+        let opts = FtpdOptions {
+            rate_kib: Some(512),
+            tls,
+            ..FtpdOptions::default()
+        };
+        each_server_with(opts, resume_get_and_put);
+    }
+}
 
-        let got = local.join("got.bin");
-        let run = spawn_ferry(&[
-            "copy",
-            "--json",
-            "--retries",
-            "3",
-            &server.user_url("/big.bin"),
-            path_str(&got),
-        ]);
-        kill_sessions_after(server, &got, 1 << 20);
-        let out = run.wait(Duration::from_secs(120));
-        out.assert_bytes(&data, &got);
-        if !out.stderr.contains("> REST ") {
-            out.fail("the retried get did not ask the server to skip what had arrived");
-        }
-        let retry = out.events_named("retry");
-        let resumed = retry.first().and_then(|r| r["resumed_bytes"].as_u64());
-        if resumed.unwrap_or(0) == 0 {
-            out.fail("the get was not resumed from the bytes it had");
-        }
+fn resume_get_and_put(sandbox: &Sandbox, server: &Ftpd) {
+    let local = sandbox.local_dir("local");
+    let data = random_bytes(3 << 20, 9);
+    server.put_file(&server.home, "big.bin", &data);
 
-        let src = local.join("src.bin");
-        write_file(&src, &data);
-        let run = spawn_ferry(&[
-            "copy",
-            "--json",
-            "--retries",
-            "3",
-            path_str(&src),
-            &server.user_url("/put.bin"),
-        ]);
-        kill_sessions_after(server, &server.home.join("put.bin"), 1 << 20);
-        let out = run.wait(Duration::from_secs(120));
-        out.assert_bytes(&data, &server.home.join("put.bin"));
-        if !out.stderr.contains("> APPE /put.bin") {
-            out.fail("the retried put did not append to what the server held");
-        }
-        let retry = out.events_named("retry");
-        let resumed = retry.first().and_then(|r| r["resumed_bytes"].as_u64());
-        if resumed.unwrap_or(0) == 0 {
-            out.fail("the put was not resumed from what the server held");
-        }
-    });
+    let got = local.join("got.bin");
+    let run = spawn_resumable_copy(server, &server.user_url("/big.bin"), path_str(&got));
+    kill_sessions_after(server, &got, 1 << 20);
+    let out = run.wait(Duration::from_secs(120));
+    out.assert_bytes(&data, &got);
+    if !out.stderr.contains("> REST ") {
+        out.fail("the retried get did not ask the server to skip what had arrived");
+    }
+    let retry = out.events_named("retry");
+    let resumed = retry.first().and_then(|r| r["resumed_bytes"].as_u64());
+    if resumed.unwrap_or(0) == 0 {
+        out.fail("the get was not resumed from the bytes it had");
+    }
+
+    let src = local.join("src.bin");
+    write_file(&src, &data);
+    let run = spawn_resumable_copy(server, path_str(&src), &server.user_url("/put.bin"));
+    kill_sessions_after(server, &server.home.join("put.bin"), 1 << 20);
+    let out = run.wait(Duration::from_secs(120));
+    out.assert_bytes(&data, &server.home.join("put.bin"));
+    if !out.stderr.contains("> APPE /put.bin") {
+        out.fail("the retried put did not append to what the server held");
+    }
+    let retry = out.events_named("retry");
+    let resumed = retry.first().and_then(|r| r["resumed_bytes"].as_u64());
+    if resumed.unwrap_or(0) == 0 {
+        out.fail("the put was not resumed from what the server held");
+    }
 }
 
 #[test]
