@@ -49,12 +49,29 @@ enum Cmd {
     Remote(remote::RemoteCmd),
 }
 
+/// An error and its causes, each said once: many errors already quote their source, which
+/// anyhow's `{:#}` would print again.
+fn causes(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let done = |r: anyhow::Result<()>| match r {
         Ok(()) => exit::OK,
         Err(e) => {
-            eprintln!("ferry: {e:#}");
+            eprintln!("ferry: {}", causes(&e));
             1
         }
     };

@@ -118,6 +118,11 @@ pub(crate) struct ServeArgs {
     /// Log filter (e.g. info, debug, ferry_server=debug). [default: info, or RUST_LOG]
     #[arg(long, value_name = "FILTER")]
     log: Option<String>,
+    /// Check the configuration as a start would (every file it names read, credentials
+    /// verified) without binding the port or writing anything; print what was checked and
+    /// exit 0, or the error and exit 1.
+    #[arg(long)]
+    check_config: bool,
 }
 
 impl ServeArgs {
@@ -223,6 +228,21 @@ pub(crate) fn init_logging(filter: Option<&str>) {
 }
 
 pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
+    if args.check_config {
+        init_logging(Some(args.log.as_deref().unwrap_or("warn")));
+        let config = args.into_config()?;
+        // The error's own text names its cause; anyhow's chain would repeat it.
+        let report = Server::check_config(&config, &ferry_server::Drivers::default())
+            .map_err(|e| anyhow::anyhow!("configuration error: {e}"))?;
+        for line in &report.checked {
+            println!("  {line}");
+        }
+        for line in &report.warnings {
+            println!("  warning: {line}");
+        }
+        println!("configuration OK");
+        return Ok(());
+    }
     init_logging(args.log.as_deref());
     // Thousands of sessions need thousands of descriptors.
     let _ = rlimit::increase_nofile_limit(u64::MAX);

@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use ferry_dtp::{BufferPool, PollBudget};
 use ferry_storage::modules::ModuleRegistry;
-use ferry_storage::{PosixStorage, Storage};
+use ferry_storage::Storage;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 use crate::auth::PasswordDb;
 use crate::config::{ConfigError, ServerConfig};
+use crate::prepare::Prepared;
 use crate::session;
 use crate::translog::TransferLog;
 
@@ -45,7 +46,7 @@ impl ServerContext {
     /// configuration says, no transfer log, this build's drivers.
     pub(crate) fn for_tests(config: ServerConfig) -> ServerContext {
         let open = |ro| -> Arc<dyn Storage> {
-            Arc::new(PosixStorage::open(&config.root, ro).expect("test root"))
+            Arc::new(ferry_storage::PosixStorage::open(&config.root, ro).expect("test root"))
         };
         ServerContext {
             storage_rw: open(false),
@@ -144,21 +145,17 @@ impl Server {
 
     /// [`Server::bind`], offering `drivers` instead of this build's standard set.
     pub async fn bind_with(config: ServerConfig, drivers: Drivers) -> Result<Server, StartError> {
-        config.validate()?;
+        let Prepared {
+            storage_rw,
+            storage_ro,
+            passwords,
+            gsi,
+            ipc,
+            host,
+            allow,
+        } = Prepared::load(&config)?;
         let transports = Arc::new(drivers.transports);
         let disk_stacks = Arc::new(drivers.disk_stacks);
-        let root_err = |source| StartError::Root {
-            path: config.root.display().to_string(),
-            source,
-        };
-        let storage_rw: Arc<dyn Storage> =
-            Arc::new(PosixStorage::open(&config.root, false).map_err(root_err)?);
-        let storage_ro: Arc<dyn Storage> =
-            Arc::new(PosixStorage::open(&config.root, true).map_err(root_err)?);
-        let passwords = match &config.password_file {
-            Some(p) => PasswordDb::load(p)?,
-            None => PasswordDb::default(),
-        };
         let translog = match &config.log_transfer {
             Some(p) => Some(
                 TransferLog::open(p).map_err(|source| StartError::TransferLog {
@@ -167,16 +164,6 @@ impl Server {
                 })?,
             ),
             None => None,
-        };
-        let gsi = if config.gsi && !config.data_node {
-            Some(crate::gsi::GsiServer::load(&config)?)
-        } else {
-            None
-        };
-        let ipc = if config.data_node || !config.remote_nodes.is_empty() {
-            Some(crate::striped::ipc::IpcAuth::from_config(&config).map_err(StartError::Ipc)?)
-        } else {
-            None
         };
         let listener =
             TcpListener::bind(config.listen)
@@ -190,13 +177,7 @@ impl Server {
             64,
         );
         if config.data_node {
-            let host = if config.gsi {
-                Some(crate::gsi::load_host(&config)?)
-            } else {
-                None
-            };
-            let allow =
-                crate::striped::AllowFrom::new(&config.ipc_allow_from).map_err(StartError::Ipc)?;
+            let allow = allow.ok_or_else(|| StartError::Ipc("no admitted frontends".into()))?;
             let auth = ipc.ok_or_else(|| StartError::Ipc("no IPC authentication".into()))?;
             tracing::info!(listen = %config.listen, ?auth, "data node ready");
             let ctx = Arc::new(crate::striped::node::NodeContext {

@@ -7,12 +7,14 @@ pub mod auth;
 pub mod config;
 mod daemon;
 mod gsi;
+mod prepare;
 mod session;
 mod striped;
 mod translog;
 
 pub use config::ServerConfig;
-pub use daemon::{Drivers, Server};
+pub use daemon::{Drivers, Server, StartError};
+pub use prepare::ConfigReport;
 
 /// The version string shown in the banner and `SITE VERSION`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

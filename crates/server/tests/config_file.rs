@@ -126,3 +126,83 @@ fn unknown_keys_and_bad_values_in_a_toml_file_are_refused() {
     let cfg = ServerConfig::from_toml_file(&f).unwrap();
     assert!(cfg.validate().is_err(), "block size too small");
 }
+
+#[test]
+fn check_config_reports_what_it_loaded_without_binding_or_writing() {
+    let base = tempfile::tempdir().unwrap();
+    let mut config = base_config(base.path());
+    // A port someone else holds: a start would fail, a check does not bind.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    config.listen = taken.local_addr().unwrap();
+    config.anonymous = true;
+    let log = base.path().join("logs").join("xfer.log");
+    std::fs::create_dir(base.path().join("logs")).unwrap();
+    config.log_transfer = Some(log.clone());
+    config.dc_whitelist = vec!["tcp".into(), "gsi".into(), "udt".into()];
+    let report = Server::check_config(&config, &ferry_server::Drivers::default()).unwrap();
+    let all = report.checked.join("\n");
+    for expected in [
+        "single server",
+        "root ",
+        "anonymous logins, read-only",
+        "users",
+    ] {
+        assert!(all.contains(expected), "{expected:?} not in {all}");
+    }
+    assert!(all.contains("will be created"), "{all}");
+    assert!(!log.exists(), "the check created the transfer log");
+    assert_eq!(
+        report.warnings,
+        ["--dc-whitelist names 'udt', which this build does not have"]
+    );
+}
+
+#[test]
+fn check_config_finds_what_a_start_would_refuse() {
+    let base = tempfile::tempdir().unwrap();
+    let good = base_config(base.path());
+    let check = |c: &ServerConfig| {
+        Server::check_config(c, &ferry_server::Drivers::default())
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    check(&good).unwrap();
+
+    let missing_root = ServerConfig {
+        root: base.path().join("nowhere"),
+        ..good.clone()
+    };
+    assert!(check(&missing_root).unwrap_err().contains("nowhere"));
+
+    let missing_passwords = ServerConfig {
+        password_file: Some(base.path().join("no-such-passwd")),
+        ..good.clone()
+    };
+    assert!(check(&missing_passwords)
+        .unwrap_err()
+        .contains("no-such-passwd"));
+
+    let log_nowhere = ServerConfig {
+        log_transfer: Some(base.path().join("no-dir").join("xfer.log")),
+        ..good.clone()
+    };
+    assert!(check(&log_nowhere).unwrap_err().contains("no-dir"));
+
+    let gsi_without_credential = ServerConfig {
+        gsi: true,
+        host_cert: Some(base.path().join("no-hostcert.pem")),
+        host_key: Some(base.path().join("no-hostkey.pem")),
+        ..good.clone()
+    };
+    assert!(check(&gsi_without_credential)
+        .unwrap_err()
+        .contains("no-hostcert.pem"));
+
+    let no_login = ServerConfig {
+        anonymous: false,
+        password_file: None,
+        gsi: false,
+        ..good
+    };
+    assert!(check(&no_login).unwrap_err().contains("no way to log in"));
+}

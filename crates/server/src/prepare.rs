@@ -1,0 +1,190 @@
+//! Everything a configuration loads before the control port is bound: the root, the password
+//! file, GSI (host credential, CAs, grid-mapfile) and the striping link. `Server::bind` starts
+//! from it and `Server::check_config` stops at it, so the check finds every error a start
+//! would, without binding a port or touching the transfer log.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use ferry_gsi::{Credential, TrustStore};
+use ferry_storage::{PosixStorage, Storage};
+
+use crate::auth::PasswordDb;
+use crate::config::ServerConfig;
+use crate::daemon::{Drivers, Server, StartError};
+use crate::striped::ipc::IpcAuth;
+use crate::striped::AllowFrom;
+
+/// What a configuration loaded.
+pub(crate) struct Prepared {
+    pub(crate) storage_rw: Arc<dyn Storage>,
+    pub(crate) storage_ro: Arc<dyn Storage>,
+    pub(crate) passwords: PasswordDb,
+    /// GSI logins (not on a data node).
+    pub(crate) gsi: Option<crate::gsi::GsiServer>,
+    /// The link between a frontend and its data nodes.
+    pub(crate) ipc: Option<IpcAuth>,
+    /// A GSI data node's host credential and CAs.
+    pub(crate) host: Option<(Credential, Arc<TrustStore>)>,
+    /// A data node's admitted frontends.
+    pub(crate) allow: Option<AllowFrom>,
+}
+
+impl Prepared {
+    /// Validates `config` and loads what it names.
+    pub(crate) fn load(config: &ServerConfig) -> Result<Prepared, StartError> {
+        config.validate()?;
+        let root_err = |source| StartError::Root {
+            path: config.root.display().to_string(),
+            source,
+        };
+        let storage_rw: Arc<dyn Storage> =
+            Arc::new(PosixStorage::open(&config.root, false).map_err(root_err)?);
+        let storage_ro: Arc<dyn Storage> =
+            Arc::new(PosixStorage::open(&config.root, true).map_err(root_err)?);
+        let passwords = match &config.password_file {
+            Some(p) => PasswordDb::load(p)?,
+            None => PasswordDb::default(),
+        };
+        let gsi = if config.gsi && !config.data_node {
+            Some(crate::gsi::GsiServer::load(config)?)
+        } else {
+            None
+        };
+        let ipc = if config.data_node || !config.remote_nodes.is_empty() {
+            Some(IpcAuth::from_config(config).map_err(StartError::Ipc)?)
+        } else {
+            None
+        };
+        let (host, allow) = if config.data_node {
+            let host = if config.gsi {
+                Some(crate::gsi::load_host(config)?)
+            } else {
+                None
+            };
+            let allow = AllowFrom::new(&config.ipc_allow_from).map_err(StartError::Ipc)?;
+            (host, Some(allow))
+        } else {
+            (None, None)
+        };
+        Ok(Prepared {
+            storage_rw,
+            storage_ro,
+            passwords,
+            gsi,
+            ipc,
+            host,
+            allow,
+        })
+    }
+}
+
+/// What `Server::check_config` found: a line per part it checked, and what it would warn of.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConfigReport {
+    /// What was loaded and how it looks.
+    pub checked: Vec<String>,
+    /// Settings that work but are probably not what the admin meant.
+    pub warnings: Vec<String>,
+}
+
+impl Server {
+    /// Checks `config` as [`Server::bind_with`] would (every file it names is read and every
+    /// credential verified) without binding the control port or writing anything.
+    pub fn check_config(
+        config: &ServerConfig,
+        drivers: &Drivers,
+    ) -> Result<ConfigReport, StartError> {
+        let p = Prepared::load(config)?;
+        let mut r = ConfigReport::default();
+        let role = if config.data_node {
+            "data node of a striped server"
+        } else if !config.remote_nodes.is_empty() {
+            "striped frontend"
+        } else {
+            "single server"
+        };
+        r.checked
+            .push(format!("{role}, control address {}", config.listen));
+        r.checked
+            .push(format!("root {}: opened", config.root.display()));
+        if config.anonymous {
+            let how = if config.anonymous_write {
+                "read-write"
+            } else {
+                "read-only"
+            };
+            r.checked.push(format!("anonymous logins, {how}"));
+        }
+        if let Some(f) = &config.password_file {
+            let n = p.passwords.len();
+            r.checked
+                .push(format!("password file {}: {n} users", f.display()));
+            if n == 0 {
+                r.warnings
+                    .push(format!("password file {} has no users", f.display()));
+            }
+        }
+        if let Some(gsi) = &p.gsi {
+            r.checked.push(format!(
+                "GSI: host credential {} ({} s left), CAs and grid-mapfile loaded",
+                gsi.credential().subject(),
+                gsi.credential().seconds_left().unwrap_or(0)
+            ));
+        }
+        if let Some((credential, _)) = &p.host {
+            r.checked.push(format!(
+                "GSI data node: host credential {}",
+                credential.subject()
+            ));
+        }
+        if p.ipc.is_some() {
+            r.checked
+                .push("striping link: authentication loaded".into());
+        }
+        if let Some(path) = &config.log_transfer {
+            r.checked.push(transfer_log_check(path)?);
+        }
+        for name in &config.dc_whitelist {
+            if !drivers.transports.has_driver(name) {
+                r.warnings.push(format!(
+                    "--dc-whitelist names '{name}', which this build does not have"
+                ));
+            }
+        }
+        for name in &config.fs_whitelist {
+            if !drivers.disk_stacks.exists(name) {
+                r.warnings.push(format!(
+                    "--fs-whitelist names '{name}', which this build does not have"
+                ));
+            }
+        }
+        Ok(r)
+    }
+}
+
+/// Whether the transfer log could be appended to, without creating it.
+fn transfer_log_check(path: &Path) -> Result<String, StartError> {
+    let err = |source| StartError::TransferLog {
+        path: path.display().to_string(),
+        source,
+    };
+    if path.exists() {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(err)?;
+        return Ok(format!("transfer log {}: writable", path.display()));
+    }
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !parent.is_dir() {
+        return Err(err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("no directory {}", parent.display()),
+        )));
+    }
+    Ok(format!("transfer log {}: will be created", path.display()))
+}
