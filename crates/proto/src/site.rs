@@ -63,6 +63,8 @@ pub enum SiteCommand {
     Whoami,
     /// `SITE VERSION`.
     Version,
+    /// `SITE STATUS`: the server's uptime, sessions and transfers, for monitoring.
+    Status,
     /// `SITE SETNETSTACK <stack>` (alias `SETDCSTACK`).
     SetNetStack(String),
     /// `SITE SETDISKSTACK <stack>`.
@@ -117,6 +119,7 @@ pub(crate) fn parse_site(a: Args<'_>) -> Result<SiteCommand, CommandError> {
         "TASKID" => SiteCommand::TaskId(path(s)?),
         "WHOAMI" => s.none().map(|()| SiteCommand::Whoami)?,
         "VERSION" => s.none().map(|()| SiteCommand::Version)?,
+        "STATUS" => s.none().map(|()| SiteCommand::Status)?,
         "SETNETSTACK" | "SETDCSTACK" => SiteCommand::SetNetStack(path(s)?),
         "SETDISKSTACK" => SiteCommand::SetDiskStack(path(s)?),
         _ => SiteCommand::Other {
@@ -182,6 +185,7 @@ impl fmt::Display for SiteCommand {
             SiteCommand::TaskId(s) => write!(f, "TASKID {s}"),
             SiteCommand::Whoami => f.write_str("WHOAMI"),
             SiteCommand::Version => f.write_str("VERSION"),
+            SiteCommand::Status => f.write_str("STATUS"),
             SiteCommand::SetNetStack(s) => write!(f, "SETNETSTACK {s}"),
             SiteCommand::SetDiskStack(s) => write!(f, "SETDISKSTACK {s}"),
             SiteCommand::Other { name, args } if args.is_empty() => f.write_str(name),

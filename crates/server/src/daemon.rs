@@ -34,6 +34,10 @@ pub(crate) struct ServerContext {
     pub(crate) translog: Option<TransferLog>,
     pub(crate) connections: AtomicUsize,
     pub(crate) next_transfer: AtomicU64,
+    /// Transfers running now (`SITE STATUS`).
+    pub(crate) transfers_running: AtomicUsize,
+    /// When the server started (`SITE STATUS`'s uptime).
+    pub(crate) started: std::time::Instant,
     /// The host credential, trusted CAs and authorization, when GSI is on.
     pub(crate) gsi: Option<crate::gsi::GsiServer>,
     /// Striped frontend: the data nodes that move the data.
@@ -60,6 +64,8 @@ impl ServerContext {
             translog: None,
             connections: AtomicUsize::new(0),
             next_transfer: AtomicU64::new(1),
+            transfers_running: AtomicUsize::new(0),
+            started: std::time::Instant::now(),
             gsi: config
                 .gsi
                 .then(|| crate::gsi::GsiServer::load(&config).expect("test GSI")),
@@ -221,6 +227,8 @@ impl Server {
             translog,
             connections: AtomicUsize::new(0),
             next_transfer: AtomicU64::new(1),
+            transfers_running: AtomicUsize::new(0),
+            started: std::time::Instant::now(),
             gsi,
             nodes,
         });

@@ -226,3 +226,20 @@ async fn an_idle_logged_in_session_gets_421_and_is_closed() {
         other => panic!("connection should be closed, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn site_status_counts_the_sessions_and_transfers_of_the_whole_server() {
+    let srv = TestServer::start().await;
+    srv.write("f.txt", b"hello");
+    let mut a = srv.login().await;
+    let _b = srv.login().await;
+    let r = ok(&mut a, "SITE STATUS").await;
+    assert!(r.text().contains("sessions 2 of "), "{r}");
+    assert!(r.text().contains("transfers 0 running"), "{r}");
+    assert!(r.text().contains("transfers 0 started"), "{r}");
+    let (got, _) = client_get(&mut a, "f.txt", 1).await;
+    assert_eq!(got, b"hello");
+    let r = ok(&mut a, "SITE STATUS").await;
+    assert!(r.text().contains("transfers 0 running"), "{r}");
+    assert!(r.text().contains("transfers 1 started"), "{r}");
+}

@@ -188,6 +188,7 @@ fn site() -> BoxedStrategy<SiteCommand> {
         path().prop_map(SiteCommand::TaskId).boxed(),
         Just(SiteCommand::Whoami).boxed(),
         Just(SiteCommand::Version).boxed(),
+        Just(SiteCommand::Status).boxed(),
         path().prop_map(SiteCommand::SetNetStack).boxed(),
         path().prop_map(SiteCommand::SetDiskStack).boxed(),
         ("X[A-Z]{0,8}", prop_oneof![Just(String::new()), path()])

@@ -141,6 +141,7 @@ fn informational_and_simple_subcommands() {
     assert_eq!(site("SITE TASKID 42"), SiteCommand::TaskId("42".into()));
     assert_eq!(site("SITE WHOAMI"), SiteCommand::Whoami);
     assert_eq!(site("SITE VERSION"), SiteCommand::Version);
+    assert_eq!(site("SITE STATUS"), SiteCommand::Status);
     assert_eq!(site("SITE HELP"), SiteCommand::Help);
     assert_eq!(site("SITE HELP CHMOD"), SiteCommand::Help);
     assert_eq!(site("SITE RDEL /tree"), SiteCommand::Rdel("/tree".into()));

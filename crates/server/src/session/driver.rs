@@ -19,7 +19,8 @@ use ferry_storage::{Storage, StorageError};
 use tokio::io::AsyncWriteExt;
 
 use super::pi::{
-    Answer, Interrupt, LoginKind, LoginRequest, Output, Pi, Request, StorageCall, TransferRun,
+    Answer, Interrupt, LoginKind, LoginRequest, Output, Pi, Request, ServerStatus, StorageCall,
+    TransferRun,
 };
 use super::{queue_line, strip_telnet, ControlReader, ControlWriter};
 use crate::daemon::ServerContext;
@@ -143,6 +144,17 @@ impl Driver {
                 pi.storage_done(r);
             }
             Request::Transfer(run) => self.transfer(*run, pi).await?,
+            Request::Status => {
+                let ctx = &self.ctx;
+                let relaxed = std::sync::atomic::Ordering::Relaxed;
+                pi.status_done(ServerStatus {
+                    uptime_s: ctx.started.elapsed().as_secs(),
+                    sessions: ctx.connections.load(relaxed),
+                    sessions_max: ctx.config.connections_max,
+                    transfers_running: ctx.transfers_running.load(relaxed),
+                    transfers_started: ctx.next_transfer.load(relaxed).saturating_sub(1),
+                });
+            }
         }
         Ok(())
     }
@@ -267,13 +279,16 @@ impl Driver {
         };
         pi.transfer_started(mover.will_reuse(&desc));
         let started = Instant::now();
+        let running = RunningTransfer::count(Arc::clone(&self.ctx));
         let mut sink = ControlSink {
             pi: &mut *pi,
             wr: &mut self.wr,
             reader: &mut self.reader,
             stopped: None,
         };
-        let relayed = relay(&mut **mover, &desc, &mut sink).await?;
+        let relayed = relay(&mut **mover, &desc, &mut sink).await;
+        drop(running);
+        let relayed = relayed?;
         let stopped = sink.stopped;
         let result = match relayed {
             Relayed::Finished(r) => r,
@@ -401,5 +416,25 @@ async fn blocking(storage: &Arc<dyn Storage>, call: StorageCall) -> Result<Answe
             path: String::new(),
             source: std::io::Error::other(e.to_string()),
         }),
+    }
+}
+
+/// One transfer in `SITE STATUS`'s running count, for as long as it lives (also when the
+/// session's task ends mid-transfer).
+struct RunningTransfer(Arc<ServerContext>);
+
+impl RunningTransfer {
+    fn count(ctx: Arc<ServerContext>) -> RunningTransfer {
+        ctx.transfers_running
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        RunningTransfer(ctx)
+    }
+}
+
+impl Drop for RunningTransfer {
+    fn drop(&mut self) {
+        self.0
+            .transfers_running
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }

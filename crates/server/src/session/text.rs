@@ -84,6 +84,7 @@ pub(crate) fn site_help() -> Reply {
         " SITE TASKID <id>".into(),
         " SITE WHOAMI".into(),
         " SITE VERSION".into(),
+        " SITE STATUS".into(),
         " SITE SETNETSTACK|SETDCSTACK <drivers>".into(),
         " SITE SETDISKSTACK <drivers>".into(),
         "End.".into(),

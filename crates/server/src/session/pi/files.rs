@@ -202,6 +202,21 @@ impl Pi {
     }
 
     /// The driver's answer to [`Request::Storage`].
+    /// The answer to [`Request::Status`]: `SITE STATUS`'s reply, one figure a line.
+    pub(crate) fn status_done(&mut self, s: super::ServerStatus) {
+        self.send(Reply::multi(
+            200,
+            vec![
+                format!("ferry {} status:", crate::VERSION),
+                format!(" uptime {} s", s.uptime_s),
+                format!(" sessions {} of {}", s.sessions, s.sessions_max),
+                format!(" transfers {} running", s.transfers_running),
+                format!(" transfers {} started", s.transfers_started),
+                "End.".into(),
+            ],
+        ));
+    }
+
     pub(crate) fn storage_done(&mut self, result: Result<Answer, StorageError>) {
         let Some(Pending::Storage(then)) = self.pending.take() else {
             return;
@@ -366,6 +381,7 @@ impl Pi {
                 self.reply(200, name);
             }
             SiteCommand::Version => self.reply(200, format!("ferry {}", crate::VERSION)),
+            SiteCommand::Status => self.request(Request::Status),
             SiteCommand::SetNetStack(arg) => {
                 let (stack, reply) = self.choose_stack(&arg, StackKind::Net);
                 self.settings.net_stack = stack;

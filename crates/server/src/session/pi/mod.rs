@@ -48,6 +48,21 @@ pub(crate) enum Request {
     /// Run a transfer, reporting [`Pi::transfer_started`], its events ([`Pi::transfer_event`])
     /// and its end ([`Pi::transfer_done`]).
     Transfer(Box<TransferRun>),
+    /// Say how the server is doing; answer with [`Pi::status_done`].
+    Status,
+}
+
+/// The server-wide figures `SITE STATUS` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ServerStatus {
+    /// Seconds since the server started.
+    pub(crate) uptime_s: u64,
+    /// Control connections open now, and the most allowed.
+    pub(crate) sessions: usize,
+    pub(crate) sessions_max: usize,
+    /// Transfers running now, and started since the server did.
+    pub(crate) transfers_running: usize,
+    pub(crate) transfers_started: u64,
 }
 
 impl std::fmt::Debug for Request {
@@ -59,6 +74,7 @@ impl std::fmt::Debug for Request {
             Request::ForgetCache => f.write_str("ForgetCache"),
             Request::Storage(_) => f.write_str("Storage(..)"),
             Request::Transfer(t) => write!(f, "Transfer({} {})", t.verb, t.desc.path),
+            Request::Status => f.write_str("Status"),
         }
     }
 }

@@ -245,6 +245,24 @@ fn transfers_without_a_data_channel_or_login_and_bad_lines_get_their_errors() {
 }
 
 #[test]
+fn site_status_reports_the_drivers_figures_after_login_only() {
+    let mut p = Pair::new();
+    p.expect("SITE STATUS", 530);
+    let mut p = Pair::logged_in();
+    let r = p.expect("SITE STATUS", 200);
+    let text = r.text();
+    for line in [
+        "uptime 42 s",
+        "sessions 3 of 100",
+        "transfers 1 running",
+        "transfers 7 started",
+    ] {
+        assert!(text.contains(line), "{line:?} not in {text}");
+    }
+    assert!(p.expect("SITE HELP", 214).text().contains("SITE STATUS"));
+}
+
+#[test]
 fn file_commands_run_on_storage_through_the_driver() {
     let mut p = Pair::logged_in();
     let r = p.expect("MKD d", 257);

@@ -256,6 +256,13 @@ impl Pair {
                     }
                 }
             }
+            Request::Status => self.server.status_done(crate::session::pi::ServerStatus {
+                uptime_s: 42,
+                sessions: 3,
+                sessions_max: 100,
+                transfers_running: 1,
+                transfers_started: 7,
+            }),
         }
     }
 
