@@ -118,6 +118,10 @@ pub(crate) struct ServeArgs {
     /// Log filter (e.g. info, debug, ferry_server=debug). [default: info, or RUST_LOG]
     #[arg(long, value_name = "FILTER")]
     log: Option<String>,
+    /// Log lines as text, or as one JSON object each (for log shippers). Under systemd (where
+    /// journald stamps each line) text goes without its own timestamp.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     /// Check the configuration as a start would (every file it names read, credentials
     /// verified) without binding the port or writing anything; print what was checked and
     /// exit 0, or the error and exit 1.
@@ -215,21 +219,42 @@ impl ServeArgs {
     }
 }
 
+/// How log lines look (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line: timestamp, level, target and the event's fields.
+    Json,
+}
+
 pub(crate) fn init_logging(filter: Option<&str>) {
+    init_logging_as(filter, LogFormat::Text);
+}
+
+fn init_logging_as(filter: Option<&str>, format: LogFormat) {
     let filter = filter
         .map(tracing_subscriber::EnvFilter::new)
         .or_else(|| tracing_subscriber::EnvFilter::try_from_default_env().ok())
         .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        // systemd points JOURNAL_STREAM at the journal, which stamps every line itself.
+        LogFormat::Text if std::env::var_os("JOURNAL_STREAM").is_some() => {
+            builder.with_ansi(false).without_time().try_init()
+        }
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+    };
 }
 
 pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
     if args.check_config {
-        init_logging(Some(args.log.as_deref().unwrap_or("warn")));
+        init_logging_as(Some(args.log.as_deref().unwrap_or("warn")), args.log_format);
         let config = args.into_config()?;
         // The error's own text names its cause; anyhow's chain would repeat it.
         let report = Server::check_config(&config, &ferry_server::Drivers::default())
@@ -243,7 +268,7 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
         println!("configuration OK");
         return Ok(());
     }
-    init_logging(args.log.as_deref());
+    init_logging_as(args.log.as_deref(), args.log_format);
     // Thousands of sessions need thousands of descriptors.
     let _ = rlimit::increase_nofile_limit(u64::MAX);
     let config = args.into_config()?;
