@@ -1,0 +1,256 @@
+//! The `ferry` client against FTP servers that misbehave on purpose, each a few lines of
+//! script on a socket: garbage instead of a reply, a server that dies in the middle of one, a
+//! stream-mode file cut short before a `226`, a session that dies before `STOR` while an old
+//! destination file is in place, and `ftpes://` to a server without TLS. Nothing may be
+//! reported done that is not, and each failure must say what happened.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::time::Duration;
+
+use common::{random_bytes, run_ferry, write_file, Sandbox};
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// A passive listener that sends `bytes` to whoever connects first and closes; its port.
+fn send_once(bytes: usize) -> u16 {
+    let data = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = data.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        if let Ok((mut d, _)) = data.accept() {
+            let _ = d.write_all(&vec![7u8; bytes]);
+        }
+    });
+    port
+}
+
+/// A fake FTP server: answers the banner, then `script` for each command line; `false` from
+/// the script closes the connection. It takes connection after connection (retries).
+fn fake_server(script: fn(&str, &mut TcpStream) -> bool) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let _ = conn.write_all(b"220 fake\r\n");
+            let mut lines = BufReader::new(conn.try_clone().unwrap());
+            let mut line = String::new();
+            while lines.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+                let cmd = line.trim_end().to_string();
+                line.clear();
+                if !script(&cmd, &mut conn) {
+                    break;
+                }
+            }
+        }
+    });
+    port
+}
+
+/// The part every fake server shares: login and the settings a get sends.
+fn login_reply(cmd: &str) -> Option<&'static [u8]> {
+    let verb = cmd.split(' ').next().unwrap_or("");
+    Some(match verb {
+        "USER" => b"331 password\r\n",
+        "PASS" => b"230 in\r\n",
+        "FEAT" => b"211-Features:\r\n SIZE\r\n211 End\r\n",
+        "TYPE" => b"200 ok\r\n",
+        "MODE" => b"504 stream only\r\n",
+        _ => return None,
+    })
+}
+
+/// State of the fake server below: the bytes its STOR received, and whether one completed.
+static STORED_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static STOR_DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static FIRST_EPSV: std::sync::Once = std::sync::Once::new();
+static DATA_LISTENER: std::sync::Mutex<Option<TcpListener>> = std::sync::Mutex::new(None);
+
+#[test]
+fn a_put_that_fails_before_the_server_opened_the_file_does_not_append_to_an_old_one() {
+    use std::io::Read;
+    use std::sync::atomic::Ordering;
+    // The destination exists (50000 bytes of something else); the first session dies at
+    // EPSV, before any STOR. Its size must not be taken for bytes of this copy.
+    let port = fake_server(|cmd, conn| {
+        if let Some(reply) = login_reply(cmd) {
+            return conn.write_all(reply).is_ok();
+        }
+        let reply = match cmd.split(' ').next().unwrap_or("") {
+            "SIZE" if STOR_DONE.load(Ordering::SeqCst) => {
+                format!("213 {}\r\n", STORED_BYTES.load(Ordering::SeqCst))
+            }
+            "SIZE" => "213 50000\r\n".to_string(),
+            "EPSV" => {
+                let mut first = false;
+                FIRST_EPSV.call_once(|| first = true);
+                if first {
+                    return false;
+                }
+                let data = TcpListener::bind("127.0.0.1:0").unwrap();
+                let p = data.local_addr().unwrap().port();
+                *DATA_LISTENER.lock().unwrap() = Some(data);
+                format!("229 Entering Extended Passive Mode (|||{p}|)\r\n")
+            }
+            "STOR" | "APPE" => {
+                let _ = conn.write_all(b"150 go\r\n");
+                let listener = DATA_LISTENER.lock().unwrap().take().unwrap();
+                let (mut d, _) = listener.accept().unwrap();
+                let mut got = Vec::new();
+                d.read_to_end(&mut got).unwrap();
+                STORED_BYTES.store(got.len() as u64, Ordering::SeqCst);
+                STOR_DONE.store(true, Ordering::SeqCst);
+                "226 stored\r\n".to_string()
+            }
+            _ => "502 no\r\n".to_string(),
+        };
+        conn.write_all(reply.as_bytes()).is_ok()
+    });
+    let sandbox = Sandbox::new();
+    let src = sandbox.local_dir("local").join("src.bin");
+    let data = random_bytes(120_000, 14);
+    write_file(&src, &data);
+    let out = run_ferry(&[
+        "copy",
+        "--json",
+        path_str(&src),
+        &format!("ftp://127.0.0.1:{port}/dst.bin"),
+    ]);
+    out.assert_success();
+    let resumed = out
+        .events_named("retry")
+        .first()
+        .map(|r| r["resumed_bytes"].clone());
+    if resumed != Some(serde_json::json!(0)) || out.stderr.contains("> APPE") {
+        out.fail("the retry should send the whole file with STOR, not append to the old file");
+    }
+    assert_eq!(STORED_BYTES.load(Ordering::SeqCst), data.len() as u64);
+}
+
+#[test]
+fn a_server_that_answers_garbage_or_dies_mid_reply_fails_the_copy_clearly() {
+    let sandbox = Sandbox::new();
+    let local = sandbox.local_dir("local");
+
+    // Garbage where the reply to USER should be.
+    let port = fake_server(|cmd, conn| {
+        let reply: &[u8] = if cmd.starts_with("USER") {
+            b"hello, this is not FTP\r\n"
+        } else {
+            b"200 ok\r\n"
+        };
+        conn.write_all(reply).is_ok()
+    });
+    let dst = local.join("garbage.bin");
+    let out = run_ferry(&[
+        "copy",
+        "--retries",
+        "0",
+        &format!("ftp://127.0.0.1:{port}/f"),
+        path_str(&dst),
+    ]);
+    if out.code() == Some(0) || !out.stderr.contains("bad reply") {
+        out.fail("garbage from the server should fail the copy with 'bad reply'");
+    }
+    assert!(!dst.exists());
+
+    // A server that sends part of a file, then dies in the middle of its final reply.
+    let port = fake_server(|cmd, conn| {
+        if let Some(reply) = login_reply(cmd) {
+            return conn.write_all(reply).is_ok();
+        }
+        if cmd.starts_with("SIZE") {
+            return conn.write_all(b"213 100000\r\n").is_ok();
+        }
+        if cmd.starts_with("MDTM") {
+            return conn.write_all(b"213 20261125120000\r\n").is_ok();
+        }
+        if cmd.starts_with("EPSV") {
+            let p = send_once(40_000);
+            return conn
+                .write_all(format!("229 Entering Extended Passive Mode (|||{p}|)\r\n").as_bytes())
+                .is_ok();
+        }
+        if cmd.starts_with("RETR") {
+            let _ = conn.write_all(b"150 sending\r\n");
+            std::thread::sleep(Duration::from_millis(200));
+            let _ = conn.write_all(b"22");
+            return false;
+        }
+        conn.write_all(b"502 no\r\n").is_ok()
+    });
+    let dst = local.join("half.bin");
+    let out = run_ferry(&[
+        "copy",
+        "--json",
+        "--retries",
+        "0",
+        &format!("ftp://127.0.0.1:{port}/f"),
+        path_str(&dst),
+    ]);
+    if out.code() == Some(0) || !out.events_named("done").is_empty() {
+        out.fail("a copy whose server died mid-reply was reported done");
+    }
+    if out.events_named("failed").is_empty() {
+        out.fail("no failed event for the interrupted file");
+    }
+
+    // A server whose data ends short of the size it gave, then says 226: in stream mode only
+    // the size tells that the file is not all there.
+    let port = fake_server(|cmd, conn| {
+        if let Some(reply) = login_reply(cmd) {
+            return conn.write_all(reply).is_ok();
+        }
+        let reply = match cmd.split(' ').next().unwrap_or("") {
+            "SIZE" => "213 100000\r\n".to_string(),
+            "MDTM" => "213 20261125120000\r\n".to_string(),
+            "EPSV" => {
+                let p = send_once(40_000);
+                format!("229 Entering Extended Passive Mode (|||{p}|)\r\n")
+            }
+            "RETR" => {
+                let _ = conn.write_all(b"150 sending\r\n");
+                std::thread::sleep(Duration::from_millis(200));
+                "226 done\r\n".to_string()
+            }
+            _ => "502 no\r\n".to_string(),
+        };
+        conn.write_all(reply.as_bytes()).is_ok()
+    });
+    let dst = local.join("short.bin");
+    let out = run_ferry(&[
+        "copy",
+        "--json",
+        "--retries",
+        "0",
+        &format!("ftp://127.0.0.1:{port}/f"),
+        path_str(&dst),
+    ]);
+    let failed = out.events_named("failed");
+    let said = failed
+        .first()
+        .and_then(|f| f["error"].as_str())
+        .unwrap_or("");
+    if out.code() == Some(0) || !said.contains("40000 of 100000 bytes") {
+        out.fail("a short stream-mode file with a 226 was not failed for its size");
+    }
+
+    // ftpes:// to a server without TLS.
+    let port = fake_server(|cmd, conn| {
+        let reply: &[u8] = if cmd.starts_with("AUTH") {
+            b"500 AUTH not understood\r\n"
+        } else {
+            b"530 log in first\r\n"
+        };
+        conn.write_all(reply).is_ok()
+    });
+    let out = run_ferry(&["ls", &format!("ftpes://127.0.0.1:{port}/")]);
+    if out.code() != Some(3) || !out.stderr.contains("does not offer FTP over TLS") {
+        out.fail("ftpes:// to a server without TLS should say it does not offer TLS");
+    }
+}
