@@ -18,7 +18,7 @@ use ferry_net::{
     TransportStream,
 };
 use openssl::ssl::{SslConnector, SslMethod, SslSession, SslVersion};
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpStream;
 use tokio_openssl::SslStream;
 
 use crate::ClientError;
@@ -169,16 +169,9 @@ impl Transport for FtpsData {
         _options: &'a str,
     ) -> ConnectFuture<'a> {
         Box::pin(async move {
-            let io = |source| NetError::Connect { addr, source };
-            let socket = if addr.is_ipv6() {
-                TcpSocket::new_v6()
-            } else {
-                TcpSocket::new_v4()
-            }
-            .map_err(io)?;
-            tuning.apply(&socket).map_err(io)?;
-            let tcp = socket.connect(addr).await.map_err(io)?;
-            tcp.set_nodelay(true).map_err(io)?;
+            let tcp = ferry_net::connect_tcp(addr, tuning).await?;
+            tcp.set_nodelay(true)
+                .map_err(|source| NetError::Connect { addr, source })?;
             let tls = handshake(&self.connector, &self.host, tcp, self.session.as_ref())
                 .await
                 .map_err(|why| {

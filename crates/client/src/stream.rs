@@ -135,11 +135,9 @@ impl RemoteSession {
         local: &Path,
         server: std::net::SocketAddr,
     ) -> Result<ferry_dtp::TransferDescription, ClientError> {
-        let mut desc =
-            req.local_description(direction, local, ChannelSetup::Active(vec![server]))?;
+        let mut desc = self.describe(req, direction, local, ChannelSetup::Active(vec![server]))?;
         desc.mode = TransferMode::Stream;
         desc.stack = self.data_stack.clone();
-        desc.security = self.channel_security.clone();
         Ok(desc)
     }
 

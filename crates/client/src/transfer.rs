@@ -23,7 +23,7 @@ const LONE_STREAM_BLOCK: u64 = 2 * ferry_dtp::IO_CHUNK as u64;
 
 impl RemoteSession {
     /// The client DTP's description of its end, with this session's DCAU and PROT.
-    fn describe(
+    pub(crate) fn describe(
         &self,
         req: &FileRequest,
         direction: Direction,

@@ -205,8 +205,14 @@ impl DetachedConn {
     }
 }
 
-/// Connects to `addr` with `tuning` applied before the handshake, optionally from `bind_ip`.
+/// Connects to `addr` with `tuning` applied before the handshake.
 pub async fn connect(addr: SocketAddr, tuning: SocketTuning) -> Result<DataConn, NetError> {
+    DataConn::from_tcp(connect_tcp(addr, tuning).await?, &tuning)
+}
+
+/// A TCP connection to `addr` with `tuning` applied before the handshake, for a layer that
+/// wraps the socket itself (a client's FTPS data connections) before it becomes a [`DataConn`].
+pub async fn connect_tcp(addr: SocketAddr, tuning: SocketTuning) -> Result<TcpStream, NetError> {
     let socket = if addr.is_ipv6() {
         TcpSocket::new_v6()
     } else {
@@ -216,11 +222,10 @@ pub async fn connect(addr: SocketAddr, tuning: SocketTuning) -> Result<DataConn,
     tuning
         .apply(&socket)
         .map_err(|source| NetError::Connect { addr, source })?;
-    let stream = socket
+    socket
         .connect(addr)
         .await
-        .map_err(|source| NetError::Connect { addr, source })?;
-    DataConn::from_tcp(stream, &tuning)
+        .map_err(|source| NetError::Connect { addr, source })
 }
 
 impl AsyncRead for DataConn {

@@ -15,7 +15,7 @@ mod tls;
 mod transport;
 mod tuning;
 
-pub use conn::{connect, DataConn, DetachedConn};
+pub use conn::{connect, connect_tcp, DataConn, DetachedConn};
 pub use error::NetError;
 pub use link::TransportStream;
 pub use listener::{bind_listener, DataListener, PortRange, TransportListener};
