@@ -63,7 +63,29 @@ pub enum GsiError {
     OpenSsl(#[from] openssl::error::ErrorStack),
 }
 
+/// How a revoked certificate's rejection ends ([`GsiError::Untrusted`]'s reason).
+pub(crate) const REVOKED: &str = " is revoked";
+
 impl GsiError {
+    /// A short, stable name for the kind of failure, for counting (metrics labels): `credential`,
+    /// `decode`, `untrusted`, `revoked`, `signing_policy`, `expired`, `wrong_peer`,
+    /// `protocol`, `tls`, `not_authorized` or `openssl`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            GsiError::File { .. } | GsiError::NoCredential(_) => "credential",
+            GsiError::Decode { .. } => "decode",
+            GsiError::Untrusted { reason, .. } if reason.ends_with(REVOKED) => "revoked",
+            GsiError::Untrusted { .. } => "untrusted",
+            GsiError::SigningPolicy(_) => "signing_policy",
+            GsiError::Validity(_) => "expired",
+            GsiError::WrongPeer { .. } => "wrong_peer",
+            GsiError::Protocol(_) => "protocol",
+            GsiError::Tls(_) => "tls",
+            GsiError::NotAuthorized(_) => "not_authorized",
+            GsiError::OpenSsl(_) => "openssl",
+        }
+    }
+
     pub(crate) fn decode(what: impl Into<String>, detail: impl std::fmt::Display) -> GsiError {
         GsiError::Decode {
             what: what.into(),

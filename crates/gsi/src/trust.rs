@@ -284,7 +284,11 @@ impl TrustStore {
             }
             let owned = cert.to_owned();
             if let CrlStatus::Revoked(_) = crl.get_by_cert(&owned) {
-                return Err(format!("{} is revoked", dn::one_line(cert.subject_name())));
+                return Err(format!(
+                    "{}{}",
+                    dn::one_line(cert.subject_name()),
+                    crate::error::REVOKED
+                ));
             }
         }
         Ok(())
