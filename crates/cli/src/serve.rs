@@ -9,7 +9,7 @@ use clap::Args;
 use ferry_server::{Server, ServerConfig};
 
 /// `ferry serve` flags. Each overrides the same key of `--config`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct ServeArgs {
     /// TOML file with any of these settings (keys are the flag names, e.g. `port-range = "50000-51000"`).
     #[arg(long, value_name = "FILE")]
@@ -67,9 +67,17 @@ pub(crate) struct ServeArgs {
     /// Seconds a transfer may move no data before it is aborted. [default: 600]
     #[arg(long, value_name = "SECONDS")]
     data_idle_timeout: Option<u64>,
-    /// Append one JSON line per transfer to FILE.
+    /// Append one line per transfer to FILE (reopened on SIGHUP, after logrotate moved it).
     #[arg(long, value_name = "FILE")]
     log_transfer: Option<PathBuf>,
+    /// Transfer-log lines as JSON (failures included), or with the Globus server's fields
+    /// (DATE= HOST= … NBYTES= … CODE=226; successful transfers only) for accounting tools. [default: json]
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    log_transfer_format: Option<TransferLogFormatArg>,
+    /// Serve Prometheus metrics at http://ADDR/metrics and a health answer at /healthz
+    /// (200, or 503 while connections-max is reached), e.g. 127.0.0.1:9812.
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics: Option<SocketAddr>,
     /// MODE E block size this server sends, in bytes. [default: 262144 on one stream, up to 4194304 on several]
     #[arg(long, value_name = "BYTES")]
     block_size: Option<u32>,
@@ -181,6 +189,15 @@ impl ServeArgs {
         if self.log_transfer.is_some() {
             c.log_transfer = self.log_transfer;
         }
+        if let Some(f) = self.log_transfer_format {
+            c.log_transfer_format = match f {
+                TransferLogFormatArg::Json => ferry_server::TransferLogFormat::Json,
+                TransferLogFormatArg::Globus => ferry_server::TransferLogFormat::Globus,
+            };
+        }
+        if self.metrics.is_some() {
+            c.metrics = self.metrics;
+        }
         if let Some(v) = self.block_size {
             c.block_size = Some(v);
         }
@@ -217,6 +234,15 @@ impl ServeArgs {
         }
         Ok(c)
     }
+}
+
+/// `--log-transfer-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum TransferLogFormatArg {
+    /// One JSON object per transfer.
+    Json,
+    /// The Globus GridFTP server's transfer-log line.
+    Globus,
 }
 
 /// How log lines look (`--log-format`).
@@ -271,7 +297,7 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
     init_logging_as(args.log.as_deref(), args.log_format);
     // Thousands of sessions need thousands of descriptors.
     let _ = rlimit::increase_nofile_limit(u64::MAX);
-    let config = args.into_config()?;
+    let config = args.clone().into_config()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -279,13 +305,59 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
         let server = Server::bind(config).await?;
         let addr = server.local_addr()?;
         println!("listening on {addr}");
+        if let Some(m) = server.metrics_addr() {
+            println!("metrics on http://{m}/metrics");
+        }
         std::io::stdout().flush()?;
+        tokio::spawn(reload_on_hangup(args, server.reloader()));
         tokio::select! {
             r = server.run() => r?,
             _ = shutdown_signal() => tracing::info!("shutting down"),
         }
         Ok(())
     })
+}
+
+/// Reloads the configuration (the file again, then the flags over it) at each SIGHUP. A
+/// configuration that does not load is refused with a log line and the old one stays.
+async fn reload_on_hangup(args: ServeArgs, reloader: ferry_server::Reloader) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hup = match signal(SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("cannot catch SIGHUP, so no reloads: {e}");
+            return;
+        }
+    };
+    while hup.recv().await.is_some() {
+        let args = args.clone();
+        let reloader = reloader.clone();
+        let outcome = tokio::task::spawn_blocking(move || match args.into_config() {
+            Ok(config) => reloader.reload(config).map_err(|e| e.to_string()),
+            Err(e) => {
+                reloader.refused();
+                Err(format!("{e:#}"))
+            }
+        })
+        .await;
+        match outcome {
+            Ok(Ok(done)) => {
+                tracing::info!("configuration reloaded (SIGHUP): new sessions use it");
+                for setting in done.need_restart {
+                    tracing::warn!(
+                        setting,
+                        "changed, but takes effect only at a restart; the running value stays"
+                    );
+                }
+            }
+            Ok(Err(e)) => {
+                tracing::error!(
+                    "configuration reload refused, the running configuration stays: {e}"
+                )
+            }
+            Err(e) => tracing::error!("configuration reload failed: {e}"),
+        }
+    }
 }
 
 async fn shutdown_signal() {

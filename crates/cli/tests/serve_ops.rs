@@ -86,6 +86,16 @@ fn json_logs_have_a_line_per_login_and_transfer_and_never_the_password() {
             .filter(|e| e["fields"]["message"] == message)
             .collect::<Vec<_>>()
     };
+    // A line when each session opens and closes; the close says what it moved.
+    let closed = with("session closed");
+    assert!(closed.len() >= 2, "{log}");
+    assert_eq!(with("session opened").len(), closed.len(), "{log}");
+    assert!(
+        closed
+            .iter()
+            .any(|e| e["fields"]["user"] == "alice" && e["fields"]["transfers"].as_u64() >= Some(1)),
+        "{log}"
+    );
     let logins = with("logged in");
     assert_eq!(logins.len(), 1, "{log}");
     assert_eq!(logins[0]["fields"]["user"], "alice");

@@ -31,8 +31,12 @@ pub struct ServerConfig {
     pub control_preauth_timeout: u64,
     /// Seconds a transfer may move no data before it is aborted.
     pub data_idle_timeout: u64,
-    /// Append one JSON line per transfer to this file.
+    /// Append one line per transfer to this file (reopened on SIGHUP, for logrotate).
     pub log_transfer: Option<PathBuf>,
+    /// How transfer-log lines are written: JSON, or Globus' own fields.
+    pub log_transfer_format: crate::translog::TransferLogFormat,
+    /// Serve Prometheus metrics (`/metrics`) and a health answer (`/healthz`) on this address.
+    pub metrics: Option<SocketAddr>,
     /// MODE E block size this server sends, in bytes (`None`: 256 KiB on one stream, 1 MiB on
     /// several).
     pub block_size: Option<u32>,
@@ -99,6 +103,8 @@ impl Default for ServerConfig {
             control_preauth_timeout: 60,
             data_idle_timeout: 600,
             log_transfer: None,
+            log_transfer_format: crate::translog::TransferLogFormat::Json,
+            metrics: None,
             block_size: None,
             polling_streams: None,
             dc_whitelist: vec!["tcp".into(), "gsi".into()],
@@ -244,6 +250,8 @@ mod tests {
             control-preauth-timeout = 10
             data-idle-timeout = 20
             log-transfer = "/var/log/ferry.log"
+            log-transfer-format = "globus"
+            metrics = "127.0.0.1:9812"
             block-size = 262144
             polling-streams = 2
             dc-whitelist = ["tcp", "gsi"]
@@ -260,6 +268,11 @@ mod tests {
             })
         );
         assert!(cfg.listen.is_ipv6());
+        assert_eq!(
+            cfg.log_transfer_format,
+            crate::translog::TransferLogFormat::Globus
+        );
+        assert_eq!(cfg.metrics, Some("127.0.0.1:9812".parse().unwrap()));
         cfg.validate().unwrap();
     }
 

@@ -12,11 +12,45 @@ use tokio::net::TcpListener;
 
 use crate::auth::PasswordDb;
 use crate::config::{ConfigError, ServerConfig};
+use crate::metrics::ServerMetrics;
 use crate::prepare::Prepared;
+use crate::reload::{Live, Reloader};
 use crate::session;
 use crate::translog::TransferLog;
+use prometheus_client::registry::Registry;
 
-/// What every session shares.
+/// What the server keeps across configuration reloads; every [`ServerContext`] points at it.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// Control connections open now.
+    pub(crate) connections: AtomicUsize,
+    pub(crate) next_transfer: AtomicU64,
+    /// Transfers running now (`SITE STATUS`).
+    pub(crate) transfers_running: AtomicUsize,
+    /// When the server started (`SITE STATUS`'s uptime).
+    pub(crate) started: std::time::Instant,
+    pub(crate) metrics: ServerMetrics,
+    pub(crate) translog: TransferLog,
+    /// This host's name (the Globus transfer log's HOST).
+    pub(crate) host: String,
+}
+
+impl Shared {
+    fn new(metrics: ServerMetrics, translog: TransferLog) -> Arc<Shared> {
+        Arc::new(Shared {
+            connections: AtomicUsize::new(0),
+            next_transfer: AtomicU64::new(1),
+            transfers_running: AtomicUsize::new(0),
+            started: std::time::Instant::now(),
+            metrics,
+            translog,
+            host: crate::translog::host_name(),
+        })
+    }
+}
+
+/// What every session shares: one configuration and what it loaded. A reload (SIGHUP) builds
+/// a new one; sessions keep the one they started with.
 #[derive(Debug)]
 pub(crate) struct ServerContext {
     pub(crate) config: ServerConfig,
@@ -31,13 +65,8 @@ pub(crate) struct ServerContext {
     pub(crate) disk_stacks: Arc<ferry_dtp::disk_stack::DiskStacks>,
     /// The data-channel transports sessions may name (and `--dc-whitelist` admits).
     pub(crate) transports: Arc<ferry_net::Transports>,
-    pub(crate) translog: Option<TransferLog>,
-    pub(crate) connections: AtomicUsize,
-    pub(crate) next_transfer: AtomicU64,
-    /// Transfers running now (`SITE STATUS`).
-    pub(crate) transfers_running: AtomicUsize,
-    /// When the server started (`SITE STATUS`'s uptime).
-    pub(crate) started: std::time::Instant,
+    /// What outlives a reload: counters, metrics, the transfer log.
+    pub(crate) shared: Arc<Shared>,
     /// The host credential, trusted CAs and authorization, when GSI is on.
     pub(crate) gsi: Option<crate::gsi::GsiServer>,
     /// Striped frontend: the data nodes that move the data.
@@ -61,11 +90,10 @@ impl ServerContext {
             modules: ModuleRegistry::with_builtins(),
             disk_stacks: Arc::new(ferry_dtp::disk_stack::DiskStacks::default()),
             transports: Arc::new(ferry_net::Transports::default()),
-            translog: None,
-            connections: AtomicUsize::new(0),
-            next_transfer: AtomicU64::new(1),
-            transfers_running: AtomicUsize::new(0),
-            started: std::time::Instant::now(),
+            shared: Shared::new(
+                ServerMetrics::new(&mut Registry::default()),
+                TransferLog::default(),
+            ),
             gsi: config
                 .gsi
                 .then(|| crate::gsi::GsiServer::load(&config).expect("test GSI")),
@@ -76,12 +104,12 @@ impl ServerContext {
 }
 
 /// What a bound server does with its connections.
-#[derive(Debug)]
-enum Role {
+#[derive(Debug, Clone)]
+pub(crate) enum Role {
     /// Serves FTP clients (a single node, or a striped frontend).
-    Pi(Arc<ServerContext>),
+    Pi(Arc<Live<ServerContext>>),
     /// Serves a striped frontend's IPC links.
-    Node(Arc<crate::striped::node::NodeContext>),
+    Node(Arc<Live<crate::striped::node::NodeContext>>),
 }
 
 /// A bound, ready server.
@@ -89,6 +117,8 @@ enum Role {
 pub struct Server {
     listener: TcpListener,
     role: Role,
+    shared: Arc<Shared>,
+    metrics: Option<ferry_metrics::Endpoint>,
 }
 
 /// Why a server cannot start.
@@ -123,6 +153,14 @@ pub enum StartError {
     /// The link to data nodes (or from a frontend) cannot be set up.
     #[error("striping: {0}")]
     Ipc(String),
+    /// The metrics address cannot be bound.
+    #[error("cannot serve metrics on {addr}: {source}")]
+    Metrics {
+        /// Address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The control address cannot be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -151,26 +189,15 @@ impl Server {
 
     /// [`Server::bind`], offering `drivers` instead of this build's standard set.
     pub async fn bind_with(config: ServerConfig, drivers: Drivers) -> Result<Server, StartError> {
-        let Prepared {
-            storage_rw,
-            storage_ro,
-            passwords,
-            gsi,
-            ipc,
-            host,
-            allow,
-        } = Prepared::load(&config)?;
+        let prepared = Prepared::load(&config)?;
         let transports = Arc::new(drivers.transports);
         let disk_stacks = Arc::new(drivers.disk_stacks);
-        let translog = match &config.log_transfer {
-            Some(p) => Some(
-                TransferLog::open(p).map_err(|source| StartError::TransferLog {
-                    path: p.display().to_string(),
-                    source,
-                })?,
-            ),
-            None => None,
-        };
+        let translog = TransferLog::default();
+        translog.open(config.log_transfer.as_deref(), config.log_transfer_format)?;
+        let mut registry = Registry::default();
+        let metrics = ServerMetrics::new(&mut registry);
+        registry.register_collector(Box::new(ferry_metrics::ProcessCollector));
+        let shared = Shared::new(metrics, translog);
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -182,59 +209,59 @@ impl Server {
             ferry_dtp::IO_CHUNK.min(config.block_size.map_or(usize::MAX, |b| b as usize)),
             64,
         );
-        if config.data_node {
-            let allow = allow.ok_or_else(|| StartError::Ipc("no admitted frontends".into()))?;
-            let auth = ipc.ok_or_else(|| StartError::Ipc("no IPC authentication".into()))?;
-            tracing::info!(listen = %config.listen, ?auth, "data node ready");
-            let ctx = Arc::new(crate::striped::node::NodeContext {
+        let metrics_addr = config.metrics;
+        let role = if config.data_node {
+            let ctx = crate::striped::node::NodeContext::new(
                 config,
-                storage_rw,
-                storage_ro,
+                prepared,
                 pool,
-                auth,
-                allow,
-                host,
                 transports,
                 disk_stacks,
+            )?;
+            tracing::info!(listen = %ctx.config.listen, auth = ?ctx.auth, "data node ready");
+            Role::Node(Arc::new(Live::new(Arc::new(ctx))))
+        } else {
+            let nodes = prepared.ipc.map(|auth| {
+                tracing::info!(nodes = ?config.remote_nodes, "striped frontend");
+                Arc::new(crate::striped::frontend::NodeSet::new(
+                    config.remote_nodes.clone(),
+                    auth,
+                    std::time::Duration::from_secs(config.ipc_connect_timeout.max(1)),
+                ))
             });
-            return Ok(Server {
-                listener,
-                role: Role::Node(ctx),
-            });
-        }
-        let nodes = ipc.map(|auth| {
-            tracing::info!(nodes = ?config.remote_nodes, "striped frontend");
-            Arc::new(crate::striped::frontend::NodeSet::new(
-                config.remote_nodes.clone(),
-                auth,
-                std::time::Duration::from_secs(config.ipc_connect_timeout.max(1)),
-            ))
-        });
-        let poll_budget = match config.polling_streams {
-            Some(n) => PollBudget::new(n),
-            None => PollBudget::for_this_host(),
+            let poll_budget = match config.polling_streams {
+                Some(n) => PollBudget::new(n),
+                None => PollBudget::for_this_host(),
+            };
+            let ctx = ServerContext {
+                config,
+                storage_rw: prepared.storage_rw,
+                storage_ro: prepared.storage_ro,
+                passwords: prepared.passwords,
+                pool,
+                poll_budget,
+                modules: ModuleRegistry::with_builtins(),
+                disk_stacks,
+                transports,
+                shared: Arc::clone(&shared),
+                gsi: prepared.gsi,
+                nodes,
+            };
+            Role::Pi(Arc::new(Live::new(Arc::new(ctx))))
         };
-        let ctx = Arc::new(ServerContext {
-            config,
-            storage_rw,
-            storage_ro,
-            passwords,
-            pool,
-            poll_budget,
-            modules: ModuleRegistry::with_builtins(),
-            disk_stacks,
-            transports,
-            translog,
-            connections: AtomicUsize::new(0),
-            next_transfer: AtomicU64::new(1),
-            transfers_running: AtomicUsize::new(0),
-            started: std::time::Instant::now(),
-            gsi,
-            nodes,
-        });
+        let metrics = match metrics_addr {
+            Some(addr) => Some(
+                ferry_metrics::Endpoint::bind(addr, Arc::new(registry), health(&role))
+                    .await
+                    .map_err(|source| StartError::Metrics { addr, source })?,
+            ),
+            None => None,
+        };
         Ok(Server {
             listener,
-            role: Role::Pi(ctx),
+            role,
+            shared,
+            metrics,
         })
     }
 
@@ -243,10 +270,27 @@ impl Server {
         self.listener.local_addr()
     }
 
+    /// The bound metrics address (`--metrics`), if any.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().and_then(|m| m.local_addr().ok())
+    }
+
+    /// A handle that reloads this server's configuration while it runs (SIGHUP).
+    pub fn reloader(&self) -> Reloader {
+        Reloader::new(self.role.clone(), Arc::clone(&self.shared))
+    }
+
     /// Accepts control connections until the task is dropped.
     pub async fn run(self) -> std::io::Result<()> {
-        let ctx = match self.role {
-            Role::Pi(ctx) => ctx,
+        if let Some(endpoint) = self.metrics {
+            tokio::spawn(async move {
+                if let Err(e) = endpoint.serve().await {
+                    tracing::error!("metrics endpoint stopped: {e}");
+                }
+            });
+        }
+        let live = match self.role {
+            Role::Pi(live) => live,
             Role::Node(node) => return crate::striped::node::serve(self.listener, node).await,
         };
         loop {
@@ -259,10 +303,13 @@ impl Server {
                     continue;
                 }
             };
-            let ctx = Arc::clone(&ctx);
-            let n = ctx.connections.fetch_add(1, Ordering::AcqRel) + 1;
+            let ctx = live.load();
+            let shared = Arc::clone(&ctx.shared);
+            let n = shared.connections.fetch_add(1, Ordering::AcqRel) + 1;
             if n > ctx.config.connections_max {
-                ctx.connections.fetch_sub(1, Ordering::AcqRel);
+                shared.connections.fetch_sub(1, Ordering::AcqRel);
+                shared.metrics.connection_refused();
+                tracing::warn!(%peer, connections_max = ctx.config.connections_max, "connection refused: too many connections");
                 tokio::spawn(async move {
                     let _ = stream
                         .write_all(b"421 Too many connections; try again later.\r\n")
@@ -270,11 +317,47 @@ impl Server {
                 });
                 continue;
             }
+            shared.metrics.connection_opened();
             tokio::spawn(async move {
                 let _ = stream.set_nodelay(true);
-                session::run(stream, peer, Arc::clone(&ctx)).await;
-                ctx.connections.fetch_sub(1, Ordering::AcqRel);
+                session::run(stream, peer, ctx).await;
+                shared.connections.fetch_sub(1, Ordering::AcqRel);
+                shared.metrics.connection_closed();
             });
         }
     }
+}
+
+/// `/healthz`: what `SITE STATUS` says, from the configuration in force; 503 while the server
+/// is full (a new connection would be refused).
+fn health(role: &Role) -> ferry_metrics::HealthCheck {
+    let role = role.clone();
+    Arc::new(move || {
+        let relaxed = Ordering::Relaxed;
+        match &role {
+            Role::Pi(live) => {
+                let ctx = live.load();
+                let s = &ctx.shared;
+                let sessions = s.connections.load(relaxed);
+                let max = ctx.config.connections_max;
+                let ok = sessions < max;
+                ferry_metrics::Health {
+                    ok,
+                    body: serde_json::json!({
+                        "status": if ok { "ok" } else { "full" },
+                        "version": crate::VERSION,
+                        "uptime_s": s.started.elapsed().as_secs(),
+                        "sessions": sessions,
+                        "sessions_max": max,
+                        "transfers_running": s.transfers_running.load(relaxed),
+                        "transfers_started": s.next_transfer.load(relaxed).saturating_sub(1),
+                    }),
+                }
+            }
+            Role::Node(_) => ferry_metrics::Health {
+                ok: true,
+                body: serde_json::json!({"status": "ok", "version": crate::VERSION, "role": "data node"}),
+            },
+        }
+    })
 }

@@ -7,7 +7,9 @@ pub mod auth;
 pub mod config;
 mod daemon;
 mod gsi;
+mod metrics;
 mod prepare;
+mod reload;
 mod session;
 mod striped;
 mod translog;
@@ -15,6 +17,8 @@ mod translog;
 pub use config::ServerConfig;
 pub use daemon::{Drivers, Server, StartError};
 pub use prepare::ConfigReport;
+pub use reload::{Reloaded, Reloader};
+pub use translog::TransferLogFormat;
 
 /// The version string shown in the banner and `SITE VERSION`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -143,7 +143,17 @@ impl Server {
                 .push("striping link: authentication loaded".into());
         }
         if let Some(path) = &config.log_transfer {
-            r.checked.push(transfer_log_check(path)?);
+            let format = match config.log_transfer_format {
+                crate::TransferLogFormat::Json => "JSON",
+                crate::TransferLogFormat::Globus => "Globus fields",
+            };
+            r.checked
+                .push(format!("{} ({format})", transfer_log_check(path)?));
+        }
+        if let Some(addr) = config.metrics {
+            r.checked.push(format!(
+                "metrics and health on http://{addr}/metrics and /healthz"
+            ));
         }
         for name in &config.dc_whitelist {
             if !drivers.transports.has_driver(name) {

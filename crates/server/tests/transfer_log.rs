@@ -4,6 +4,7 @@ mod common;
 
 use common::*;
 use serde_json::Value;
+use std::collections::HashMap;
 
 fn log_lines(path: &std::path::Path) -> Vec<Value> {
     std::fs::read_to_string(path)
@@ -122,4 +123,69 @@ async fn an_aborted_transfer_is_logged_as_failed_with_the_bytes_it_moved() {
         l["bytes"].as_u64().is_some_and(|b| b >= buf.len() as u64),
         "{l}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_globus_format_writes_globus_fields_for_each_successful_transfer() {
+    let log_dir = tempfile::tempdir().unwrap();
+    let log = log_dir.path().join("transfer.log");
+    let log_cfg = log.clone();
+    let srv = TestServer::start_with(move |c| {
+        c.log_transfer = Some(log_cfg);
+        c.log_transfer_format = ferry_server::TransferLogFormat::Globus;
+    })
+    .await;
+    let data = random_bytes(300_000, 7);
+    let mut c = srv.login().await;
+    client_put(&mut c, &data, "up.bin", 2).await.expect("put");
+    expect(&mut c, "SITE TASKID fts-job-42", 250).await;
+    let (got, _) = client_get(&mut c, "up.bin", 4).await;
+    assert!(got == data);
+    pasv(&mut c).await;
+    // A failure: Globus logs successful transfers only, and so does this format.
+    expect(&mut c, "RETR missing.bin", 550).await;
+
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<HashMap<&str, &str>> = text
+        .lines()
+        .map(|l| {
+            l.split(' ')
+                .filter_map(|kv| kv.split_once('='))
+                .collect::<HashMap<_, _>>()
+        })
+        .collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    let order = [
+        "DATE", "HOST", "PROG", "NL.EVNT", "START", "USER", "FILE", "BUFFER", "BLOCK", "NBYTES",
+        "VOLUME", "STREAMS", "STRIPES", "DEST", "TYPE", "CODE", "TASKID",
+    ];
+    for line in text.lines() {
+        let keys: Vec<&str> = line
+            .split(' ')
+            .filter_map(|kv| kv.split_once('=').map(|(k, _)| k))
+            .collect();
+        assert_eq!(keys, order, "{line}");
+    }
+    let n = data.len().to_string();
+    for (l, ty, streams, task) in [
+        (&lines[0], "STOR", "2", "none"),
+        (&lines[1], "RETR", "4", "fts-job-42"),
+    ] {
+        assert_eq!(l["TYPE"], ty, "{l:?}");
+        assert_eq!(l["TASKID"], task, "{l:?}");
+        assert_eq!(l["NBYTES"], n, "{l:?}");
+        assert_eq!(l["STREAMS"], streams, "{l:?}");
+        assert_eq!(l["USER"], USER);
+        assert_eq!(l["FILE"], "/up.bin");
+        assert_eq!(l["NL.EVNT"], "FTP_INFO");
+        assert_eq!(l["CODE"], "226");
+        assert_eq!(l["DEST"], "[127.0.0.1]");
+        assert_eq!(l["STRIPES"], "1");
+        // YYYYMMDDhhmmss.uuuuuu, and a start no later than the end.
+        for k in ["DATE", "START"] {
+            let (secs, micros) = l[k].split_once('.').unwrap();
+            assert!(secs.len() == 14 && micros.len() == 6, "{k}={}", l[k]);
+        }
+        assert!(l["START"] <= l["DATE"], "{l:?}");
+    }
 }

@@ -24,6 +24,7 @@ use super::pi::{
 };
 use super::{queue_line, strip_telnet, ControlReader, ControlWriter};
 use crate::daemon::ServerContext;
+use crate::metrics::AuthKind;
 use crate::translog::TransferRecord;
 
 /// What the driver holds for a logged-in session: the storage its calls run on and the mover
@@ -34,6 +35,11 @@ pub(super) struct Driver {
     pub(super) wr: ControlWriter,
     storage: Option<Arc<dyn Storage>>,
     mover: Option<Box<dyn DataMover>>,
+    /// Set by a successful login: counts the session in the metrics while it lives.
+    session: Option<LoggedIn>,
+    /// Transfers and bytes this session moved (its closing log line).
+    pub(super) transfers: u64,
+    pub(super) bytes: u64,
 }
 
 impl Driver {
@@ -44,6 +50,9 @@ impl Driver {
             wr,
             storage: None,
             mover: None,
+            session: None,
+            transfers: 0,
+            bytes: 0,
         }
     }
 
@@ -145,14 +154,14 @@ impl Driver {
             }
             Request::Transfer(run) => self.transfer(*run, pi).await?,
             Request::Status => {
-                let ctx = &self.ctx;
+                let s = &self.ctx.shared;
                 let relaxed = std::sync::atomic::Ordering::Relaxed;
                 pi.status_done(ServerStatus {
-                    uptime_s: ctx.started.elapsed().as_secs(),
-                    sessions: ctx.connections.load(relaxed),
-                    sessions_max: ctx.config.connections_max,
-                    transfers_running: ctx.transfers_running.load(relaxed),
-                    transfers_started: ctx.next_transfer.load(relaxed).saturating_sub(1),
+                    uptime_s: s.started.elapsed().as_secs(),
+                    sessions: s.connections.load(relaxed),
+                    sessions_max: self.ctx.config.connections_max,
+                    transfers_running: s.transfers_running.load(relaxed),
+                    transfers_started: s.next_transfer.load(relaxed).saturating_sub(1),
                 });
             }
         }
@@ -163,6 +172,12 @@ impl Driver {
     async fn login(&mut self, req: LoginRequest, peer: SocketAddr) -> Result<bool, Reply> {
         let cfg = &self.ctx.config;
         let name = req.name;
+        let auth = match req.kind {
+            LoginKind::Password(_) => AuthKind::Password,
+            LoginKind::Anonymous => AuthKind::Anonymous,
+            LoginKind::Gsi { .. } => AuthKind::Gsi,
+        };
+        let metrics = &self.ctx.shared.metrics;
         let (read_only, account, gsi) = match req.kind {
             LoginKind::Password(password) => {
                 let db = self.ctx.passwords.clone();
@@ -171,6 +186,7 @@ impl Driver {
                     .await
                     .unwrap_or(false);
                 if !ok {
+                    metrics.login_failed(auth);
                     // Slow down guessing without holding a thread.
                     tokio::time::sleep(Duration::from_millis(500)).await;
                     return Err(Reply::new(530, "Login incorrect."));
@@ -200,6 +216,7 @@ impl Driver {
         let storage = match crate::auth::storage_as(storage, account.clone()).await {
             Ok(s) => s,
             Err(e) => {
+                metrics.login_failed(auth);
                 let account = account.unwrap_or_default();
                 tracing::warn!(peer = %peer, user = %name, account = %account, error = %e, "cannot run as the account");
                 return Err(Reply::new(
@@ -244,6 +261,11 @@ impl Driver {
         };
         self.storage = Some(storage);
         self.mover = Some(mover);
+        metrics.logged_in(auth);
+        self.session = Some(LoggedIn {
+            ctx: Arc::clone(&self.ctx),
+            auth,
+        });
         Ok(read_only)
     }
 
@@ -271,6 +293,7 @@ impl Driver {
         let TransferRun { mut desc, verb } = run;
         desc.id = self
             .ctx
+            .shared
             .next_transfer
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let Some(mover) = self.mover.as_mut() else {
@@ -298,6 +321,13 @@ impl Driver {
         };
         let moved = mover.bytes_moved();
         let note = mover.note();
+        let aborted = stopped.is_some();
+        self.ctx
+            .shared
+            .metrics
+            .transfer_finished(&desc, &result, moved, aborted);
+        self.transfers += 1;
+        self.bytes += result.as_ref().map_or(moved, |o| o.bytes);
         log_transfer(&self.ctx, pi, verb, &desc, started, &result, moved);
         pi.transfer_done(&result, stopped.is_some(), &note);
         Ok(())
@@ -308,24 +338,44 @@ impl Driver {
 fn log_transfer(
     ctx: &ServerContext,
     pi: &Pi,
-    verb: &str,
+    verb: &'static str,
     desc: &TransferDescription,
     started: Instant,
     result: &Result<TransferOutcome, DtpError>,
     moved: u64,
 ) {
-    let (bytes, streams, outcome) = match result {
-        Ok(o) => (o.bytes, o.streams, "ok".to_string()),
-        Err(e) => (moved, 0, e.to_string()),
+    let (bytes, streams, outcome, code) = match result {
+        Ok(o) => (o.bytes, o.streams, "ok".to_string(), 226),
+        Err(e) => (moved, 0, e.to_string(), e.reply_code()),
     };
     let result = outcome.as_str();
     let secs = started.elapsed().as_secs_f64();
     let user = pi.user_name();
     tracing::info!(
-        peer = %pi.peer, user, verb, path = %desc.path, bytes, streams, secs, result, "transfer"
+        peer = %pi.peer, user, verb, path = %desc.path, bytes, streams, secs, code, result, "transfer"
     );
-    if let Some(log) = &ctx.translog {
-        log.write(&TransferRecord {
+    let restarted = !desc.restart.is_empty();
+    let globus_type = match (&desc.source, desc.direction) {
+        (ferry_dtp::TransferSource::Listing { .. }, _) => verb,
+        (_, ferry_dtp::Direction::Send) => {
+            let part = desc.section.file_offset > 0 || desc.section.length.is_some();
+            if part || restarted {
+                "ERET"
+            } else {
+                "RETR"
+            }
+        }
+        (_, ferry_dtp::Direction::Receive) => {
+            if !desc.truncate || restarted {
+                "ESTO"
+            } else {
+                "STOR"
+            }
+        }
+    };
+    let tuning = &desc.tuning;
+    ctx.shared.translog.write(
+        &TransferRecord {
             time: clock::now_since_epoch().as_secs_f64(),
             user,
             peer: pi.peer.to_string(),
@@ -340,8 +390,18 @@ fn log_transfer(
             },
             duration_s: secs,
             result,
-        });
-    }
+            code,
+            task_id: pi.task_id.as_deref(),
+            globus_type,
+            buffer: tuning.send_buffer.or(tuning.recv_buffer).unwrap_or(0),
+            block: desc
+                .block_size
+                .or(ctx.config.block_size)
+                .unwrap_or(ferry_dtp::IO_CHUNK as u32),
+            stripes: ctx.nodes.as_ref().map_or(1, |n| n.len()),
+        },
+        &ctx.shared.host,
+    );
 }
 
 /// The PI's end of a relayed transfer: the PI words the events, and while the data moves the
@@ -425,16 +485,31 @@ struct RunningTransfer(Arc<ServerContext>);
 
 impl RunningTransfer {
     fn count(ctx: Arc<ServerContext>) -> RunningTransfer {
-        ctx.transfers_running
+        ctx.shared
+            .transfers_running
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        ctx.shared.metrics.transfer_started();
         RunningTransfer(ctx)
     }
 }
 
 impl Drop for RunningTransfer {
     fn drop(&mut self) {
-        self.0
-            .transfers_running
+        let s = &self.0.shared;
+        s.transfers_running
             .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        s.metrics.transfer_ended();
+    }
+}
+
+/// A logged-in session, counted in the metrics until it ends (however its task ends).
+struct LoggedIn {
+    ctx: Arc<ServerContext>,
+    auth: AuthKind,
+}
+
+impl Drop for LoggedIn {
+    fn drop(&mut self) {
+        self.ctx.shared.metrics.logged_out(self.auth);
     }
 }

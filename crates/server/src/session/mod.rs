@@ -133,7 +133,18 @@ pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, ctx: Arc<ServerCont
     };
     let writer = ControlWriter { wr, security: None };
     let mut pi = pi::Pi::new(Arc::clone(&ctx), peer, local);
-    driver::Driver::new(ctx, reader, writer).run(&mut pi).await;
+    let started = std::time::Instant::now();
+    tracing::info!(peer = %peer, "session opened");
+    let mut driver = driver::Driver::new(ctx, reader, writer);
+    driver.run(&mut pi).await;
+    tracing::info!(
+        peer = %peer,
+        user = pi.user_name(),
+        secs = started.elapsed().as_secs_f64(),
+        transfers = driver.transfers,
+        bytes = driver.bytes,
+        "session closed"
+    );
 }
 
 /// Removes Telnet commands (RFC 854) from a control line. RFC 959 has clients send Telnet IP

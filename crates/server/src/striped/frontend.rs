@@ -58,6 +58,11 @@ impl std::fmt::Debug for NodeSet {
 }
 
 impl NodeSet {
+    /// How many data nodes the frontend has.
+    pub(crate) fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
     pub(crate) fn new(nodes: Vec<String>, auth: IpcAuth, timeout: Duration) -> NodeSet {
         let down = Mutex::new(vec![None; nodes.len()]);
         NodeSet {

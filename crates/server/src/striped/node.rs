@@ -47,8 +47,42 @@ impl std::fmt::Debug for NodeContext {
     }
 }
 
-/// Accepts frontends until the task is dropped.
-pub(crate) async fn serve(listener: TcpListener, ctx: Arc<NodeContext>) -> std::io::Result<()> {
+impl NodeContext {
+    /// A data node's context from what its configuration loaded.
+    pub(crate) fn new(
+        config: ServerConfig,
+        prepared: crate::prepare::Prepared,
+        pool: Arc<BufferPool>,
+        transports: Arc<ferry_net::Transports>,
+        disk_stacks: Arc<ferry_dtp::disk_stack::DiskStacks>,
+    ) -> Result<NodeContext, crate::StartError> {
+        use crate::StartError;
+        let allow = prepared
+            .allow
+            .ok_or_else(|| StartError::Ipc("no admitted frontends".into()))?;
+        let auth = prepared
+            .ipc
+            .ok_or_else(|| StartError::Ipc("no IPC authentication".into()))?;
+        Ok(NodeContext {
+            config,
+            storage_rw: prepared.storage_rw,
+            storage_ro: prepared.storage_ro,
+            pool,
+            auth,
+            allow,
+            host: prepared.host,
+            transports,
+            disk_stacks,
+        })
+    }
+}
+
+/// Accepts frontends until the task is dropped. Each link works with the configuration in
+/// force when it connected.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    live: Arc<crate::reload::Live<NodeContext>>,
+) -> std::io::Result<()> {
     loop {
         let (tcp, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -58,11 +92,11 @@ pub(crate) async fn serve(listener: TcpListener, ctx: Arc<NodeContext>) -> std::
                 continue;
             }
         };
+        let ctx = live.load();
         if !ctx.allow.allows(peer.ip()) {
             tracing::warn!(%peer, "IPC connection refused: not in --ipc-allow-from");
             continue;
         }
-        let ctx = Arc::clone(&ctx);
         tokio::spawn(async move {
             let link = match Link::accept(tcp, &ctx.auth, HANDSHAKE_TIMEOUT).await {
                 Ok(l) => l,

@@ -374,6 +374,7 @@ impl Pi {
             }
             SiteCommand::TaskId(id) => {
                 tracing::info!(peer = %self.peer, "task id: {id}");
+                self.task_id = Some(id);
                 self.reply(250, "OK.");
             }
             SiteCommand::Whoami => {

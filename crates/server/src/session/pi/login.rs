@@ -90,6 +90,7 @@ impl Pi {
                 self.reply(535, "GSSAPI authentication failed: incomplete token.")
             }
             Err(e) => {
+                self.ctx.shared.metrics.gsi_failed(e.reason());
                 tracing::info!(peer = %self.peer, "GSSAPI authentication refused: {e}");
                 self.reply(530, format!("GSSAPI authentication failed: {e}"));
             }
@@ -109,6 +110,9 @@ impl Pi {
                     self.reply(331, text);
                 }
                 Err(e) => {
+                    let m = &self.ctx.shared.metrics;
+                    m.gsi_failed("not_authorized");
+                    m.login_failed(crate::metrics::AuthKind::Gsi);
                     tracing::info!(peer = %self.peer, dn = %identity, "not authorized: {e}");
                     self.reply(530, format!("Login incorrect. : {e}"));
                 }

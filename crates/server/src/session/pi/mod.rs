@@ -148,6 +148,8 @@ pub(crate) struct Pi {
     delegated: Option<ferry_gsi::Credential>,
     /// The local account the grid-mapfile gave at USER, waiting for PASS.
     gsi_user: Option<String>,
+    /// `SITE TASKID`: the client's name for its task, recorded with each transfer.
+    pub(crate) task_id: Option<String>,
     pending: Option<Pending>,
     bad_lines: u32,
     closed: bool,
@@ -184,6 +186,7 @@ impl Pi {
             gsi_identity: None,
             delegated: None,
             gsi_user: None,
+            task_id: None,
             pending: None,
             bad_lines: 0,
             closed: false,

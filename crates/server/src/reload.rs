@@ -1,0 +1,174 @@
+//! Reloading a running server's configuration (SIGHUP): the new configuration is loaded in
+//! full (password file, host credential, CAs and CRLs, grid-mapfile, root, whitelists, limits)
+//! before anything changes; then new connections get it, while sessions and transfers already
+//! running keep the configuration they started with. A configuration that does not load is
+//! refused and the old one stays.
+
+use std::sync::{Arc, RwLock};
+
+use crate::config::ServerConfig;
+use crate::daemon::{Role, ServerContext, Shared, StartError};
+use crate::prepare::Prepared;
+use crate::striped::node::NodeContext;
+
+/// The configuration in force: read at each accept, replaced by a reload.
+#[derive(Debug)]
+pub(crate) struct Live<T>(RwLock<Arc<T>>);
+
+impl<T> Live<T> {
+    pub(crate) fn new(value: Arc<T>) -> Live<T> {
+        Live(RwLock::new(value))
+    }
+
+    /// The value in force now.
+    pub(crate) fn load(&self) -> Arc<T> {
+        // A panic while holding the lock cannot leave a half-written Arc behind.
+        Arc::clone(&self.0.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn store(&self, value: Arc<T>) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = value;
+    }
+}
+
+/// What a reload did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reloaded {
+    /// Settings that changed but only take effect at a restart (the old value stays).
+    pub need_restart: Vec<&'static str>,
+}
+
+/// Reloads a running [`crate::Server`]'s configuration; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Reloader {
+    role: Role,
+    shared: Arc<Shared>,
+}
+
+impl Reloader {
+    pub(crate) fn new(role: Role, shared: Arc<Shared>) -> Reloader {
+        Reloader { role, shared }
+    }
+
+    /// Loads `config` and puts it in force for new connections. On error nothing changes.
+    pub fn reload(&self, config: ServerConfig) -> Result<Reloaded, StartError> {
+        let r = self.try_reload(config);
+        if r.is_err() {
+            self.reopen_log();
+        }
+        self.shared.metrics.reloaded(r.is_ok());
+        r
+    }
+
+    /// Counts a reload refused before it reached [`Reloader::reload`] (a file that does not
+    /// parse), and reopens the transfer log all the same.
+    pub fn refused(&self) {
+        self.reopen_log();
+        self.shared.metrics.reloaded(false);
+    }
+
+    /// Reopens the transfer log in force: logrotate's SIGHUP moves the file whether or not the
+    /// new configuration loads.
+    fn reopen_log(&self) {
+        if let Err(e) = self.shared.translog.reopen() {
+            tracing::warn!("{e}; transfers are logged to the old file until a reload succeeds");
+        }
+    }
+
+    fn try_reload(&self, mut config: ServerConfig) -> Result<Reloaded, StartError> {
+        let mut done = Reloaded::default();
+        match &self.role {
+            Role::Pi(live) => {
+                let old = live.load();
+                keep_restart_only(&old.config, &mut config, &mut done.need_restart);
+                let p = Prepared::load(&config)?;
+                // The transfer log is opened (or reopened, after logrotate moved it) last,
+                // once everything else loaded.
+                self.shared
+                    .translog
+                    .open(config.log_transfer.as_deref(), config.log_transfer_format)?;
+                let ctx = ServerContext {
+                    storage_rw: p.storage_rw,
+                    storage_ro: p.storage_ro,
+                    passwords: p.passwords,
+                    gsi: p.gsi,
+                    pool: Arc::clone(&old.pool),
+                    poll_budget: Arc::clone(&old.poll_budget),
+                    modules: ferry_storage::modules::ModuleRegistry::with_builtins(),
+                    disk_stacks: Arc::clone(&old.disk_stacks),
+                    transports: Arc::clone(&old.transports),
+                    shared: Arc::clone(&old.shared),
+                    nodes: old.nodes.clone(),
+                    config,
+                };
+                live.store(Arc::new(ctx));
+            }
+            Role::Node(live) => {
+                let old = live.load();
+                keep_restart_only(&old.config, &mut config, &mut done.need_restart);
+                let p = Prepared::load(&config)?;
+                let ctx = NodeContext::new(
+                    config,
+                    p,
+                    Arc::clone(&old.pool),
+                    Arc::clone(&old.transports),
+                    Arc::clone(&old.disk_stacks),
+                )?;
+                live.store(Arc::new(ctx));
+            }
+        }
+        Ok(done)
+    }
+}
+
+/// Puts back the settings a running server cannot change (its sockets, buffer pool, polling
+/// threads and striping links were made from them), naming each one that differed.
+fn keep_restart_only(old: &ServerConfig, new: &mut ServerConfig, named: &mut Vec<&'static str>) {
+    macro_rules! keep {
+        ($($field:ident => $name:literal),* $(,)?) => {$(
+            if new.$field != old.$field {
+                named.push($name);
+                new.$field = old.$field.clone();
+            }
+        )*};
+    }
+    keep!(
+        listen => "listen",
+        data_node => "data-node",
+        remote_nodes => "remote-nodes",
+        ipc_secret_file => "ipc-secret-file",
+        ipc_subject => "ipc-subject",
+        ipc_connect_timeout => "ipc-connect-timeout",
+        block_size => "block-size",
+        polling_streams => "polling-streams",
+        metrics => "metrics",
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_bound_at_start_are_kept_and_named() {
+        let old = ServerConfig::default();
+        let mut new = ServerConfig {
+            listen: "127.0.0.1:1".parse().expect("addr"),
+            block_size: Some(1 << 20),
+            connections_max: 5,
+            gridmap: Some("/tmp/gm".into()),
+            ..ServerConfig::default()
+        };
+        let mut named = Vec::new();
+        keep_restart_only(&old, &mut new, &mut named);
+        assert_eq!(named, ["listen", "block-size"]);
+        assert_eq!(new.listen, old.listen);
+        assert_eq!(new.block_size, None);
+        // What a reload is for stays new.
+        assert_eq!(new.connections_max, 5);
+        assert_eq!(
+            new.gridmap.as_deref(),
+            Some(std::path::Path::new("/tmp/gm"))
+        );
+    }
+}
