@@ -4,6 +4,7 @@
 mod ca;
 mod copy;
 mod demo;
+mod docs;
 mod exit;
 mod present;
 mod proxy;
@@ -45,6 +46,11 @@ enum Cmd {
     /// Start a server on a temporary directory, copy a generated file through it with parallel
     /// streams both ways, verify checksums and print the throughput.
     Demo(demo::DemoArgs),
+    /// Print shell completions for bash, zsh, fish, elvish or powershell.
+    Completions(docs::CompletionsArgs),
+    /// Write the man pages (ferry.1, ferry-serve.8, ...) into a directory.
+    #[command(hide = true)]
+    Man(docs::ManArgs),
     #[command(flatten)]
     Remote(remote::RemoteCmd),
 }
@@ -80,6 +86,8 @@ fn main() -> std::process::ExitCode {
         Cmd::Passwd(a) => done(serve::passwd(a)),
         Cmd::Demo(a) => done(demo::run(a)),
         Cmd::Ca(a) => done(ca::run(a)),
+        Cmd::Completions(a) => done(docs::completions(a)),
+        Cmd::Man(a) => done(docs::man(a)),
         Cmd::Proxy(p) => proxy::run(p),
         Cmd::Copy(a) => copy::run(a),
         Cmd::UrlCopy { args } => url_copy::run(args),
