@@ -33,18 +33,20 @@ pub(crate) fn man(args: ManArgs) -> anyhow::Result<()> {
     let mut cmd = crate::Cli::command();
     cmd.build();
     let mut written = Vec::new();
-    write_pages(&cmd, "ferry", &args.dir, &mut written)?;
+    write_pages(&cmd, "ferry", "ferry", &args.dir, &mut written)?;
     for page in written {
         println!("{}", page.display());
     }
     Ok(())
 }
 
-/// Writes the page of `cmd` as `name`, then one per visible subcommand (`name-sub`). The
-/// server is an administrator's command: section 8; the rest are section 1.
+/// Writes the page of `cmd` as `name` (typed as `invocation`), then one per visible
+/// subcommand (`name-sub`, typed `invocation sub`). The server is an administrator's command:
+/// section 8; the rest are section 1.
 fn write_pages(
     cmd: &clap::Command,
     name: &str,
+    invocation: &str,
     dir: &Path,
     written: &mut Vec<PathBuf>,
 ) -> anyhow::Result<()> {
@@ -52,7 +54,7 @@ fn write_pages(
     let page = cmd
         .clone()
         .name(name.to_string())
-        .bin_name(name.replace('-', " "));
+        .bin_name(invocation.to_string());
     let path = dir.join(format!("{name}.{section}"));
     let mut out = Vec::new();
     clap_mangen::Man::new(page)
@@ -66,7 +68,14 @@ fn write_pages(
         if sub.is_hide_set() || sub.get_name() == "help" {
             continue;
         }
-        write_pages(sub, &format!("{name}-{}", sub.get_name()), dir, written)?;
+        let sub_name = sub.get_name();
+        write_pages(
+            sub,
+            &format!("{name}-{sub_name}"),
+            &format!("{invocation} {sub_name}"),
+            dir,
+            written,
+        )?;
     }
     Ok(())
 }

@@ -302,6 +302,10 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        // SIGHUP's default action ends the process: catch it before the start loads
+        // credentials and CRLs, so a logrotate or reload that arrives meanwhile is not fatal.
+        let hup = signal(SignalKind::hangup());
         let server = Server::bind(config).await?;
         let addr = server.local_addr()?;
         println!("listening on {addr}");
@@ -309,7 +313,7 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
             println!("metrics on http://{m}/metrics");
         }
         std::io::stdout().flush()?;
-        tokio::spawn(reload_on_hangup(args, server.reloader()));
+        tokio::spawn(reload_on_hangup(hup, args, server.reloader()));
         tokio::select! {
             r = server.run() => r?,
             _ = shutdown_signal() => tracing::info!("shutting down"),
@@ -320,9 +324,12 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
 
 /// Reloads the configuration (the file again, then the flags over it) at each SIGHUP. A
 /// configuration that does not load is refused with a log line and the old one stays.
-async fn reload_on_hangup(args: ServeArgs, reloader: ferry_server::Reloader) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut hup = match signal(SignalKind::hangup()) {
+async fn reload_on_hangup(
+    hup: std::io::Result<tokio::signal::unix::Signal>,
+    args: ServeArgs,
+    reloader: ferry_server::Reloader,
+) {
+    let mut hup = match hup {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!("cannot catch SIGHUP, so no reloads: {e}");

@@ -71,10 +71,41 @@ fn json_logs_have_a_line_per_login_and_transfer_and_never_the_password() {
     assert_eq!(code, Some(0), "{err}");
     let (code, _, err) = ferry(&["ls", &format!("ftp://alice:wrong@{addr}/")], None);
     assert_eq!(code, Some(3), "{err}");
-    std::thread::sleep(Duration::from_millis(200));
+    // Wait until every session opened has closed (the refused one closes after the server's
+    // 500 ms delay for a wrong password) rather than for a fixed time.
+    let stderr = server.stderr.take().unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let seen = std::sync::Arc::clone(&seen);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let mut s = seen.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = seen.lock().unwrap().clone();
+        let (opened, closed) = (
+            text.matches("\"session opened\"").count(),
+            text.matches("\"session closed\"").count(),
+        );
+        if closed >= 2 && opened == closed {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "sessions opened {opened}, closed {closed}:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     server.kill().unwrap();
-    let out = server.wait_with_output().unwrap();
-    let log = String::from_utf8_lossy(&out.stderr);
+    let _ = server.wait();
+    reader.join().unwrap();
+    let log = seen.lock().unwrap().clone();
 
     let events: Vec<serde_json::Value> = log
         .lines()

@@ -80,6 +80,7 @@ impl Served {
     fn scrape(&self) -> HashMap<String, f64> {
         let (code, body) = self.get("/metrics");
         assert_eq!(code, 200, "{body}");
+        assert_eq!(body.lines().last(), Some("# EOF"), "{body}");
         body.lines()
             .filter(|l| !l.starts_with('#') && !l.is_empty())
             .map(|l| {
@@ -150,8 +151,10 @@ fn value(m: &HashMap<String, f64>, key: &str) -> f64 {
 /// Checks the exposition with the Prometheus Python client's parser, the reference parser
 /// besides promtool; CI installs it (python3-prometheus-client). Returns the families it read.
 fn prometheus_parse(text: &str) -> Option<Vec<String>> {
+    // The strict OpenMetrics parser (what the endpoint's content type promises): it refuses a
+    // missing `# EOF`, untyped samples and counters without `_total`.
     let script =
-        "import sys\nfrom prometheus_client.parser import text_string_to_metric_families as p\n\
+        "import sys\nfrom prometheus_client.openmetrics.parser import text_string_to_metric_families as p\n\
                   for f in p(sys.stdin.read()):\n    print(f.name, f.type, len(f.samples))\n";
     // Debian's interpreter, which python3-prometheus-client installs into (a pyenv one on PATH
     // would not see it).
@@ -338,6 +341,7 @@ fn metrics_count_a_scripted_session_exactly_and_parse_as_prometheus() {
     let n = data.len() as f64;
     // The session's end is counted when its task ends, a moment after QUIT.
     srv.wait_for("ferry_sessions{auth=\"anonymous\"}", 0.0);
+    srv.wait_for("ferry_control_connections", 0.0);
     let m = srv.scrape();
     let expect = [
         ("ferry_logins_total{auth=\"password\"}", 2.0),

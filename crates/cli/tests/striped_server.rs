@@ -837,3 +837,44 @@ fn a_full_disk_on_the_nodes_fails_the_store_with_452_naming_a_node() {
     );
     same(&small.join("fits.bin"), &bytes, "a store that fits");
 }
+
+#[test]
+fn a_rotated_ipc_secret_takes_effect_on_frontend_and_nodes_at_a_reload() {
+    require!(false);
+    let (_dir, data, bytes) = source_dir(3 * (1 << 20) + 5);
+    let cluster = FerryCluster::start(&data, &["127.0.0.2", "127.0.0.3"]);
+    let get = |name: &str| {
+        let out = data.join(name);
+        let r = ferry(&[
+            "copy",
+            "--stripe",
+            &cluster.url("src.bin"),
+            out.to_str().unwrap(),
+        ]);
+        (r, out)
+    };
+    let (r, out) = get("before.bin");
+    ok(&r, "a striped get before the rotation");
+    same(&out, &bytes, "a striped get before the rotation");
+
+    // Both ends read the new secret at SIGHUP; new sessions link with it.
+    cluster.rotate_secret("a rotated secret, still long enough for the link");
+    cluster.reload_all();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cluster.frontend_log().contains("configuration reloaded") {
+        assert!(Instant::now() < deadline, "{}", cluster.frontend_log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The nodes reload in their own time, a moment after the frontend: try until they have
+    // (without the frontend's new link, no try would work).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (r, out) = loop {
+        let (r, out) = get("after.bin");
+        if r.status.success() || Instant::now() > deadline {
+            break (r, out);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    ok(&r, "a striped get after the rotation");
+    same(&out, &bytes, "a striped get after the rotation");
+}

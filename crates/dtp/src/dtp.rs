@@ -19,8 +19,8 @@ use crate::memory::MemoryFile;
 use crate::polling::PollBudget;
 use crate::pool::BufferPool;
 use crate::{
-    ChannelSecurity, Direction, DtpError, DtpEvent, TransferDescription, TransferOutcome,
-    TransferSource,
+    ChannelSecurity, ChannelSetup, Direction, DtpError, DtpEvent, TransferDescription,
+    TransferOutcome, TransferSource,
 };
 
 pub(crate) use connect::secure;
@@ -45,6 +45,8 @@ pub struct Dtp {
     disk_stacks: Arc<DiskStacks>,
     /// The transports a description's net stack may name.
     transports: Arc<Transports>,
+    /// The host at the other end of the last transfer's data channel.
+    data_peer: Option<std::net::IpAddr>,
 }
 
 /// A reader of a transfer's byte counters, kept after the transfer ends.
@@ -77,6 +79,7 @@ impl Dtp {
             poll_budget: None,
             disk_stacks: Arc::new(DiskStacks::standard()),
             transports: Arc::new(Transports::standard()),
+            data_peer: None,
         }
     }
 
@@ -128,6 +131,11 @@ impl Dtp {
         (self.moved.0)()
     }
 
+    /// The host at the other end of the last transfer's data channel, when known.
+    pub fn data_peer(&self) -> Option<std::net::IpAddr> {
+        self.data_peer
+    }
+
     /// Whether a passive listener is open.
     pub fn is_listening(&self) -> bool {
         self.channel.listener().is_some()
@@ -171,6 +179,8 @@ impl Dtp {
     ) -> Result<TransferOutcome, DtpError> {
         let started = Instant::now();
         let idle = Duration::from_millis(desc.idle_timeout_ms.max(1));
+        self.moved = Moved::nothing();
+        self.data_peer = None;
         if desc.ascii && desc.mode == TransferMode::Extended && desc.source == TransferSource::File
         {
             return Err(DtpError::Unsupported(
@@ -182,11 +192,14 @@ impl Dtp {
             self.cached_security = desc.security.clone();
         }
         let reused = self.will_reuse(desc);
-        self.moved = Moved::nothing();
         let disk = self.disk_stacks.resolve(&desc.disk_stack)?;
         let result = match desc.direction {
             Direction::Send => self.run_send(desc, &disk, idle, events).await,
             Direction::Receive => self.run_receive(desc, &disk, idle, events, sink).await,
+        };
+        self.data_peer = match &desc.channel {
+            ChannelSetup::Active(endpoints) => endpoints.first().map(|a| a.ip()),
+            ChannelSetup::Passive => self.channel.listener().and_then(|l| l.last_peer()),
         };
         if result.is_err() {
             self.channel.forget_cache();

@@ -75,4 +75,13 @@ pub trait DataMover: Debug + Send {
     fn note(&self) -> String {
         String::new()
     }
+
+    /// The host at the other end of the last transfer's data channel (`desc`'s): the active
+    /// endpoint it connected to, or the peer a passive listener accepted; `None` if unknown.
+    fn data_peer(&self, desc: &crate::TransferDescription) -> Option<std::net::IpAddr> {
+        match &desc.channel {
+            crate::ChannelSetup::Active(endpoints) => endpoints.first().map(|a| a.ip()),
+            crate::ChannelSetup::Passive => None,
+        }
+    }
 }

@@ -1,6 +1,6 @@
 //! Prometheus metrics for ferry's long-running programs (the server, and the transfer service
 //! when it lands): one registry per program, the process metrics Prometheus' own clients export,
-//! and one HTTP endpoint serving `/metrics` (text exposition format 0.0.4) and `/healthz`.
+//! and one HTTP endpoint serving `/metrics` (OpenMetrics text) and `/healthz`.
 //!
 //! The metric families themselves belong to the program that counts them; this crate only
 //! registers, encodes and serves them, so every program's scrape looks alike.
@@ -47,8 +47,9 @@ impl std::fmt::Debug for Endpoint {
     }
 }
 
-/// The content type of the Prometheus text format.
-pub const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// The content type of what [`encode`] writes: the OpenMetrics text format (Prometheus
+/// scrapes it natively; `# EOF` ends it and counters are typed by family, `_total` samples).
+pub const TEXT_FORMAT: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 impl Endpoint {
     /// Binds `addr` (port 0 picks a free port) for `registry` and `health`.
@@ -93,7 +94,7 @@ impl Endpoint {
     }
 }
 
-/// The registry in the text exposition format.
+/// The registry in the OpenMetrics text format.
 pub fn encode(registry: &Registry) -> Result<String, std::fmt::Error> {
     let mut text = String::with_capacity(8192);
     prometheus_client::encoding::text::encode(&mut text, registry)?;

@@ -41,6 +41,8 @@ impl std::str::FromStr for PortRange {
 pub struct DataListener {
     inner: Listening,
     tuning: SocketTuning,
+    /// The host of the last connection accepted (transfer logs name it).
+    last_peer: std::sync::Mutex<Option<std::net::IpAddr>>,
 }
 
 /// A transport's listening endpoint.
@@ -64,6 +66,7 @@ impl DataListener {
         DataListener {
             inner: Listening::Other(listener),
             tuning: SocketTuning::default(),
+            last_peer: std::sync::Mutex::new(None),
         }
     }
 
@@ -79,14 +82,26 @@ impl DataListener {
     pub async fn accept(&self) -> Result<DataConn, NetError> {
         match &self.inner {
             Listening::Tcp(l) => {
-                let (stream, _) = l.accept().await?;
+                let (stream, peer) = l.accept().await?;
+                self.remember(Some(peer.ip()));
                 DataConn::from_tcp(stream, &self.tuning)
             }
             Listening::Other(l) => {
                 let stream = std::future::poll_fn(|cx| l.poll_accept(cx)).await?;
-                Ok(DataConn::from_transport(stream))
+                let conn = DataConn::from_transport(stream);
+                self.remember(conn.peer_addr().ok().map(|a| a.ip()));
+                Ok(conn)
             }
         }
+    }
+
+    fn remember(&self, peer: Option<std::net::IpAddr>) {
+        *self.last_peer.lock().unwrap_or_else(|e| e.into_inner()) = peer;
+    }
+
+    /// The host of the last connection accepted, if any.
+    pub fn last_peer(&self) -> Option<std::net::IpAddr> {
+        *self.last_peer.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -146,6 +161,7 @@ pub fn bind_listener(
     Ok(DataListener {
         inner: Listening::Tcp(inner),
         tuning,
+        last_peer: std::sync::Mutex::new(None),
     })
 }
 

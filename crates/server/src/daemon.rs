@@ -221,14 +221,7 @@ impl Server {
             tracing::info!(listen = %ctx.config.listen, auth = ?ctx.auth, "data node ready");
             Role::Node(Arc::new(Live::new(Arc::new(ctx))))
         } else {
-            let nodes = prepared.ipc.map(|auth| {
-                tracing::info!(nodes = ?config.remote_nodes, "striped frontend");
-                Arc::new(crate::striped::frontend::NodeSet::new(
-                    config.remote_nodes.clone(),
-                    auth,
-                    std::time::Duration::from_secs(config.ipc_connect_timeout.max(1)),
-                ))
-            });
+            let nodes = frontend_nodes(&config, prepared.ipc);
             let poll_budget = match config.polling_streams {
                 Some(n) => PollBudget::new(n),
                 None => PollBudget::for_this_host(),
@@ -304,11 +297,7 @@ impl Server {
                 }
             };
             let ctx = live.load();
-            let shared = Arc::clone(&ctx.shared);
-            let n = shared.connections.fetch_add(1, Ordering::AcqRel) + 1;
-            if n > ctx.config.connections_max {
-                shared.connections.fetch_sub(1, Ordering::AcqRel);
-                shared.metrics.connection_refused();
+            let Some(open) = OpenConnection::open(&ctx.shared, ctx.config.connections_max) else {
                 tracing::warn!(%peer, connections_max = ctx.config.connections_max, "connection refused: too many connections");
                 tokio::spawn(async move {
                     let _ = stream
@@ -316,15 +305,51 @@ impl Server {
                         .await;
                 });
                 continue;
-            }
-            shared.metrics.connection_opened();
+            };
             tokio::spawn(async move {
+                let _open = open;
                 let _ = stream.set_nodelay(true);
                 session::run(stream, peer, ctx).await;
-                shared.connections.fetch_sub(1, Ordering::AcqRel);
-                shared.metrics.connection_closed();
             });
         }
+    }
+}
+
+/// A striped frontend's data nodes, linked with `ipc` (`None` for a single server).
+pub(crate) fn frontend_nodes(
+    config: &ServerConfig,
+    ipc: Option<crate::striped::ipc::IpcAuth>,
+) -> Option<Arc<crate::striped::frontend::NodeSet>> {
+    let auth = ipc?;
+    tracing::info!(nodes = ?config.remote_nodes, "striped frontend");
+    Some(Arc::new(crate::striped::frontend::NodeSet::new(
+        config.remote_nodes.clone(),
+        auth,
+        std::time::Duration::from_secs(config.ipc_connect_timeout.max(1)),
+    )))
+}
+
+/// One open control connection, counted until its task ends, however it ends.
+struct OpenConnection(Arc<Shared>);
+
+impl OpenConnection {
+    /// Counts a connection; `None` (and nothing counted) when `max` are open already.
+    fn open(shared: &Arc<Shared>, max: usize) -> Option<OpenConnection> {
+        let n = shared.connections.fetch_add(1, Ordering::AcqRel) + 1;
+        if n > max {
+            shared.connections.fetch_sub(1, Ordering::AcqRel);
+            shared.metrics.connection_refused();
+            return None;
+        }
+        shared.metrics.connection_opened();
+        Some(OpenConnection(Arc::clone(shared)))
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::AcqRel);
+        self.0.metrics.connection_closed();
     }
 }
 

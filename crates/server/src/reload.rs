@@ -98,7 +98,7 @@ impl Reloader {
                     disk_stacks: Arc::clone(&old.disk_stacks),
                     transports: Arc::clone(&old.transports),
                     shared: Arc::clone(&old.shared),
-                    nodes: old.nodes.clone(),
+                    nodes: crate::daemon::frontend_nodes(&config, p.ipc),
                     config,
                 };
                 live.store(Arc::new(ctx));
@@ -121,8 +121,9 @@ impl Reloader {
     }
 }
 
-/// Puts back the settings a running server cannot change (its sockets, buffer pool, polling
-/// threads and striping links were made from them), naming each one that differed.
+/// Puts back the settings a running server cannot change (its sockets, buffer pool and polling
+/// threads were made from them, and a data node cannot become a frontend), naming each one
+/// that differed.
 fn keep_restart_only(old: &ServerConfig, new: &mut ServerConfig, named: &mut Vec<&'static str>) {
     macro_rules! keep {
         ($($field:ident => $name:literal),* $(,)?) => {$(
@@ -135,10 +136,6 @@ fn keep_restart_only(old: &ServerConfig, new: &mut ServerConfig, named: &mut Vec
     keep!(
         listen => "listen",
         data_node => "data-node",
-        remote_nodes => "remote-nodes",
-        ipc_secret_file => "ipc-secret-file",
-        ipc_subject => "ipc-subject",
-        ipc_connect_timeout => "ipc-connect-timeout",
         block_size => "block-size",
         polling_streams => "polling-streams",
         metrics => "metrics",

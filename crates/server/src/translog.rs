@@ -57,6 +57,9 @@ pub(crate) struct TransferRecord<'a> {
     /// Data nodes that moved it.
     #[serde(skip)]
     pub(crate) stripes: usize,
+    /// The host at the other end of the data channel (Globus' DEST), when known.
+    #[serde(skip)]
+    pub(crate) data_peer: Option<std::net::IpAddr>,
 }
 
 #[derive(Debug)]
@@ -154,9 +157,10 @@ fn globus_time(since_epoch: Duration) -> String {
 fn globus_line(rec: &TransferRecord<'_>, host: &str) -> String {
     let end = Duration::from_secs_f64(rec.time.max(0.0));
     let start = end.saturating_sub(Duration::from_secs_f64(rec.duration_s.max(0.0)));
-    let dest = match rec.peer.parse::<std::net::SocketAddr>() {
-        Ok(a) => a.ip().to_canonical().to_string(),
-        Err(_) => "0.0.0.0".into(),
+    // As Globus: the data channel's peer, 0.0.0.0 when unknown.
+    let dest = match rec.data_peer {
+        Some(ip) => ip.to_canonical().to_string(),
+        None => "0.0.0.0".into(),
     };
     let mut l = String::with_capacity(320);
     let _ = writeln!(
@@ -217,6 +221,7 @@ mod tests {
             buffer: 0,
             block: 262_144,
             stripes: 0,
+            data_peer: Some("::ffff:10.1.2.3".parse().expect("ip")),
         }
     }
 

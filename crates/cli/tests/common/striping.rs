@@ -233,6 +233,23 @@ impl FerryCluster {
         wait_listening(&ip, port, "a ferry data node");
     }
 
+    /// Writes a new shared secret for frontend and nodes to read at their next reload.
+    pub fn rotate_secret(&self, text: &str) {
+        std::fs::write(self.secret_dir.path().join("secret"), text).unwrap();
+    }
+
+    /// Sends SIGHUP (reload) to the frontend and every running node.
+    pub fn reload_all(&self) {
+        let running = self.node_procs.iter().chain(std::iter::once(&self.frontend));
+        for c in running.flatten() {
+            let hup = Command::new("kill")
+                .args(["-HUP", &c.id().to_string()])
+                .status()
+                .unwrap();
+            assert!(hup.success());
+        }
+    }
+
     /// Kills data node `i` (SIGKILL: no goodbye on its links).
     pub fn kill_node(&mut self, i: usize) {
         if let Some(mut c) = self.node_procs[i].take() {

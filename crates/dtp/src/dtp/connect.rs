@@ -118,6 +118,10 @@ impl DataMover for Dtp {
     fn bytes_moved(&self) -> u64 {
         Dtp::bytes_moved(self)
     }
+
+    fn data_peer(&self, _desc: &crate::TransferDescription) -> Option<std::net::IpAddr> {
+        Dtp::data_peer(self)
+    }
 }
 
 /// Runs the GSI handshake and peer check on a new data connection when DCAU asks for one

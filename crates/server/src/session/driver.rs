@@ -311,30 +311,49 @@ impl Driver {
         };
         let relayed = relay(&mut **mover, &desc, &mut sink).await;
         drop(running);
-        let relayed = relayed?;
         let stopped = sink.stopped;
-        let result = match relayed {
-            Relayed::Finished(r) => r,
-            Relayed::Stopped => Err(DtpError::Connection(
-                stopped.unwrap_or("aborted by client").into(),
-            )),
+        // A control channel that fails while the data moves (a reply or marker that cannot
+        // be written to a client that died) ends the session, but the transfer is still
+        // counted and logged, as aborted.
+        let (result, lost) = match relayed {
+            Ok(Relayed::Finished(r)) => (r, None),
+            Ok(Relayed::Stopped) => (
+                Err(DtpError::Connection(
+                    stopped.unwrap_or("aborted by client").into(),
+                )),
+                None,
+            ),
+            Err(e) => (
+                Err(DtpError::Connection(format!(
+                    "control connection lost: {e}"
+                ))),
+                Some(e),
+            ),
         };
         let moved = mover.bytes_moved();
         let note = mover.note();
-        let aborted = stopped.is_some();
+        let data_peer = mover.data_peer(&desc);
+        let aborted = stopped.is_some() || lost.is_some();
         self.ctx
             .shared
             .metrics
             .transfer_finished(&desc, &result, moved, aborted);
         self.transfers += 1;
         self.bytes += result.as_ref().map_or(moved, |o| o.bytes);
-        log_transfer(&self.ctx, pi, verb, &desc, started, &result, moved);
+        log_transfer(
+            &self.ctx, pi, verb, &desc, started, &result, moved, data_peer,
+        );
+        if let Some(e) = lost {
+            return Err(e);
+        }
         pi.transfer_done(&result, stopped.is_some(), &note);
         Ok(())
     }
 }
 
-/// Logs a finished transfer (and writes the transfer log): `moved` counts a failed one.
+/// Logs a finished transfer (and writes the transfer log): `moved` counts a failed one;
+/// `data_peer` is the host at the other end of the data channel, when known.
+#[allow(clippy::too_many_arguments)]
 fn log_transfer(
     ctx: &ServerContext,
     pi: &Pi,
@@ -343,6 +362,7 @@ fn log_transfer(
     started: Instant,
     result: &Result<TransferOutcome, DtpError>,
     moved: u64,
+    data_peer: Option<std::net::IpAddr>,
 ) {
     let (bytes, streams, outcome, code) = match result {
         Ok(o) => (o.bytes, o.streams, "ok".to_string(), 226),
@@ -357,9 +377,10 @@ fn log_transfer(
     let restarted = !desc.restart.is_empty();
     let globus_type = match (&desc.source, desc.direction) {
         (ferry_dtp::TransferSource::Listing { .. }, _) => verb,
+        // As Globus: ERET for a part of the file (a RETR after REST stays RETR), ESTO for a
+        // store that does not replace the file (appending, resuming, ESTO itself).
         (_, ferry_dtp::Direction::Send) => {
-            let part = desc.section.file_offset > 0 || desc.section.length.is_some();
-            if part || restarted {
+            if desc.section.file_offset > 0 || desc.section.length.is_some() {
                 "ERET"
             } else {
                 "RETR"
@@ -392,6 +413,7 @@ fn log_transfer(
             result,
             code,
             task_id: pi.task_id.as_deref(),
+            data_peer,
             globus_type,
             buffer: tuning.send_buffer.or(tuning.recv_buffer).unwrap_or(0),
             block: desc
