@@ -70,7 +70,7 @@ impl fmt::Display for ChecksumAlgorithm {
 #[derive(Clone)]
 enum State {
     Md5(md5::Md5),
-    Adler32(adler2::Adler32),
+    Adler32(simd_adler32::Adler32),
     Crc32c(u32),
     Sha1(sha1::Sha1),
     Sha256(sha2::Sha256),
@@ -88,7 +88,7 @@ impl Checksummer {
     pub fn new(algorithm: ChecksumAlgorithm) -> Checksummer {
         let state = match algorithm {
             ChecksumAlgorithm::Md5 => State::Md5(md5::Md5::new()),
-            ChecksumAlgorithm::Adler32 => State::Adler32(adler2::Adler32::new()),
+            ChecksumAlgorithm::Adler32 => State::Adler32(simd_adler32::Adler32::new()),
             ChecksumAlgorithm::Crc32c => State::Crc32c(0),
             ChecksumAlgorithm::Sha1 => State::Sha1(sha1::Sha1::new()),
             ChecksumAlgorithm::Sha256 => State::Sha256(sha2::Sha256::new()),
@@ -113,7 +113,7 @@ impl Checksummer {
     pub fn update(&mut self, data: &[u8]) {
         match &mut self.state {
             State::Md5(h) => h.update(data),
-            State::Adler32(h) => h.write_slice(data),
+            State::Adler32(h) => h.write(data),
             State::Crc32c(crc) => *crc = crc32c::crc32c_append(*crc, data),
             State::Sha1(h) => h.update(data),
             State::Sha256(h) => h.update(data),
@@ -125,13 +125,122 @@ impl Checksummer {
     pub fn finish_hex(self) -> String {
         match self.state {
             State::Md5(h) => hex::encode(h.finalize()),
-            State::Adler32(h) => format!("{:08x}", h.checksum()),
+            State::Adler32(h) => format!("{:08x}", h.finish()),
             State::Crc32c(crc) => format!("{crc:08x}"),
             State::Sha1(h) => hex::encode(h.finalize()),
             State::Sha256(h) => hex::encode(h.finalize()),
             State::Sha512(h) => hex::encode(h.finalize()),
         }
     }
+}
+
+/// The digest of one contiguous byte range for an algorithm whose digests of neighbouring
+/// ranges combine into the digest of both without the bytes (ADLER32, CRC32C): what lets
+/// blocks that arrive out of order on parallel streams be summed where they land.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Joinable {
+    algorithm: ChecksumAlgorithm,
+    value: u32,
+    len: u64,
+}
+
+impl Joinable {
+    /// Whether `algorithm`'s digests combine (ADLER32 and CRC32C do; MD5 and the SHAs don't).
+    pub fn supports(algorithm: ChecksumAlgorithm) -> bool {
+        matches!(
+            algorithm,
+            ChecksumAlgorithm::Adler32 | ChecksumAlgorithm::Crc32c
+        )
+    }
+
+    /// The digest of no bytes; `None` for an algorithm whose digests do not combine.
+    pub fn empty(algorithm: ChecksumAlgorithm) -> Option<Joinable> {
+        let value = match algorithm {
+            ChecksumAlgorithm::Adler32 => 1,
+            ChecksumAlgorithm::Crc32c => 0,
+            _ => return None,
+        };
+        Some(Joinable {
+            algorithm,
+            value,
+            len: 0,
+        })
+    }
+
+    /// Extends the range with the bytes right after it.
+    pub fn update(&mut self, data: &[u8]) {
+        self.value = match self.algorithm {
+            ChecksumAlgorithm::Crc32c => crc32c::crc32c_append(self.value, data),
+            _ => {
+                let mut h = simd_adler32::Adler32::from_checksum(self.value);
+                h.write(data);
+                h.finish()
+            }
+        };
+        self.len += data.len() as u64;
+    }
+
+    /// The digest of this range followed by `next` (which must start where this ends).
+    pub fn join(self, next: Joinable) -> Joinable {
+        debug_assert_eq!(self.algorithm, next.algorithm);
+        let value = match self.algorithm {
+            ChecksumAlgorithm::Crc32c => crc32c_combine(self.value, next.value, next.len),
+            _ => adler32_combine(self.value, next.value, next.len),
+        };
+        Joinable {
+            algorithm: self.algorithm,
+            value,
+            len: self.len + next.len,
+        }
+    }
+
+    /// Bytes covered.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether it covers no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The algorithm.
+    pub fn algorithm(&self) -> ChecksumAlgorithm {
+        self.algorithm
+    }
+
+    /// Lowercase hex, as CKSM answers it.
+    pub fn hex(&self) -> String {
+        format!("{:08x}", self.value)
+    }
+}
+
+/// The largest prime below 2^16, Adler-32's modulus.
+const ADLER_BASE: u64 = 65521;
+
+/// zlib's `adler32_combine`: the Adler-32 of `A‖B` from Adler-32(A), Adler-32(B) and len(B).
+/// With a and b the low and high halves: a(AB) = a(A) + a(B) - 1 and
+/// b(AB) = b(A) + b(B) + len(B)·(a(A) - 1), both mod 65521.
+pub fn adler32_combine(adler_a: u32, adler_b: u32, len_b: u64) -> u32 {
+    let rem = len_b % ADLER_BASE;
+    let a1 = u64::from(adler_a & 0xffff);
+    let b1 = u64::from(adler_a >> 16);
+    let a2 = u64::from(adler_b & 0xffff);
+    let b2 = u64::from(adler_b >> 16);
+    // Every term is below 2^34, so nothing overflows before the reductions.
+    let a = (a1 + a2 + ADLER_BASE - 1) % ADLER_BASE;
+    let b = (b1 + b2 + rem * a1 + ADLER_BASE - rem) % ADLER_BASE;
+    ((b << 16) | a) as u32
+}
+
+/// Transfers are combined in ranges of up to 2^64 bytes, which `crc32c_combine` takes as a
+/// `usize`: ferry runs on 64-bit hosts only, and says so at compile time rather than sum a
+/// range of more than 4 GiB wrong on a 32-bit one.
+const _: () = assert!(usize::BITS >= 64, "ferry needs a 64-bit target");
+
+/// The CRC-32C of `A‖B` from CRC-32C(A), CRC-32C(B) and len(B).
+pub fn crc32c_combine(crc_a: u32, crc_b: u32, len_b: u64) -> u32 {
+    crc32c::crc32c_combine(crc_a, crc_b, len_b as usize)
 }
 
 impl fmt::Debug for Checksummer {
@@ -277,6 +386,86 @@ mod tests {
         assert_eq!(past_end, hex_of(alg, &data[data.len() - 2..]));
         let empty = checksum_handle(&file, alg, 3, Some(0)).unwrap();
         assert_eq!(empty, hex_of(alg, b""));
+    }
+
+    /// The SIMD Adler-32 agrees with the scalar one (adler2) on data of every length around
+    /// its block sizes.
+    #[test]
+    fn simd_adler32_equals_the_scalar_one() {
+        let data: Vec<u8> = (0..70_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect();
+        for n in [
+            0, 1, 15, 16, 31, 32, 63, 64, 5551, 5552, 5553, 65_521, 70_000,
+        ] {
+            let mut scalar = adler2::Adler32::new();
+            scalar.write_slice(&data[..n]);
+            assert_eq!(
+                hex_of(ChecksumAlgorithm::Adler32, &data[..n]),
+                format!("{:08x}", scalar.checksum()),
+                "{n} bytes"
+            );
+        }
+    }
+
+    fn joinable_of(alg: ChecksumAlgorithm, data: &[u8]) -> Joinable {
+        let mut j = Joinable::empty(alg).expect("joinable");
+        j.update(data);
+        j
+    }
+
+    proptest::proptest! {
+        /// Joining the digests of A and B gives the digest of A‖B, for every split, lengths
+        /// around Adler-32's modulus included.
+        #[test]
+        fn joined_digests_equal_the_digest_of_the_whole(
+            data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..140_000),
+            cut in 0.0f64..=1.0,
+            pad in proptest::prop_oneof![
+                proptest::prelude::Just(0usize),
+                proptest::prelude::Just(65_520),
+                proptest::prelude::Just(65_521),
+                proptest::prelude::Just(65_522),
+            ],
+        ) {
+            let mut data = data;
+            data.extend(std::iter::repeat_n(0xa5u8, pad));
+            let at = ((data.len() as f64) * cut) as usize;
+            for alg in [ChecksumAlgorithm::Adler32, ChecksumAlgorithm::Crc32c] {
+                let (a, b) = data.split_at(at);
+                let joined = joinable_of(alg, a).join(joinable_of(alg, b));
+                proptest::prop_assert_eq!(joined.hex(), hex_of(alg, &data));
+                proptest::prop_assert_eq!(joined.len(), data.len() as u64);
+                // Joining with nothing changes nothing, on either side.
+                let empty = Joinable::empty(alg).expect("joinable");
+                proptest::prop_assert_eq!(empty.join(joined), joined);
+                proptest::prop_assert_eq!(joined.join(empty), joined);
+            }
+        }
+    }
+
+    #[test]
+    fn only_adler32_and_crc32c_join() {
+        for alg in ChecksumAlgorithm::all() {
+            assert_eq!(
+                Joinable::empty(*alg).is_some(),
+                Joinable::supports(*alg),
+                "{alg}"
+            );
+        }
+        assert!(Joinable::supports(ChecksumAlgorithm::Adler32));
+        assert!(!Joinable::supports(ChecksumAlgorithm::Md5));
+        // A long run of zeros after real data: the length term of the combine at work.
+        let alg = ChecksumAlgorithm::Adler32;
+        let zeros = vec![0u8; 3 * 65_521 + 7];
+        let mut whole = b"ferry".to_vec();
+        whole.extend(&zeros);
+        assert_eq!(
+            joinable_of(alg, b"ferry")
+                .join(joinable_of(alg, &zeros))
+                .hex(),
+            hex_of(alg, &whole)
+        );
     }
 
     #[test]

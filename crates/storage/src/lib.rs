@@ -10,7 +10,9 @@ pub mod modules;
 pub mod path;
 pub mod posix;
 
-pub use checksum::{checksum_handle, ChecksumAlgorithm, Checksummer};
+pub use checksum::{
+    adler32_combine, checksum_handle, crc32c_combine, ChecksumAlgorithm, Checksummer, Joinable,
+};
 pub use error::StorageError;
 pub use identity::{AsUser, Identity};
 pub use path::VirtualPath;
