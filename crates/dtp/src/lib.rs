@@ -9,6 +9,7 @@
 mod ascii;
 mod channel;
 mod description;
+pub mod digest;
 pub mod disk_stack;
 mod dtp;
 mod error;
