@@ -72,6 +72,8 @@ pub(crate) async fn drive(
             streams: 0,
             duration: started.elapsed(),
             reused: false,
+            checksums: Vec::new(),
+            checksum_read_back: 0,
         }),
     }
 }

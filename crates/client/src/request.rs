@@ -156,6 +156,7 @@ impl FileRequest {
             layout: Default::default(),
             security: ChannelSecurity::default(),
             idle_timeout_ms: self.idle_timeout_s.saturating_mul(1000),
+            checksums: Vec::new(),
         })
     }
 }

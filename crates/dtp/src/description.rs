@@ -180,6 +180,11 @@ pub struct TransferDescription {
     pub layout: LayoutSpec,
     /// Abort when no data moves for this long (milliseconds).
     pub idle_timeout_ms: u64,
+    /// Checksums to take while the bytes move, of the whole file at this end (both ends of a
+    /// transfer can take them): only for a whole regular file in TYPE I through the plain
+    /// disk stack, on one stripe; otherwise none are taken.
+    #[serde(default)]
+    pub checksums: Vec<ferry_storage::ChecksumAlgorithm>,
 }
 
 impl TransferDescription {
@@ -212,6 +217,7 @@ impl TransferDescription {
             stripe: StripeInfo::default(),
             layout: LayoutSpec::default(),
             idle_timeout_ms: 600_000,
+            checksums: Vec::new(),
         }
     }
 }

@@ -209,12 +209,14 @@ impl Dtp {
             // new PASV or PORT, and an idle session keeps no listener open.
             self.channel.forget();
         }
-        let (bytes, streams) = result?;
+        let (bytes, streams, summed) = result?;
         Ok(TransferOutcome {
             bytes,
             streams,
             duration: started.elapsed(),
             reused,
+            checksums: summed.taken,
+            checksum_read_back: summed.read_back,
         })
     }
 }

@@ -38,4 +38,11 @@ pub struct TransferOutcome {
     pub duration: Duration,
     /// Whether cached data connections were reused.
     pub reused: bool,
+    /// The checksums the description asked for, taken while the bytes moved (empty when it
+    /// asked for none, or when they could not be taken; see
+    /// [`crate::TransferDescription::checksums`]).
+    pub checksums: Vec<crate::digest::Taken>,
+    /// Bytes read back from the file to complete `checksums` (what no stream carried: restart
+    /// ranges; for MD5 and the SHAs what followed the in-order start).
+    pub checksum_read_back: u64,
 }

@@ -17,6 +17,7 @@ use ferry_storage::FileHandle;
 use tokio::io::AsyncReadExt;
 use tokio::task::JoinSet;
 
+use crate::digest::{StreamDigest, TransferDigest};
 use crate::polling::{PollBudget, PollPermit};
 use crate::pool::BufferPool;
 use crate::send::timed;
@@ -43,6 +44,8 @@ pub(crate) struct RecvJob {
     pub(crate) poll: Option<Arc<PollBudget>>,
     /// Connections being read now.
     pub(crate) readers: AtomicUsize,
+    /// Checksums taken while receiving (each connection feeds its own part).
+    pub(crate) digest: Option<Arc<TransferDigest>>,
 }
 
 impl RecvJob {
@@ -194,6 +197,8 @@ struct ConnReader {
     reused: bool,
     /// Payload bytes read from this connection.
     received: u64,
+    /// Sums what this connection stores, when the transfer takes checksums.
+    sum: Option<StreamDigest>,
 }
 
 impl ConnReader {
@@ -209,6 +214,7 @@ impl ConnReader {
             first: true,
             reused,
             received: 0,
+            sum: job.digest.as_ref().map(|d| d.stream()),
         }
     }
 
@@ -228,6 +234,7 @@ impl ConnReader {
         for (at, n) in chunks(&header, buf.len()) {
             read_exact(conn, &mut buf[..n], job.idle).await?;
             store(job, &buf[..n], at)?;
+            self.sum(job, &buf[..n], at);
         }
         Ok(self.finish(&header))
     }
@@ -247,8 +254,16 @@ impl ConnReader {
         for (at, n) in chunks(&header, buf.len()) {
             conn.read_exact(&mut buf[..n])?;
             store(job, &buf[..n], at)?;
+            self.sum(job, &buf[..n], at);
         }
         Ok(self.finish(&header))
+    }
+
+    /// Sums payload just stored at wire offset `at`.
+    fn sum(&mut self, job: &RecvJob, data: &[u8], at: u64) {
+        if let Some(s) = self.sum.as_mut() {
+            s.feed(job.file_offset + at, data);
+        }
     }
 
     /// Checks a block's header; `None` for the CLOSE that retires a surplus cached connection
@@ -520,6 +535,8 @@ pub(crate) async fn receive_stream(
     let mut pos = start;
     let mut held_cr = false;
     let mut converted = Vec::new();
+    // TYPE A changes the bytes; its transfers take no checksums (see run_receive).
+    let mut sum = job.digest.as_ref().map(|d| d.stream());
     loop {
         let n = timed(job.idle, conn.read(&mut buf)).await?;
         if n == 0 {
@@ -533,6 +550,9 @@ pub(crate) async fn receive_stream(
             &buf[..n]
         };
         job.file.write_all_at(data, job.file_offset + pos)?;
+        if let Some(s) = sum.as_mut() {
+            s.feed(job.file_offset + pos, data);
+        }
         if let Ok(list) = job.written.lock() {
             if let Some(r) = list.first() {
                 if let Ok(mut r) = r.lock() {

@@ -156,6 +156,8 @@ mod tests {
                     streams: 1,
                     duration: Duration::ZERO,
                     reused: false,
+                    checksums: Vec::new(),
+                    checksum_read_back: 0,
                 })
             })
         }

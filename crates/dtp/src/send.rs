@@ -14,6 +14,7 @@ use ferry_proto::RangeSet;
 use tokio::io::AsyncWriteExt;
 use tokio::task::JoinSet;
 
+use crate::digest::{StreamDigest, TransferDigest};
 use crate::pool::{BufferPool, PooledBuf};
 use crate::source::Source;
 use crate::{ascii, zerocopy, DtpError};
@@ -129,6 +130,8 @@ pub(crate) struct SendJob {
     pub(crate) pool: Arc<BufferPool>,
     pub(crate) counters: Counters,
     pub(crate) idle: Duration,
+    /// Checksums taken while sending (each stream feeds its own part).
+    pub(crate) digest: Option<Arc<TransferDigest>>,
 }
 
 /// Sends MODE E blocks on every connection in parallel, then EOF (on the first) and EOD (on
@@ -193,6 +196,7 @@ async fn send_stream_blocks(
     let mut pieces = Vec::with_capacity(2);
     let mut zero_copy = job.source.zero_copy_fd();
     let mut trailer_sent = false;
+    let mut sum = job.digest.as_ref().map(|d| d.stream());
     while let Some(last_block) = job.claimer.claim(&mut pieces) {
         let count = pieces.len();
         for (p, &(wire, len)) in pieces.iter().enumerate() {
@@ -225,6 +229,7 @@ async fn send_stream_blocks(
                                         "source ended at offset {file_at}"
                                     )));
                                 }
+                                feed(&mut sum, file_at + got, &buf[..n]);
                                 timed(job.idle, conn.write_all(&buf[..n])).await?;
                                 got += n as u64;
                             }
@@ -236,6 +241,9 @@ async fn send_stream_blocks(
                         return Err(DtpError::Connection(format!(
                             "file shrank while sending at offset {file_at}"
                         )));
+                    }
+                    if zero_copy.is_some() {
+                        sum_sent(&mut sum, &job.source, &mut buf, file_at, n)?;
                     }
                     n
                 }
@@ -260,6 +268,8 @@ async fn send_stream_blocks(
                             None => &[],
                         };
                         let n = first + more.len();
+                        feed(&mut sum, file_at + got, &buf[..first]);
+                        feed(&mut sum, file_at + after, more);
                         let header = BlockHeader::data(wire, len).encode();
                         let head: &[u8] = if got == 0 { &header } else { &[] };
                         let tail: &[u8] = if last_piece && got + n as u64 == len {
@@ -286,6 +296,7 @@ async fn send_stream_blocks(
                         if n == 0 {
                             break;
                         }
+                        feed(&mut sum, file_at + got, &buf[..n]);
                         let header = BlockHeader::data(wire + got, n as u64).encode();
                         timed(job.idle, write_all_slices(&mut conn, [&header, &buf[..n]])).await?;
                         got += n as u64;
@@ -307,6 +318,36 @@ async fn send_stream_blocks(
         timed(job.idle, conn.write_all(trailer)).await?;
     }
     Ok(conn)
+}
+
+/// Sums bytes just read, when the transfer takes checksums.
+fn feed(sum: &mut Option<StreamDigest>, offset: u64, data: &[u8]) {
+    if let Some(s) = sum.as_mut() {
+        s.feed(offset, data);
+    }
+}
+
+/// Sums `n` bytes that `sendfile` sent from `offset` without bringing them to user space, by
+/// reading them back: the pages were just read into the page cache, and one copy to sum them
+/// costs less than giving up `sendfile`, which would copy twice.
+fn sum_sent(
+    sum: &mut Option<StreamDigest>,
+    source: &Source,
+    buf: &mut [u8],
+    offset: u64,
+    n: u64,
+) -> Result<(), DtpError> {
+    if sum.is_none() {
+        return Ok(());
+    }
+    let mut got = 0u64;
+    while got < n {
+        let cap = (n - got).min(buf.len() as u64) as usize;
+        read_exactly(source, &mut buf[..cap], offset + got)?;
+        feed(sum, offset + got, &buf[..cap]);
+        got += cap as u64;
+    }
+    Ok(())
 }
 
 /// Fills `buf` from `offset`; a source that ends first is an error (its bytes were promised).
@@ -373,6 +414,8 @@ pub(crate) async fn send_stream(
     };
     let mut prev_cr = false;
     let mut converted = Vec::new();
+    // TYPE A changes the bytes on the wire; its transfers take no checksums (see run_send).
+    let mut sum = job.digest.as_ref().map(|d| d.stream());
     'outer: while job.claimer.claim(&mut pieces).is_some() {
         for &(wire, len) in &pieces {
             let file_at = wire + job.file_offset;
@@ -382,6 +425,7 @@ pub(crate) async fn send_stream(
                 {
                     Ok(Ok(n)) => {
                         job.counters[0].fetch_add(n, Ordering::Relaxed);
+                        sum_sent(&mut sum, &job.source, &mut buf, file_at, n)?;
                         if n < len {
                             break 'outer;
                         }
@@ -400,6 +444,7 @@ pub(crate) async fn send_stream(
                 if n == 0 {
                     break 'outer;
                 }
+                feed(&mut sum, file_at + got, &buf[..n]);
                 if ascii_mode {
                     converted.clear();
                     ascii::to_crlf(&buf[..n], &mut prev_cr, &mut converted);

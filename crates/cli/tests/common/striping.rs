@@ -240,7 +240,10 @@ impl FerryCluster {
 
     /// Sends SIGHUP (reload) to the frontend and every running node.
     pub fn reload_all(&self) {
-        let running = self.node_procs.iter().chain(std::iter::once(&self.frontend));
+        let running = self
+            .node_procs
+            .iter()
+            .chain(std::iter::once(&self.frontend));
         for c in running.flatten() {
             let hup = Command::new("kill")
                 .args(["-HUP", &c.id().to_string()])

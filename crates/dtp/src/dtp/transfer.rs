@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 use super::connect::{connect_all, secure};
 use super::markers::{begin, with_markers};
 use super::{access, Dtp, Moved};
+use crate::digest::{Taken, TransferDigest};
 use crate::disk_stack::DiskStack;
 use crate::pool::auto_block_size;
 use crate::receive::{receive_mode_e, receive_stream, RecvJob};
@@ -32,11 +33,13 @@ impl Dtp {
         disk: &DiskStack,
         idle: Duration,
         events: &mpsc::Sender<DtpEvent>,
-    ) -> Result<(u64, u32), DtpError> {
+    ) -> Result<(u64, u32, Summed), DtpError> {
+        let mut read_back = None;
         let source = match &desc.source {
             TransferSource::File => {
-                let file = self.storage.open_read(&desc.path)?;
-                Source::file(disk.wrap(file, access(desc))?)?
+                let file = disk.wrap(self.storage.open_read(&desc.path)?, access(desc))?;
+                read_back = Some(Arc::clone(&file));
+                Source::file(file)?
             }
             TransferSource::Listing { kind, facts } => {
                 let bytes = listing::render(
@@ -76,8 +79,11 @@ impl Dtp {
         let stripes = plan.mine.len();
         if stripes == 0 {
             // A data node with no receiving stripe of its own in this transfer.
-            return Ok((0, 0));
+            return Ok((0, 0, Summed::default()));
         }
+        let digest = (plan.total == 1 && source.known_len().is_some())
+            .then(|| digest_for(desc))
+            .flatten();
         let layout = desc.layout.resolve(total, plan.total);
         // Connection i goes to this node's stripe i mod stripes (see send_connections).
         let mut groups: Vec<Vec<DataConn>> = (0..stripes).map(|_| Vec::new()).collect();
@@ -99,6 +105,7 @@ impl Dtp {
                 pool: Arc::clone(&self.pool),
                 counters: Arc::new((0..group.len()).map(|_| AtomicU64::new(0)).collect()),
                 idle,
+                digest: digest.clone(),
             });
         }
         let all_counters: Vec<Counters> = jobs.iter().map(|j| Arc::clone(&j.counters)).collect();
@@ -127,7 +134,11 @@ impl Dtp {
                 with_markers(fut, desc, events, &total_bytes, &RangeSet::new).await?;
             }
         }
-        Ok((total_bytes(), streams))
+        let taken = match (digest, read_back) {
+            (Some(d), Some(file)) => complete_digest(d, file, None).await,
+            _ => Summed::default(),
+        };
+        Ok((total_bytes(), streams, taken))
     }
 
     pub(super) async fn run_receive(
@@ -137,7 +148,17 @@ impl Dtp {
         idle: Duration,
         events: &mpsc::Sender<DtpEvent>,
         sink: Option<Arc<dyn FileHandle>>,
-    ) -> Result<(u64, u32), DtpError> {
+    ) -> Result<(u64, u32, Summed), DtpError> {
+        // What was received is summed from the file this transfer wrote, read as the session
+        // reads; a sink in memory (listings) takes no checksums.
+        let digest = if sink.is_none()
+            && desc.stripe.count <= 1
+            && StripePlan::of(desc).targets.len() <= 1
+        {
+            digest_for(desc)
+        } else {
+            None
+        };
         let file = match sink {
             Some(f) => f,
             None => {
@@ -160,6 +181,7 @@ impl Dtp {
             idle,
             poll: self.poll_budget.clone(),
             readers: AtomicUsize::new(0),
+            digest: digest.clone(),
         });
         let total_bytes = {
             let b = Arc::clone(&job.bytes);
@@ -227,8 +249,67 @@ impl Dtp {
                 1
             }
         };
-        Ok((total_bytes(), streams))
+        drop(job);
+        let taken = match digest {
+            Some(d) => match self.storage.open_read(&desc.path) {
+                Ok(file) => complete_digest(d, file, Some(&desc.path)).await,
+                Err(e) => {
+                    tracing::debug!(path = %desc.path, "no checksum taken: cannot read the file back: {e}");
+                    Summed::default()
+                }
+            },
+            None => Summed::default(),
+        };
+        Ok((total_bytes(), streams, taken))
     }
+}
+
+/// The digest a transfer takes while its bytes move, if its description asks for checksums
+/// and they can be taken there: a whole file (no ERET/ESTO section), TYPE I, through the
+/// plain disk stack (a transforming driver makes the file's bytes differ from the wire's).
+fn digest_for(desc: &TransferDescription) -> Option<Arc<TransferDigest>> {
+    let whole = desc.section.file_offset == 0 && desc.section.length.is_none();
+    let plain = desc.disk_stack == ferry_proto::stack::StackSpec::default_disk();
+    (!desc.checksums.is_empty()
+        && desc.source == TransferSource::File
+        && !desc.ascii
+        && whole
+        && plain)
+        .then(|| TransferDigest::new(&desc.checksums))
+}
+
+/// Joins what the streams summed and reads back what they did not (restart ranges; for MD5
+/// and the SHAs what came after the in-order start), on the blocking pool. A failure costs the
+/// checksums, not the transfer: it is logged and nothing is reported.
+async fn complete_digest(
+    digest: Arc<TransferDigest>,
+    file: Arc<dyn FileHandle>,
+    path: Option<&ferry_storage::VirtualPath>,
+) -> Summed {
+    let done = tokio::task::spawn_blocking(move || {
+        let len = file.size()?;
+        let taken = digest.complete(&*file, len)?;
+        Ok::<_, ferry_storage::StorageError>((taken, digest.read_back()))
+    })
+    .await;
+    match done {
+        Ok(Ok((taken, read_back))) => Summed { taken, read_back },
+        Ok(Err(e)) => {
+            tracing::warn!(path = ?path.map(|p| p.to_string()), "no checksum taken: {e}");
+            Summed::default()
+        }
+        Err(e) => {
+            tracing::warn!("checksum task failed: {e}");
+            Summed::default()
+        }
+    }
+}
+
+/// What a transfer's digest gave: the values, and the bytes read back to complete them.
+#[derive(Debug, Default)]
+pub(super) struct Summed {
+    pub(super) taken: Vec<Taken>,
+    pub(super) read_back: u64,
 }
 
 /// Which stripes of a transfer this DTP serves and the addresses it connects to.

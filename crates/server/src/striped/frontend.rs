@@ -308,6 +308,8 @@ impl RemoteDtp {
             streams,
             duration: started.elapsed(),
             reused,
+            checksums: Vec::new(),
+            checksum_read_back: 0,
         })
     }
 }

@@ -270,6 +270,7 @@ impl Pi {
             stripe: StripeInfo::default(),
             layout: s.layout,
             idle_timeout_ms: config.data_idle_timeout.saturating_mul(1000),
+            checksums: Vec::new(),
         };
         Ok((TransferRun { desc, verb }, announce))
     }

@@ -233,6 +233,8 @@ impl Pair {
                     streams: run.desc.parallelism,
                     duration: std::time::Duration::ZERO,
                     reused: false,
+                    checksums: Vec::new(),
+                    checksum_read_back: 0,
                 };
                 match self.script.clone() {
                     Script::Complete(events) => {
