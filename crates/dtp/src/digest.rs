@@ -341,34 +341,10 @@ mod tests {
     use proptest::prelude::*;
 
     /// The file as the receiver holds it, in memory.
-    #[derive(Debug)]
-    struct Mem(Vec<u8>);
-
-    impl FileHandle for Mem {
-        fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize, StorageError> {
-            let start = (offset as usize).min(self.0.len());
-            let n = buf.len().min(self.0.len() - start);
-            buf[..n].copy_from_slice(&self.0[start..start + n]);
-            Ok(n)
-        }
-        fn write_all_at(&self, _: &[u8], _: u64) -> Result<(), StorageError> {
-            Err(StorageError::PermissionDenied("mem".into()))
-        }
-        fn size(&self) -> Result<u64, StorageError> {
-            Ok(self.0.len() as u64)
-        }
-        fn is_regular(&self) -> bool {
-            true
-        }
-        fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
-            None
-        }
-        fn sync(&self) -> Result<(), StorageError> {
-            Ok(())
-        }
-        fn set_len(&self, _: u64) -> Result<(), StorageError> {
-            Ok(())
-        }
+    fn mem_file(data: Vec<u8>) -> crate::memory::MemoryFile {
+        let file = crate::memory::MemoryFile::new(data.len());
+        file.write_all_at(&data, 0).expect("fits");
+        file
     }
 
     fn one_shot(alg: ChecksumAlgorithm, data: &[u8]) -> String {
@@ -433,7 +409,7 @@ mod tests {
         ) {
             let algs = ChecksumAlgorithm::all();
             let digest = transfer(&data, algs, block, streams, &skipped, &order);
-            let file = Mem(data.clone());
+            let file = mem_file(data.clone());
             let got = digest.complete(&file, data.len() as u64).expect("complete");
             prop_assert_eq!(got.len(), algs.len());
             for t in &got {
@@ -451,7 +427,7 @@ mod tests {
         let algs = [ChecksumAlgorithm::Adler32, ChecksumAlgorithm::Crc32c];
         let digest = transfer(&data, &algs, 1000, 4, &skipped, &order);
         let got = digest
-            .complete(&Mem(data.clone()), data.len() as u64)
+            .complete(&mem_file(data.clone()), data.len() as u64)
             .expect("complete");
         assert_eq!(digest.read_back(), 10_000, "only the ten held blocks");
         for t in got {
@@ -464,7 +440,7 @@ mod tests {
         let data: Vec<u8> = (0..50_000u32).map(|i| (i * 13 % 256) as u8).collect();
         let digest = transfer(&data, ChecksumAlgorithm::all(), 4096, 1, &[], &[]);
         let got = digest
-            .complete(&Mem(data.clone()), data.len() as u64)
+            .complete(&mem_file(data.clone()), data.len() as u64)
             .expect("complete");
         assert_eq!(digest.read_back(), 0);
         assert_eq!(got.len(), ChecksumAlgorithm::all().len());
@@ -478,7 +454,7 @@ mod tests {
         let data = vec![7u8; 10_000];
         let skipped = vec![true, false];
         let digest = transfer(&data, &[ChecksumAlgorithm::Md5], 5000, 2, &skipped, &[]);
-        let err = digest.complete(&Mem(data[..3000].to_vec()), 10_000);
+        let err = digest.complete(&mem_file(data[..3000].to_vec()), 10_000);
         assert!(err.is_err(), "{err:?}");
     }
 
@@ -492,7 +468,7 @@ mod tests {
         b.feed(8_000, &data[8_000..]);
         drop((a, b));
         let got = digest
-            .complete(&Mem(data.clone()), data.len() as u64)
+            .complete(&mem_file(data.clone()), data.len() as u64)
             .expect("complete");
         assert_eq!(got[0].value, one_shot(ChecksumAlgorithm::Adler32, &data));
         assert_eq!(digest.read_back(), data.len() as u64);

@@ -20,6 +20,20 @@ fn dtp(dir: &Path) -> Dtp {
     Dtp::new(storage, BufferPool::new(ferry_dtp::IO_CHUNK, 16), false)
 }
 
+/// Opens the receiver's passive listener on loopback; its addresses.
+async fn listen(receiver: &mut Dtp) -> Vec<std::net::SocketAddr> {
+    receiver
+        .open_passive(PassiveRequest {
+            ip: "127.0.0.1".parse().expect("ip"),
+            ports: None,
+            tuning: Default::default(),
+            striped: false,
+            stack: StackSpec::default_net(),
+        })
+        .await
+        .expect("passive")
+}
+
 fn path(name: &str) -> VirtualPath {
     VirtualPath::resolve(&VirtualPath::root(), name).expect("path")
 }
@@ -93,16 +107,7 @@ async fn transfer(
 ) -> (TransferOutcome, TransferOutcome) {
     let mut receiver = dtp(dst);
     let mut sender = dtp(src);
-    let addrs = receiver
-        .open_passive(PassiveRequest {
-            ip: "127.0.0.1".parse().expect("ip"),
-            ports: None,
-            tuning: Default::default(),
-            striped: false,
-            stack: StackSpec::default_net(),
-        })
-        .await
-        .expect("passive");
+    let addrs = listen(&mut receiver).await;
     let base = |direction, channel| TransferDescription {
         mode,
         restart: restart.clone(),
@@ -260,16 +265,7 @@ async fn no_checksums_are_taken_unless_asked_or_for_part_of_a_file() {
     std::fs::write(src.path().join("p.bin"), pattern(100_000, 4)).unwrap();
     let mut receiver = dtp(dst.path());
     let mut sender = dtp(src.path());
-    let addrs = receiver
-        .open_passive(PassiveRequest {
-            ip: "127.0.0.1".parse().expect("ip"),
-            ports: None,
-            tuning: Default::default(),
-            striped: false,
-            stack: StackSpec::default_net(),
-        })
-        .await
-        .expect("passive");
+    let addrs = listen(&mut receiver).await;
     let mut rdesc = TransferDescription {
         truncate: true,
         idle_timeout_ms: 30_000,
