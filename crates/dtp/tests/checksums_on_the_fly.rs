@@ -20,11 +20,13 @@ fn dtp(dir: &Path) -> Dtp {
     Dtp::new(storage, BufferPool::new(ferry_dtp::IO_CHUNK, 16), false)
 }
 
-/// Opens the receiver's passive listener on loopback; its addresses.
-async fn listen(receiver: &mut Dtp) -> Vec<std::net::SocketAddr> {
+const LOOPBACK: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
+/// Opens the receiver's passive listener on `ip`; its addresses.
+async fn listen(receiver: &mut Dtp, ip: std::net::IpAddr) -> Vec<std::net::SocketAddr> {
     receiver
         .open_passive(PassiveRequest {
-            ip: "127.0.0.1".parse().expect("ip"),
+            ip,
             ports: None,
             tuning: Default::default(),
             striped: false,
@@ -96,6 +98,7 @@ fn check(outcome: &TransferOutcome, file: &Path, what: &str) {
 /// in stream mode, both ends taking every checksum; `restart` is what `dst` already holds.
 #[allow(clippy::too_many_arguments)]
 async fn transfer(
+    ip: std::net::IpAddr,
     src: &Path,
     dst: &Path,
     name: &str,
@@ -107,7 +110,7 @@ async fn transfer(
 ) -> (TransferOutcome, TransferOutcome) {
     let mut receiver = dtp(dst);
     let mut sender = dtp(src);
-    let addrs = listen(&mut receiver).await;
+    let addrs = listen(&mut receiver, ip).await;
     let base = |direction, channel| TransferDescription {
         mode,
         restart: restart.clone(),
@@ -145,6 +148,7 @@ async fn eight_streams_of_small_blocks_out_of_order_give_both_ends_the_files_che
     std::fs::write(src.path().join("f.bin"), &data).unwrap();
     let all = ChecksumAlgorithm::all();
     let (r, s) = transfer(
+        LOOPBACK,
         src.path(),
         dst.path(),
         "/f.bin",
@@ -163,6 +167,7 @@ async fn eight_streams_of_small_blocks_out_of_order_give_both_ends_the_files_che
 
     // ADLER32 and CRC32C combine: nothing is read back at either end, whatever the order.
     let (r, s) = transfer(
+        LOOPBACK,
         src.path(),
         dst.path(),
         "/f.bin",
@@ -200,6 +205,7 @@ async fn a_restarted_transfer_sums_the_whole_file_at_both_ends() {
     for algorithms in [ChecksumAlgorithm::all(), &JOINABLE[..]] {
         std::fs::write(dst.path().join("r.bin"), &partial).unwrap();
         let (r, s) = transfer(
+            LOOPBACK,
             src.path(),
             dst.path(),
             "/r.bin",
@@ -232,6 +238,7 @@ async fn stream_mode_and_one_stream_sum_in_order() {
     std::fs::write(src.path().join("s.bin"), &data).unwrap();
     for mode in [TransferMode::Stream, TransferMode::Extended] {
         let (r, s) = transfer(
+            LOOPBACK,
             src.path(),
             dst.path(),
             "/s.bin",
@@ -265,7 +272,7 @@ async fn no_checksums_are_taken_unless_asked_or_for_part_of_a_file() {
     std::fs::write(src.path().join("p.bin"), pattern(100_000, 4)).unwrap();
     let mut receiver = dtp(dst.path());
     let mut sender = dtp(src.path());
-    let addrs = listen(&mut receiver).await;
+    let addrs = listen(&mut receiver, LOOPBACK).await;
     let mut rdesc = TransferDescription {
         truncate: true,
         idle_timeout_ms: 30_000,
@@ -286,4 +293,47 @@ async fn no_checksums_are_taken_unless_asked_or_for_part_of_a_file() {
     assert_eq!(r.bytes, 50_000);
     assert!(r.checksums.is_empty(), "{:?}", r.checksums);
     assert!(s.checksums.is_empty(), "{:?}", s.checksums);
+}
+
+/// This host's address on a network interface, if it has one: the address a socket would send
+/// from towards a documentation address (nothing is sent).
+fn off_loopback_address() -> Option<std::net::IpAddr> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect("192.0.2.1:9").ok()?;
+    let ip = s.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+/// A peer off loopback makes the sender use sendfile, whose bytes never reach user space:
+/// they are read back from the page cache for the sums.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sender_using_sendfile_sums_what_it_sent() {
+    let Some(ip) = off_loopback_address() else {
+        eprintln!("skipping: no address off loopback here, so no sendfile");
+        return;
+    };
+    let (src, dst) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let data = pattern(2_000_003, 5);
+    std::fs::write(src.path().join("z.bin"), &data).unwrap();
+    for algorithms in [ChecksumAlgorithm::all(), &JOINABLE[..]] {
+        let (r, s) = transfer(
+            ip,
+            src.path(),
+            dst.path(),
+            "/z.bin",
+            TransferMode::Extended,
+            4,
+            262_144,
+            RangeSet::new(),
+            algorithms,
+        )
+        .await;
+        assert!(std::fs::read(dst.path().join("z.bin")).unwrap() == data);
+        assert_eq!(s.checksums.len(), algorithms.len());
+        check(&r, &dst.path().join("z.bin"), "receiver, sendfile");
+        check(&s, &src.path().join("z.bin"), "sender, sendfile");
+        if algorithms == JOINABLE {
+            assert_eq!(s.checksum_read_back, 0, "summed as sent, not afterwards");
+        }
+    }
 }
