@@ -180,7 +180,7 @@ impl TransferDigest {
         }
         if !self.sequential.is_empty() {
             let prefix = self.prefix.lock().unwrap_or_else(|e| e.into_inner()).take();
-            let (mut pos, mut hashers) = match prefix {
+            let (pos, mut hashers) = match prefix {
                 Some(p) if p.len <= len => (p.len, p.hashers),
                 _ => (
                     0,
@@ -190,20 +190,11 @@ impl TransferDigest {
                         .collect(),
                 ),
             };
-            let mut buf = vec![0u8; READ_BACK_CHUNK];
-            while pos < len {
-                let want =
-                    usize::try_from(len - pos).map_or(READ_BACK_CHUNK, |n| n.min(READ_BACK_CHUNK));
-                let n = file.read_at(&mut buf[..want], pos)?;
-                if n == 0 {
-                    return Err(short_file(pos, len));
-                }
+            self.read_range(file, pos, len, |chunk| {
                 for h in &mut hashers {
-                    h.update(&buf[..n]);
+                    h.update(chunk);
                 }
-                self.read_back.fetch_add(n as u64, Ordering::Relaxed);
-                pos += n as u64;
-            }
+            })?;
             out.extend(hashers.into_iter().map(|h| Taken {
                 algorithm: h.algorithm(),
                 value: h.finish_hex(),
@@ -220,8 +211,25 @@ impl TransferDigest {
         to: u64,
     ) -> Result<Vec<Joinable>, StorageError> {
         let mut digests = self.empty_digests();
-        let mut buf =
-            vec![0u8; READ_BACK_CHUNK.min(usize::try_from(to - from).unwrap_or(usize::MAX))];
+        self.read_range(file, from, to, |chunk| {
+            for d in &mut digests {
+                d.update(chunk);
+            }
+        })?;
+        Ok(digests)
+    }
+
+    /// Reads `[from, to)` of `file` back in chunks, handing each to `sum` and counting it.
+    fn read_range(
+        &self,
+        file: &dyn FileHandle,
+        from: u64,
+        to: u64,
+        mut sum: impl FnMut(&[u8]),
+    ) -> Result<(), StorageError> {
+        let cap = usize::try_from(to.saturating_sub(from))
+            .map_or(READ_BACK_CHUNK, |n| n.min(READ_BACK_CHUNK));
+        let mut buf = vec![0u8; cap];
         let mut pos = from;
         while pos < to {
             let want = usize::try_from(to - pos).map_or(buf.len(), |n| n.min(buf.len()));
@@ -229,13 +237,11 @@ impl TransferDigest {
             if n == 0 {
                 return Err(short_file(pos, to));
             }
-            for d in &mut digests {
-                d.update(&buf[..n]);
-            }
+            sum(&buf[..n]);
             self.read_back.fetch_add(n as u64, Ordering::Relaxed);
             pos += n as u64;
         }
-        Ok(digests)
+        Ok(())
     }
 }
 
