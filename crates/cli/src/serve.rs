@@ -78,6 +78,15 @@ pub(crate) struct ServeArgs {
     /// (200, or 503 while connections-max is reached), e.g. 127.0.0.1:9812.
     #[arg(long, value_name = "ADDR:PORT")]
     metrics: Option<SocketAddr>,
+    /// Where whole-file checksums are kept so CKSM answers at once: xattr (the files'
+    /// user.XrdCks.* and user.ferry.checksums attributes, and memory), memory, or off (every
+    /// CKSM reads the file). [default: xattr]
+    #[arg(long, value_enum, value_name = "WHERE")]
+    checksum_cache: Option<ChecksumCacheArg>,
+    /// Checksums every whole-file transfer takes while its bytes move and keeps for CKSM
+    /// (comma-separated: ADLER32, CRC32C, MD5, SHA1, SHA256, SHA512). [default: ADLER32]
+    #[arg(long, value_name = "ALG,...", value_delimiter = ',')]
+    transfer_checksums: Vec<String>,
     /// MODE E block size this server sends, in bytes. [default: 262144 on one stream, up to 4194304 on several]
     #[arg(long, value_name = "BYTES")]
     block_size: Option<u32>,
@@ -198,6 +207,16 @@ impl ServeArgs {
         if self.metrics.is_some() {
             c.metrics = self.metrics;
         }
+        if let Some(m) = self.checksum_cache {
+            c.checksum_cache = match m {
+                ChecksumCacheArg::Xattr => ferry_storage::CacheMode::Xattr,
+                ChecksumCacheArg::Memory => ferry_storage::CacheMode::Memory,
+                ChecksumCacheArg::Off => ferry_storage::CacheMode::Off,
+            };
+        }
+        if !self.transfer_checksums.is_empty() {
+            c.transfer_checksums = self.transfer_checksums;
+        }
         if let Some(v) = self.block_size {
             c.block_size = Some(v);
         }
@@ -243,6 +262,17 @@ pub(crate) enum TransferLogFormatArg {
     Json,
     /// The Globus GridFTP server's transfer-log line.
     Globus,
+}
+
+/// `--checksum-cache`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ChecksumCacheArg {
+    /// Extended attributes on the files (XRootD's records and ferry's), and memory.
+    Xattr,
+    /// Memory only: files' metadata is never changed.
+    Memory,
+    /// Nothing kept: every CKSM reads the file.
+    Off,
 }
 
 /// How log lines look (`--log-format`).

@@ -37,6 +37,13 @@ pub struct ServerConfig {
     pub log_transfer_format: crate::translog::TransferLogFormat,
     /// Serve Prometheus metrics (`/metrics`) and a health answer (`/healthz`) on this address.
     pub metrics: Option<SocketAddr>,
+    /// Where whole-file checksums are kept for `CKSM`: `xattr` (the files' extended attributes,
+    /// XRootD's `user.XrdCks.*` records and ferry's own, plus memory), `memory`, or `off`
+    /// (every `CKSM` reads the file).
+    pub checksum_cache: ferry_storage::CacheMode,
+    /// Checksums every whole-file transfer takes while its bytes move, and keeps (not with
+    /// `checksum-cache = "off"`).
+    pub transfer_checksums: Vec<String>,
     /// MODE E block size this server sends, in bytes (`None`: 256 KiB on one stream, 1 MiB on
     /// several).
     pub block_size: Option<u32>,
@@ -89,6 +96,26 @@ pub struct ServerConfig {
     pub data_interface: Option<std::net::IpAddr>,
 }
 
+impl ServerConfig {
+    /// The checksums each whole-file transfer takes (none when nothing would keep them).
+    pub fn transfer_checksum_algorithms(&self) -> Vec<ferry_storage::ChecksumAlgorithm> {
+        if self.checksum_cache == ferry_storage::CacheMode::Off {
+            return Vec::new();
+        }
+        let mut algs = Vec::new();
+        for alg in self
+            .transfer_checksums
+            .iter()
+            .filter_map(|n| ferry_storage::ChecksumAlgorithm::from_name(n))
+        {
+            if !algs.contains(&alg) {
+                algs.push(alg);
+            }
+        }
+        algs
+    }
+}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
@@ -105,6 +132,8 @@ impl Default for ServerConfig {
             log_transfer: None,
             log_transfer_format: crate::translog::TransferLogFormat::Json,
             metrics: None,
+            checksum_cache: ferry_storage::CacheMode::Xattr,
+            transfer_checksums: vec!["ADLER32".into()],
             block_size: None,
             polling_streams: None,
             dc_whitelist: vec!["tcp".into(), "gsi".into()],
@@ -201,6 +230,13 @@ impl ServerConfig {
             return Err(ConfigError::Invalid(
                 "--block-size must be at least 4096".into(),
             ));
+        }
+        for name in &self.transfer_checksums {
+            if ferry_storage::ChecksumAlgorithm::from_name(name).is_none() {
+                return Err(ConfigError::Invalid(format!(
+                    "--transfer-checksums: unknown algorithm '{name}' (MD5, ADLER32, CRC32C, SHA1, SHA256, SHA512)"
+                )));
+            }
         }
         if self.connections_max == 0 {
             return Err(ConfigError::Invalid(

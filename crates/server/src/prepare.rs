@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use ferry_gsi::{Credential, TrustStore};
-use ferry_storage::{PosixStorage, Storage};
+use ferry_storage::{ChecksumCache, PosixStorage, Storage};
 
 use crate::auth::PasswordDb;
 use crate::config::ServerConfig;
@@ -38,10 +38,16 @@ impl Prepared {
             path: config.root.display().to_string(),
             source,
         };
-        let storage_rw: Arc<dyn Storage> =
-            Arc::new(PosixStorage::open(&config.root, false).map_err(root_err)?);
-        let storage_ro: Arc<dyn Storage> =
-            Arc::new(PosixStorage::open(&config.root, true).map_err(root_err)?);
+        // One cache for the root, so read-only sessions' values serve writers too; a reload
+        // starts a new one (the attributes stay).
+        let cache = Arc::new(ChecksumCache::new(config.checksum_cache));
+        let open = |read_only| {
+            PosixStorage::open(&config.root, read_only)
+                .map(|s| s.with_checksum_cache(Arc::clone(&cache)))
+                .map_err(root_err)
+        };
+        let storage_rw: Arc<dyn Storage> = Arc::new(open(false)?);
+        let storage_ro: Arc<dyn Storage> = Arc::new(open(true)?);
         let passwords = match &config.password_file {
             Some(p) => PasswordDb::load(p)?,
             None => PasswordDb::default(),

@@ -255,6 +255,23 @@ impl Storage for AsUser {
         // Opened as the user; the reading runs on the caller's thread so a long checksum
         // does not hold up the account's other sessions.
         let handle = self.open_read(path)?;
-        crate::checksum_handle(&*handle, algorithm, offset, length)
+        crate::cache::checksum_cached(self, &handle, algorithm, offset, length)
+    }
+    fn checksum_cache(&self) -> Option<&crate::ChecksumCache> {
+        self.inner.checksum_cache()
+    }
+    /// The attributes are written as the account, so the kernel checks its right to change
+    /// the file (a file it may only read keeps its values in memory).
+    fn remember_checksums(
+        &self,
+        file: &Arc<dyn FileHandle>,
+        at: crate::FileVersion,
+        sums: &[crate::cache::Sum],
+    ) {
+        let (file, sums) = (Arc::clone(file), sums.to_vec());
+        let _ = self.run(move |s| {
+            s.remember_checksums(&file, at, &sums);
+            Ok(())
+        });
     }
 }

@@ -10,7 +10,7 @@ use ferry_net::DataConn;
 use ferry_proto::clock;
 use ferry_proto::command::TransferMode;
 use ferry_proto::RangeSet;
-use ferry_storage::{FileHandle, WriteOptions};
+use ferry_storage::{FileHandle, FileVersion, Storage, WriteOptions};
 use tokio::sync::mpsc;
 
 use super::connect::{connect_all, secure};
@@ -135,7 +135,7 @@ impl Dtp {
             }
         }
         let taken = match (digest, read_back) {
-            (Some(d), Some(file)) => complete_digest(d, file, None).await,
+            (Some(d), Some(file)) => complete_digest(d, file, &self.storage, None).await,
             _ => Summed::default(),
         };
         Ok((total_bytes(), streams, taken))
@@ -252,7 +252,7 @@ impl Dtp {
         drop(job);
         let taken = match digest {
             Some(d) => match self.storage.open_read(&desc.path) {
-                Ok(file) => complete_digest(d, file, Some(&desc.path)).await,
+                Ok(file) => complete_digest(d, file, &self.storage, Some(&desc.path)).await,
                 Err(e) => {
                     tracing::debug!(path = %desc.path, "no checksum taken: cannot read the file back: {e}");
                     Summed::default()
@@ -279,16 +279,27 @@ fn digest_for(desc: &TransferDescription) -> Option<Arc<TransferDigest>> {
 }
 
 /// Joins what the streams summed and reads back what they did not (restart ranges; for MD5
-/// and the SHAs what came after the in-order start), on the blocking pool. A failure costs the
-/// checksums, not the transfer: it is logged and nothing is reported.
+/// and the SHAs what came after the in-order start), on the blocking pool, and gives the
+/// values to the storage to keep for `CKSM` (when the file did not change meanwhile). A
+/// failure costs the checksums, not the transfer: it is logged and nothing is reported.
 async fn complete_digest(
     digest: Arc<TransferDigest>,
     file: Arc<dyn FileHandle>,
+    storage: &Arc<dyn Storage>,
     path: Option<&ferry_storage::VirtualPath>,
 ) -> Summed {
+    let storage = Arc::clone(storage);
     let done = tokio::task::spawn_blocking(move || {
+        let at = FileVersion::of(&*file);
         let len = file.size()?;
         let taken = digest.complete(&*file, len)?;
+        if let Some(at) = at.filter(|v| v.size() == len) {
+            let sums: Vec<_> = taken
+                .iter()
+                .map(|t| (t.algorithm, t.value.clone()))
+                .collect();
+            storage.remember_checksums(&file, at, &sums);
+        }
         Ok::<_, ferry_storage::StorageError>((taken, digest.read_back()))
     })
     .await;

@@ -18,10 +18,10 @@ use std::time::{Duration, UNIX_EPOCH};
 use cap_fs_ext::{DirExt, SystemTimeSpec};
 use cap_std::fs::{Dir, OpenOptions, Permissions, PermissionsExt};
 
-use crate::checksum::checksum_handle;
+use crate::cache::{checksum_cached, Sum};
 use crate::{
-    ChecksumAlgorithm, DirEntry, FileHandle, Metadata, Storage, StorageError, VirtualPath,
-    WriteOptions,
+    ChecksumAlgorithm, ChecksumCache, DirEntry, FileHandle, FileVersion, Metadata, Storage,
+    StorageError, VirtualPath, WriteOptions,
 };
 
 use file::PosixFile;
@@ -32,6 +32,8 @@ pub struct PosixStorage {
     /// Every operation resolves relative to this handle, never through host path strings.
     root: Dir,
     read_only: bool,
+    /// Whole-file checksums kept for `CKSM` (shared by every session on this root).
+    cache: Option<Arc<ChecksumCache>>,
 }
 
 impl PosixStorage {
@@ -46,7 +48,18 @@ impl PosixStorage {
     /// Confines storage beneath an already opened directory (e.g. a home opened before
     /// privileges were dropped).
     pub fn from_dir(root: Dir, read_only: bool) -> PosixStorage {
-        PosixStorage { root, read_only }
+        PosixStorage {
+            root,
+            read_only,
+            cache: None,
+        }
+    }
+
+    /// Keeps whole-file checksums in `cache` (a read-only storage keeps them in its memory
+    /// only, never in the files' attributes).
+    pub fn with_checksum_cache(mut self, cache: Arc<ChecksumCache>) -> PosixStorage {
+        self.cache = Some(cache);
+        self
     }
 
     /// Whether every change is refused.
@@ -185,11 +198,12 @@ impl Storage for PosixStorage {
             .map_err(io_err(path))?
             .into_std();
         let m = file.metadata().map_err(io_err(path))?;
-        Ok(Arc::new(PosixFile::new(
-            file,
-            path.to_string(),
-            m.is_file(),
-        )))
+        let handle = PosixFile::new(file, path.to_string(), m.is_file());
+        if let Some(c) = &self.cache {
+            // The checksums kept for what is about to be overwritten are stale from now on.
+            c.forget(&handle, true);
+        }
+        Ok(Arc::new(handle))
     }
 
     fn mkdir(&self, path: &VirtualPath) -> Result<(), StorageError> {
@@ -238,9 +252,26 @@ impl Storage for PosixStorage {
     fn set_mtime(&self, path: &VirtualPath, mtime: i64) -> Result<(), StorageError> {
         self.check_writable(path)?;
         let time = file_time(path, mtime)?;
+        // The bytes do not change: values kept for them follow the file to its new mtime.
+        let kept = match &self.cache {
+            Some(c)
+                if self
+                    .stat(path)
+                    .is_ok_and(|m| m.kind == crate::FileKind::File) =>
+            {
+                self.open_read(path).ok().map(|f| (c.valid(&*f), f))
+            }
+            _ => None,
+        };
         self.root
             .set_times(path.relative(), None, Some(time))
-            .map_err(io_err(path))
+            .map_err(io_err(path))?;
+        if let Some((sums, file)) = kept {
+            if let Some(at) = FileVersion::of(&*file) {
+                self.remember_checksums(&file, at, &sums);
+            }
+        }
+        Ok(())
     }
 
     /// Absolute targets are refused with [`StorageError::Invalid`]; relative targets that climb
@@ -267,7 +298,17 @@ impl Storage for PosixStorage {
         length: Option<u64>,
     ) -> Result<String, StorageError> {
         let handle = self.open_read(path)?;
-        checksum_handle(handle.as_ref(), algorithm, offset, length)
+        checksum_cached(self, &handle, algorithm, offset, length)
+    }
+
+    fn checksum_cache(&self) -> Option<&ChecksumCache> {
+        self.cache.as_deref()
+    }
+
+    fn remember_checksums(&self, file: &Arc<dyn FileHandle>, at: FileVersion, sums: &[Sum]) {
+        if let Some(c) = &self.cache {
+            c.remember(&**file, at, sums, !self.read_only);
+        }
     }
 }
 

@@ -270,7 +270,7 @@ impl Pi {
             stripe: StripeInfo::default(),
             layout: s.layout,
             idle_timeout_ms: config.data_idle_timeout.saturating_mul(1000),
-            checksums: Vec::new(),
+            checksums: config.transfer_checksum_algorithms(),
         };
         Ok((TransferRun { desc, verb }, announce))
     }
