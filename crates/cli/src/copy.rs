@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use ferry_client::{CopyOptions, FileRequest, GsiOptions, Location, SyncLevel};
+use ferry_client::{CopyOptions, FileRequest, GsiOptions, Location, SyncLevel, Verify};
 use ferry_storage::ChecksumAlgorithm;
 
 use crate::demo::parse_size;
@@ -48,12 +48,23 @@ pub(crate) struct CopyArgs {
     /// Retries per file after a network failure, resuming from restart markers. [default: 3]
     #[arg(long, value_name = "N")]
     retries: Option<u32>,
-    /// Compare checksums of source and destination after each file.
+    /// Do not compare checksums. By default each file's source and destination checksums are
+    /// compared (ADLER32, taken while the bytes move at a local end and kept by ferry servers),
+    /// with a warning where a server cannot answer CKSM.
+    #[arg(long = "no-verify", conflicts_with_all = ["checksum", "checksum_value", "verify_checksum"])]
+    no_verify: bool,
+    /// Verify with this algorithm (MD5, ADLER32, CRC32C, SHA1, SHA256, SHA512), failing where
+    /// a server cannot answer it. A mismatch fails the file and removes the destination.
+    /// [default: ADLER32, where the servers answer it]
+    #[arg(long = "checksum", visible_alias = "checksum-alg", value_name = "ALG")]
+    checksum: Option<String>,
+    /// The source's known checksum, as FTS3's user checksum (e.g. ADLER32:1a2b3c4d): the source
+    /// and the destination must both have it. One file only.
+    #[arg(long = "checksum-value", value_name = "ALG:VALUE")]
+    checksum_value: Option<String>,
+    /// Fail where a server cannot answer CKSM (verification itself is the default).
     #[arg(long = "verify-checksum")]
     verify_checksum: bool,
-    /// Checksum algorithm: MD5, ADLER32, CRC32C, SHA1, SHA256, SHA512. [default: MD5]
-    #[arg(long = "checksum-alg", value_name = "ALG")]
-    checksum_alg: Option<String>,
     /// Skip files already at the destination: --sync (same size), --sync=exists, --sync=size or --sync=checksum.
     #[arg(long, value_name = "LEVEL", num_args = 0..=1, require_equals = true, default_missing_value = "size")]
     sync: Option<String>,
@@ -119,6 +130,49 @@ pub(crate) fn stripe_layout(stripe: bool, block: Option<u64>) -> Option<ferry_dt
     })
 }
 
+/// `--checksum`, `--checksum-value` and `--no-verify` as the verification they ask for.
+fn verification(
+    no_verify: bool,
+    named: Option<&str>,
+    required: bool,
+    value: Option<&str>,
+) -> Result<Option<Verify>, String> {
+    if no_verify {
+        return Ok(None);
+    }
+    let mut v = match named {
+        Some(name) => Verify::required(algorithm(Some(name))?),
+        None => Verify {
+            required,
+            ..Verify::by_default()
+        },
+    };
+    if let Some(value) = value {
+        let (alg, hex) = value.split_once(':').ok_or_else(|| {
+            format!("--checksum-value takes ALG:VALUE (ADLER32:1a2b3c4d), not '{value}'")
+        })?;
+        let alg = algorithm(Some(alg))?;
+        if named.is_some() && alg != v.algorithm {
+            return Err(format!(
+                "--checksum {} and --checksum-value {} name different algorithms",
+                v.algorithm.name(),
+                alg.name()
+            ));
+        }
+        if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!(
+                "--checksum-value: '{hex}' is not a hexadecimal value"
+            ));
+        }
+        v = Verify {
+            algorithm: alg,
+            expected: Some(hex.to_ascii_lowercase()),
+            required: true,
+        };
+    }
+    Ok(Some(v))
+}
+
 pub(crate) fn algorithm(name: Option<&str>) -> Result<ChecksumAlgorithm, String> {
     let name = name.unwrap_or("MD5");
     ChecksumAlgorithm::from_name(name).ok_or_else(|| {
@@ -145,12 +199,17 @@ impl CopyArgs {
                 ))
             }
         };
-        let verify =
-            if self.verify_checksum || self.checksum_alg.is_some() && sync == SyncLevel::Checksum {
-                Some(algorithm(self.checksum_alg.as_deref())?)
-            } else {
-                None
-            };
+        let verify = verification(
+            self.no_verify,
+            self.checksum.as_deref(),
+            self.verify_checksum,
+            self.checksum_value.as_deref(),
+        )?;
+        if self.checksum_value.is_some() && (locs.len() != 1 || self.recursive) {
+            return Err(
+                "--checksum-value is one file's checksum: give one source file and no -r".into(),
+            );
+        }
         let defaults = CopyOptions::default();
         let options = CopyOptions {
             request: FileRequest {

@@ -193,8 +193,11 @@ fn resolve(raw: &Raw) -> Result<Vec<CopyJob>, String> {
         } else {
             0
         },
+        // As globus-url-copy: verified only on request, MD5 unless -checksum-alg names another.
         verify: if raw.verify_checksum {
-            Some(algorithm(raw.checksum_alg.as_deref())?)
+            Some(ferry_client::Verify::required(algorithm(
+                raw.checksum_alg.as_deref(),
+            )?))
         } else {
             None
         },
@@ -376,7 +379,10 @@ mod tests {
             (8, 7, true, SyncLevel::Checksum)
         );
         assert!(jobs[0].recursive);
-        assert_eq!(o.verify.map(|a| a.name()), Some("ADLER32"));
+        assert_eq!(
+            o.verify.as_ref().map(|v| v.algorithm.name()),
+            Some("ADLER32")
+        );
     }
 
     #[test]

@@ -357,6 +357,15 @@ fn pipelined_get_from(kind: ServerKind) {
         &format!("{}/", dest.display()),
     );
     out.assert_same_tree(&tree, &dest);
+    // Every file verified after the pipeline, with the value the client summed.
+    for ev in out.events_named("done") {
+        if ev["checksum"].as_str().is_none_or(|c| c.len() != 8) {
+            out.fail(&format!("a file was not verified: {ev}"));
+        }
+    }
+    if cksms_to(&out, server.port()).len() != 120 {
+        out.fail("expected one CKSM per file");
+    }
     // In the dialogue of one session, a run of `> RETR` lines with no reply between them.
     let dialogue = out.dialogue();
     let mut longest = 0;
@@ -917,7 +926,7 @@ fn verify_checksum_on_get_reports_the_md5_of_the_data() {
     write_file(&s.globus.path_of("sum.bin"), &bytes);
     let dest = s.local.join("sum.bin");
     let out = copy(
-        &["--verify-checksum"],
+        &["--checksum", "MD5"],
         &s.globus.url_for("sum.bin"),
         &dest.display().to_string(),
     );
@@ -940,7 +949,7 @@ fn verify_checksum_on_put_reports_the_md5_of_the_data() {
     let source = s.local.join("sum.bin");
     write_file(&source, &bytes);
     let out = copy(
-        &["--verify-checksum"],
+        &["--checksum", "MD5"],
         &source.display().to_string(),
         &s.globus.url_for("sum.bin"),
     );
@@ -981,7 +990,7 @@ fn verify_checksum_fails_with_exit_6_when_the_destination_differs_from_the_sourc
     // A source whose every read differs: what Globus stored cannot match what the verification
     // reads from the source afterwards, so the comparison must catch a real mismatch.
     let out = copy(
-        &["--verify-checksum", "--length", "4M"],
+        &["--checksum", "MD5", "--length", "4M"],
         "/dev/urandom",
         &s.globus.url_for("random.bin"),
     );
@@ -1002,6 +1011,131 @@ fn verify_checksum_fails_with_exit_6_when_the_destination_differs_from_the_sourc
         out.fail(&format!(
             "the failure should name the mismatch and the stored file's MD5 ({want}): {error}"
         ));
+    }
+}
+
+/// The CKSM commands the client sent to the server on `port`.
+fn cksms_to(out: &FerryOutput, port: u16) -> Vec<String> {
+    out.commands_to(port)
+        .into_iter()
+        .filter(|c| c.starts_with("CKSM "))
+        .collect()
+}
+
+/// By default a copy is verified with ADLER32: the server is asked once, and the client's own
+/// end is the value it took while the bytes moved (it is not read again).
+fn verified_by_default(kind: ServerKind, seed: u64) {
+    let sandbox = Sandbox::new();
+    let server = ServerUnderTest::start_kind(kind, &sandbox.served_dir("root"));
+    let local = sandbox.local_dir("local");
+    let bytes = random_bytes(5 * MIB + 3, seed);
+    write_file(&server.path_of("in.bin"), &bytes);
+    let want = serde_json::Value::from(format!("{:08x}", adler32(&bytes)));
+    let dest = local.join("in.bin");
+    let out = copy(
+        &["-p", "4"],
+        &server.url_for("in.bin"),
+        &dest.display().to_string(),
+    );
+    out.assert_bytes(&bytes, &dest);
+    assert_done(&out, "checksum", want.clone());
+    let asked = cksms_to(&out, server.port());
+    if asked.len() != 1 || !asked[0].starts_with("CKSM ADLER32 0 -1 ") {
+        out.fail(&format!(
+            "expected one CKSM ADLER32 0 -1 to the server: {asked:?}"
+        ));
+    }
+    let out = copy(
+        &["-p", "4"],
+        &dest.display().to_string(),
+        &server.url_for("back.bin"),
+    );
+    out.assert_bytes(&bytes, &server.path_of("back.bin"));
+    assert_done(&out, "checksum", want);
+    if cksms_to(&out, server.port()).len() != 1 {
+        out.fail("expected one CKSM to the server");
+    }
+    // --no-verify asks nothing.
+    let out = copy(
+        &["--no-verify"],
+        &server.url_for("in.bin"),
+        &local.join("again.bin").display().to_string(),
+    );
+    assert_done(&out, "checksum", serde_json::Value::Null);
+    if !cksms_to(&out, server.port()).is_empty() {
+        out.fail("--no-verify sent CKSM");
+    }
+}
+
+#[test]
+fn by_default_gets_and_puts_with_globus_are_verified_with_adler32() {
+    require_globus_server!();
+    verified_by_default(ServerKind::Globus, 64);
+}
+
+#[test]
+fn by_default_gets_and_puts_with_ferry_are_verified_with_adler32() {
+    verified_by_default(ServerKind::Ferry, 65);
+}
+
+#[test]
+fn by_default_a_third_party_copy_between_ferry_and_globus_asks_both_servers() {
+    require_globus_server!();
+    for (a, b, seed) in [
+        (ServerKind::Ferry, ServerKind::Globus, 66),
+        (ServerKind::Globus, ServerKind::Ferry, 67),
+    ] {
+        let p = pair(a, b);
+        let bytes = random_bytes(3 * MIB + 1, seed);
+        write_file(&p.a.path_of("tp.bin"), &bytes);
+        let out = copy(&[], &p.a.url_for("tp.bin"), &p.b.url_for("tp.bin"));
+        out.assert_bytes(&bytes, &p.b.path_of("tp.bin"));
+        assert_done(&out, "checksum", format!("{:08x}", adler32(&bytes)).into());
+        for port in [p.a.port(), p.b.port()] {
+            if cksms_to(&out, port).len() != 1 {
+                out.fail(&format!("expected one CKSM to the server on port {port}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_checksum_value_the_source_does_not_have_fails_and_removes_the_destination() {
+    let sandbox = Sandbox::new();
+    let server = ServerUnderTest::start_kind(ServerKind::Ferry, &sandbox.served_dir("root"));
+    let bytes = random_bytes(2 * MIB, 68);
+    write_file(&server.path_of("in.bin"), &bytes);
+    let dest = sandbox.local_dir("local").join("in.bin");
+    let right = format!("{:08x}", adler32(&bytes));
+    // FTS3 users give ADLER32 without its leading zeros and in either case.
+    let given = right.trim_start_matches('0').to_ascii_uppercase();
+    let out = copy(
+        &["--checksum-value", &format!("adler32:{given}")],
+        &server.url_for("in.bin"),
+        &dest.display().to_string(),
+    );
+    out.assert_bytes(&bytes, &dest);
+    assert_done(&out, "checksum", right.clone().into());
+
+    let wrong = format!("{:08x}", adler32(&bytes) ^ 1);
+    let out = copy(
+        &["--checksum-value", &format!("ADLER32:{wrong}")],
+        &server.url_for("in.bin"),
+        &dest.display().to_string(),
+    );
+    out.assert_exit(6);
+    let error = out
+        .events_named("failed")
+        .first()
+        .and_then(|e| e["error"].as_str().map(str::to_string))
+        .unwrap_or_else(|| out.fail("expected a `failed` event"));
+    if !error.contains(&right) || !error.contains(&wrong) || !error.contains("removed") {
+        out.fail(&format!(
+            "the failure should name {right}, {wrong} and the removal: {error}"
+        ));
+    }
+    if dest.exists() {
+        out.fail("the destination is still there");
     }
 }
 

@@ -113,6 +113,11 @@ fn parallel_streams_fall_back_to_one_with_one_warning_or_fail_with_require_paral
         if !out.stderr.contains("1 stream in stream mode, not 4") {
             out.fail("the warning does not say what the copy does instead");
         }
+        // Plain FTP has no CKSM: the default verification says once that it cannot check.
+        let unverified = out.stderr.matches("does not answer CKSM ADLER32").count();
+        if unverified != 1 || !out.stderr.contains("not verified") {
+            out.fail(&format!("{unverified} 'not verified' warnings, not 1"));
+        }
 
         let dst = local.join("strict.bin");
         let out = run_ferry(&[
@@ -129,11 +134,22 @@ fn parallel_streams_fall_back_to_one_with_one_warning_or_fail_with_require_paral
         if dst.exists() {
             out.fail("a refused copy left a destination file");
         }
-        // Without -p the stream count is the client's choice: no warning.
+        // Without -p the stream count is the client's choice: no warning about it.
         let quiet = run_ferry(&["copy", &server.user_url("/two/a.bin"), path_str(&dst)]);
         quiet.assert_same_file(&tree.join("a.bin"), &dst);
-        if quiet.stderr.contains("warning") {
-            quiet.fail("a copy without -p warned");
+        if quiet.stderr.contains("does not offer MODE E") {
+            quiet.fail("a copy without -p warned about streams");
+        }
+        // Asked for by name, a checksum the server cannot give fails the copy.
+        let strict = run_ferry(&[
+            "copy",
+            "--checksum",
+            "ADLER32",
+            &server.user_url("/two/a.bin"),
+            path_str(&local.join("strict2.bin")),
+        ]);
+        if strict.code() == Some(0) || !strict.stderr.contains("CKSM") {
+            strict.fail("--checksum should fail where the server has no CKSM, saying so");
         }
     });
 }

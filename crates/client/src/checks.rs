@@ -41,25 +41,172 @@ async fn checksum_of(
     }
 }
 
-/// Compares the checksums of the requested range at both ends; the value when they match.
+/// How a copy checks what arrived: the checksum of the source against the destination's, both
+/// taken while the bytes moved where an end is local (and from the server's kept values where
+/// it is a ferry server), so neither end reads the file again where it can help it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verify {
+    /// The algorithm.
+    pub algorithm: ChecksumAlgorithm,
+    /// A value both ends must have (FTS3's user-supplied checksum), hex as servers print it.
+    pub expected: Option<String>,
+    /// Asked for by name: an end that cannot answer `CKSM` fails the copy. When `false` (the
+    /// default verification) such an end gives a warning and the copy is not verified.
+    pub required: bool,
+}
+
+impl Verify {
+    /// What `ferry copy` does unless told otherwise: ADLER32, as FTS3 does, where the servers
+    /// can answer it.
+    pub fn by_default() -> Verify {
+        Verify {
+            algorithm: ChecksumAlgorithm::Adler32,
+            expected: None,
+            required: false,
+        }
+    }
+
+    /// Verification with `algorithm`, failing where an end cannot answer.
+    pub fn required(algorithm: ChecksumAlgorithm) -> Verify {
+        Verify {
+            algorithm,
+            expected: None,
+            required: true,
+        }
+    }
+}
+
+/// What verification found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Checked {
+    /// Both ends have this value.
+    Same(String),
+    /// An end cannot answer: why, for a warning.
+    Unverified(String),
+}
+
+/// Lower case, and the 32-bit sums at their full 8 digits, so `1a2b3c` and `001A2B3C` agree.
+pub(crate) fn normalize(alg: ChecksumAlgorithm, value: &str) -> String {
+    let v = value.trim().to_ascii_lowercase();
+    match alg {
+        ChecksumAlgorithm::Adler32 | ChecksumAlgorithm::Crc32c if v.len() < 8 => {
+            format!("{v:0>8}")
+        }
+        _ => v,
+    }
+}
+
+/// Compares the checksums of the requested range at both ends, using `local` (what the
+/// client's own end summed while the bytes moved) for a local end and asking both servers of a
+/// third-party copy at once. On a mismatch the destination is removed (a whole file) and the
+/// error names both values.
 pub(crate) async fn verify(
     src: &Location,
     dst: &Location,
     sessions: &mut Sessions,
-    alg: ChecksumAlgorithm,
+    v: &Verify,
     req: &FileRequest,
-) -> Result<String, ClientError> {
-    let a = checksum_of(src, sessions, alg, req.offset, req.length).await?;
-    let b = checksum_of(dst, sessions, alg, req.offset, req.length).await?;
-    if a != b {
-        return Err(ClientError::Verification(format!(
-            "{} checksum mismatch: {} has {a}, {} has {b}; the destination is corrupt, copy it again",
-            alg.name(),
+    local: &[ferry_dtp::digest::Taken],
+) -> Result<Checked, ClientError> {
+    let alg = v.algorithm;
+    let known = |loc: &Location| match loc {
+        Location::Local(_) if !req.is_partial() => local
+            .iter()
+            .find(|t| t.algorithm == alg)
+            .map(|t| t.value.clone()),
+        _ => None,
+    };
+    let (a, b) = match (src, dst) {
+        (Location::Remote(s), Location::Remote(d)) => {
+            let (x, y) = sessions.pair(s, d).await?;
+            tokio::join!(
+                x.checksum(&s.path, alg.name(), req.offset, req.length),
+                y.checksum(&d.path, alg.name(), req.offset, req.length)
+            )
+        }
+        _ => {
+            let a = match known(src) {
+                Some(value) => Ok(value),
+                None => checksum_of(src, sessions, alg, req.offset, req.length).await,
+            };
+            let b = match known(dst) {
+                Some(value) => Ok(value),
+                None => checksum_of(dst, sessions, alg, req.offset, req.length).await,
+            };
+            (a, b)
+        }
+    };
+    let a = match a {
+        Ok(a) => normalize(alg, &a),
+        Err(e) => return unanswered(src, e, v),
+    };
+    let b = match b {
+        Ok(b) => normalize(alg, &b),
+        Err(e) => return unanswered(dst, e, v),
+    };
+    let name = alg.name();
+    let problem = match &v.expected {
+        Some(e) if normalize(alg, e) != a => Some(format!(
+            "{name} of the source {} is {a}, not the expected {}",
+            display(src),
+            normalize(alg, e)
+        )),
+        Some(e) if normalize(alg, e) != b => Some(format!(
+            "{name} checksum mismatch: {} has {b}, the expected value (and the source's) is {a}",
+            display(dst)
+        )),
+        _ if a != b => Some(format!(
+            "{name} checksum mismatch: {} has {a}, {} has {b}",
             display(src),
             display(dst)
-        )));
+        )),
+        _ => None,
+    };
+    match problem {
+        None => Ok(Checked::Same(a)),
+        Some(p) => Err(ClientError::Verification(format!(
+            "{p}; {}",
+            discard(dst, sessions, req).await
+        ))),
     }
-    Ok(a)
+}
+
+/// A failed `CKSM`: an error, or with the default verification and a server that does not
+/// know the command or the algorithm, the reason for a warning.
+fn unanswered(loc: &Location, e: ClientError, v: &Verify) -> Result<Checked, ClientError> {
+    match (&e, loc) {
+        (ClientError::Refused { reply, .. }, Location::Remote(r))
+            if !v.required && matches!(reply.code, 500 | 501 | 502 | 504) =>
+        {
+            Ok(Checked::Unverified(format!(
+                "{} does not answer CKSM {} ({} {}): copies with it are not verified",
+                r.authority(),
+                v.algorithm.name(),
+                reply.code,
+                reply.text().trim()
+            )))
+        }
+        _ => Err(e),
+    }
+}
+
+/// Removes a destination whose bytes are wrong, so no file that looks complete is left; says
+/// what became of it. A partial copy's destination holds other data and is kept.
+async fn discard(dst: &Location, sessions: &mut Sessions, req: &FileRequest) -> String {
+    if req.is_partial() {
+        return format!("the range at {} is wrong; copy it again", display(dst));
+    }
+    let removed = match dst {
+        Location::Local(p) => std::fs::remove_file(p).map_err(ClientError::from),
+        Location::Remote(r) => match sessions.get(r).await {
+            Ok(s) => s.remove(&r.path, false).await,
+            Err(e) => Err(e),
+        },
+    };
+    match removed {
+        Ok(()) => format!("removed {}; copy it again", display(dst)),
+        Err(e) => format!("could not remove {} ({e}): do not use it", display(dst)),
+    }
 }
 
 /// Whether `--sync` finds the destination already up to date.
@@ -94,7 +241,10 @@ pub(crate) async fn up_to_date(
     if opts.sync == SyncLevel::Size {
         return Ok(true);
     }
-    let alg = opts.verify.unwrap_or(ChecksumAlgorithm::Adler32);
+    let alg = opts
+        .verify
+        .as_ref()
+        .map_or(ChecksumAlgorithm::Adler32, |v| v.algorithm);
     let a = checksum_of(&job.src, sessions, alg, 0, None).await?;
     let b = checksum_of(&job.dst, sessions, alg, 0, None).await?;
     Ok(a == b)

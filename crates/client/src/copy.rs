@@ -6,10 +6,9 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ferry_storage::ChecksumAlgorithm;
 use tokio_util::sync::CancellationToken;
 
-use crate::checks::up_to_date;
+use crate::checks::{up_to_date, Verify};
 use crate::job::{FileCopy, FileCopyEvent, Retry};
 use crate::pipeline::{run_pipeline, take_batch};
 use crate::plan::{display, Job, Plan};
@@ -44,8 +43,8 @@ pub struct CopyOptions {
     pub retries: u32,
     /// First wait between retries (doubles each time).
     pub retry_wait: Duration,
-    /// Checksum algorithm to verify with after each file.
-    pub verify: Option<ChecksumAlgorithm>,
+    /// How each file is verified once it is there (`None`: not at all).
+    pub verify: Option<Verify>,
     /// Skip rule.
     pub sync: SyncLevel,
     /// GSI for `gsiftp://` servers.
@@ -65,7 +64,7 @@ impl Default for CopyOptions {
             concurrency: 4,
             retries: 3,
             retry_wait: Duration::from_secs(1),
-            verify: None,
+            verify: Some(Verify::by_default()),
             sync: SyncLevel::Off,
             gsi: crate::GsiOptions::default(),
             cancel: CancellationToken::new(),
@@ -132,7 +131,7 @@ pub enum CopyEvent {
         streams: u32,
         /// Skipped by `--sync`.
         skipped: bool,
-        /// The verified checksum, with `--verify-checksum`.
+        /// The checksum both ends have, when the file was verified.
         checksum: Option<String>,
     },
     /// Something the user should know that does not stop the copy; each said once per copy.
@@ -365,7 +364,7 @@ async fn copy_one(
         size: job.size,
         request: opts.request.clone(),
         stored: opts.request.restart.clone(),
-        verify: opts.verify,
+        verify: opts.verify.clone(),
     };
     let started = Instant::now();
     let mut attempt = 1;

@@ -7,10 +7,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ferry_proto::RangeSet;
-use ferry_storage::ChecksumAlgorithm;
 use tokio_util::sync::CancellationToken;
 
-use crate::checks::verify;
+use crate::checks::{verify, Checked, Verify};
 use crate::drive::Progress;
 use crate::request::FileRequest;
 use crate::sessions::Sessions;
@@ -33,8 +32,8 @@ pub struct FileCopy {
     /// Ranges (relative to `request.offset`) the destination already holds, as an earlier
     /// run reported them: none of these bytes is sent again.
     pub stored: RangeSet,
-    /// Checksum algorithm to compare both ends with once the data is there.
-    pub verify: Option<ChecksumAlgorithm>,
+    /// How to compare both ends once the data is there (`None`: not at all).
+    pub verify: Option<Verify>,
 }
 
 /// What a run reports while it goes.
@@ -128,7 +127,7 @@ impl FileCopy {
                 ..FileRequest::default()
             },
             stored: RangeSet::new(),
-            verify: None,
+            verify: Some(Verify::by_default()),
         }
     }
 
@@ -251,6 +250,7 @@ impl FileCopy {
             req.parallelism = auto_parallelism(self.size, self.rtt(sessions).await);
         }
         req.restart = stored.clone();
+        req.checksums = self.verify.iter().map(|v| v.algorithm).collect();
         let mut on_progress = |p: Progress| match p {
             Progress::Bytes(bytes) => on_event(FileCopyEvent::Performance {
                 bytes,
@@ -273,19 +273,34 @@ impl FileCopy {
                 }
             }
         };
-        let (moved, streams) = self.transfer(sessions, &req, &mut on_progress).await?;
+        let (moved, streams, local_sums) = self.transfer(sessions, &req, &mut on_progress).await?;
         if !stream_only.is_empty() {
             self.check_stream_size(sessions).await?;
         }
-        let checksum = match self.verify {
-            Some(alg) => {
-                let value = verify(&self.src, &self.dst, sessions, alg, &req).await?;
-                on_event(FileCopyEvent::Checksum {
-                    algorithm: alg.name().to_string(),
-                    value: value.clone(),
-                });
-                Some(value)
-            }
+        // Two local files: nothing crossed a network, and reading both again would double the
+        // cost of the copy; checked only when asked for by name.
+        let local_only = matches!(
+            (&self.src, &self.dst),
+            (Location::Local(_), Location::Local(_))
+        );
+        let wanted = self
+            .verify
+            .as_ref()
+            .filter(|v| !local_only || v.required || v.expected.is_some());
+        let checksum = match wanted {
+            Some(v) => match verify(&self.src, &self.dst, sessions, v, &req, &local_sums).await? {
+                Checked::Same(value) => {
+                    on_event(FileCopyEvent::Checksum {
+                        algorithm: v.algorithm.name().to_string(),
+                        value: value.clone(),
+                    });
+                    Some(value)
+                }
+                Checked::Unverified(message) => {
+                    on_event(FileCopyEvent::Warning { message });
+                    None
+                }
+            },
             None => None,
         };
         // The whole file (or range) is there now, whatever this run moved.
@@ -312,13 +327,14 @@ impl FileCopy {
         }
     }
 
-    /// Moves the file; returns (bytes moved, streams).
+    /// Moves the file; returns the bytes moved, the streams, and the checksums the client's
+    /// own end took (none in a third-party or local copy).
     async fn transfer(
         &self,
         sessions: &mut Sessions,
         req: &FileRequest,
         on_progress: &mut (dyn FnMut(Progress) + Send),
-    ) -> Result<(u64, u32), ClientError> {
+    ) -> Result<(u64, u32, Vec<ferry_dtp::digest::Taken>), ClientError> {
         let o = match (&self.src, &self.dst) {
             (Location::Remote(s), Location::Local(d)) => {
                 sessions
@@ -338,9 +354,12 @@ impl FileCopy {
                 let (a, b) = sessions.pair(s, d).await?;
                 third_party(a, &s.path, b, &d.path, req, on_progress).await?
             }
-            (Location::Local(s), Location::Local(d)) => return local_copy(s, d, req).await,
+            (Location::Local(s), Location::Local(d)) => {
+                let (n, streams) = local_copy(s, d, req).await?;
+                return Ok((n, streams, Vec::new()));
+            }
         };
-        Ok((o.bytes, o.streams))
+        Ok((o.bytes, o.streams, o.checksums))
     }
 
     /// In stream mode the end of the data is the close of its connection, which a server that

@@ -24,6 +24,7 @@ mod third_party;
 mod transfer;
 pub mod url;
 
+pub use checks::Verify;
 pub use control::ControlClient;
 pub use copy::{copy, CopyEvent, CopyOptions, CopySummary, EventSink, SyncLevel};
 pub use drive::Progress;

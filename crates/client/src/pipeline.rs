@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::checks::{verify, Checked};
 use crate::copy::{finished, started, CopyEvent, CopyOptions, CopySummary, EventSink, SyncLevel};
 use crate::job::auto_parallelism;
 use crate::plan::{display, Job};
@@ -45,8 +46,8 @@ pub(crate) fn take_batch(
     batch
 }
 
-/// Whole-file gets and third-party copies of files small enough for one stream, with nothing
-/// to check per file.
+/// Whole-file gets and third-party copies of files small enough for one stream, with no skip
+/// rule to check before each (verification runs after the pipeline).
 fn pipelinable(job: &Job, opts: &CopyOptions) -> bool {
     let r = &opts.request;
     matches!(job.src, Location::Remote(_))
@@ -57,7 +58,6 @@ fn pipelinable(job: &Job, opts: &CopyOptions) -> bool {
         && r.offset == 0
         && r.length.is_none()
         && opts.sync == SyncLevel::Off
-        && opts.verify.is_none()
 }
 
 fn same_ends(a: &Job, b: &Job) -> bool {
@@ -81,24 +81,22 @@ pub(crate) async fn run_pipeline(
 ) -> (usize, usize) {
     let mut req = opts.request.clone();
     req.parallelism = 1;
+    req.checksums = opts.verify.iter().map(|v| v.algorithm).collect();
     let (mut done, mut began) = (0, 0);
+    // With verification, files are reported once both ends' checksums agree.
+    let mut to_verify: Vec<(usize, ferry_dtp::TransferOutcome)> = Vec::new();
     let mut on_start = |k: usize| {
         began = k + 1;
         started(events, batch[k].0, &batch[k].1);
     };
     let mut on_done = |k: usize, o: ferry_dtp::TransferOutcome| {
         done = k + 1;
+        if opts.verify.is_some() {
+            to_verify.push((k, o));
+            return;
+        }
         let (i, job) = &batch[k];
-        let bytes = job.size.unwrap_or(o.bytes).max(o.bytes);
-        let ev = CopyEvent::Done {
-            file: *i,
-            bytes,
-            seconds: o.duration.as_secs_f64(),
-            streams: 1,
-            skipped: false,
-            checksum: None,
-        };
-        finished(summary, events, *i, Ok(ev));
+        finished(summary, events, *i, Ok(done_event(*i, job, &o, None)));
     };
     let r = match (&batch[0].1.src, &batch[0].1.dst) {
         (Location::Remote(server), Location::Local(_)) => {
@@ -161,5 +159,35 @@ pub(crate) async fn run_pipeline(
         let at = display(&batch[k.min(batch.len() - 1)].1.src);
         tracing::debug!("pipeline stopped at {at}: {e}; going on one file at a time");
     }
+    if let Some(v) = &opts.verify {
+        for (k, o) in to_verify {
+            let (i, job) = &batch[k];
+            let r = match verify(&job.src, &job.dst, sessions, v, &req, &o.checksums).await {
+                Ok(Checked::Same(value)) => Ok(done_event(*i, job, &o, Some(value))),
+                Ok(Checked::Unverified(message)) => {
+                    events(CopyEvent::Warning { message });
+                    Ok(done_event(*i, job, &o, None))
+                }
+                Err(e) => Err(e),
+            };
+            finished(summary, events, *i, r);
+        }
+    }
     (done, began)
+}
+
+fn done_event(
+    i: usize,
+    job: &Job,
+    o: &ferry_dtp::TransferOutcome,
+    checksum: Option<String>,
+) -> CopyEvent {
+    CopyEvent::Done {
+        file: i,
+        bytes: job.size.unwrap_or(o.bytes).max(o.bytes),
+        seconds: o.duration.as_secs_f64(),
+        streams: 1,
+        skipped: false,
+        checksum,
+    }
 }

@@ -39,6 +39,9 @@ pub struct FileRequest {
     /// Fail, rather than copy with one stream in stream mode, when `parallelism > 1` was asked
     /// of a server that does not offer MODE E (`--require-parallel`).
     pub require_parallel: bool,
+    /// Checksums the client's own end takes while the bytes move (a whole file), for
+    /// verification without reading the local file again.
+    pub checksums: Vec<ferry_storage::ChecksumAlgorithm>,
 }
 
 impl Default for FileRequest {
@@ -53,6 +56,7 @@ impl Default for FileRequest {
             idle_timeout_s: 600,
             stripe: None,
             require_parallel: false,
+            checksums: Vec::new(),
         }
     }
 }
@@ -156,7 +160,7 @@ impl FileRequest {
             layout: Default::default(),
             security: ChannelSecurity::default(),
             idle_timeout_ms: self.idle_timeout_s.saturating_mul(1000),
-            checksums: Vec::new(),
+            checksums: self.checksums.clone(),
         })
     }
 }

@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use ferry_client::{
-    CancellationToken, ClientError, FileCopy, FileCopyEvent, Location, Retry, Sessions,
+    CancellationToken, ClientError, FileCopy, FileCopyEvent, Location, Retry, Sessions, Verify,
 };
 use ferry_proto::RangeSet;
 use ferry_storage::ChecksumAlgorithm;
@@ -67,6 +67,9 @@ fn job(src: Location, dst: Location, stored: RangeSet) -> FileCopy {
     j.size = Some(SIZE as u64);
     j.request.parallelism = 2;
     j.stored = stored;
+    // The stored ranges here hold marker bytes, not the source's, to show they are not sent
+    // again: a verified copy would rightly fail (the last tests verify on purpose).
+    j.verify = None;
     j
 }
 
@@ -151,7 +154,7 @@ async fn a_verified_copy_reports_its_checksum_and_a_corrupt_one_says_start_again
         Location::Local(local.clone()),
         RangeSet::new(),
     );
-    j.verify = Some(ChecksumAlgorithm::Adler32);
+    j.verify = Some(Verify::required(ChecksumAlgorithm::Adler32));
     let (r, events) = run(&j).await;
     let done = r.expect("verified get");
     let sum = done.checksum.clone().expect("a checksum");
@@ -173,6 +176,9 @@ async fn a_verified_copy_reports_its_checksum_and_a_corrupt_one_says_start_again
     assert!(matches!(e.error, ClientError::Verification(_)), "{e}");
     assert_eq!(e.retry(), Retry::FromScratch);
     assert!(e.stored.is_empty(), "{:?}", e.stored);
+    // No file that looks complete is left behind, and the error says so.
+    assert!(!local.exists(), "the corrupt destination was kept");
+    assert!(e.to_string().contains("removed"), "{e}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -310,4 +316,33 @@ async fn a_run_cancelled_before_it_starts_moves_nothing() {
     let e = r.expect_err("cancelled");
     assert!(matches!(e.error, ClientError::Cancelled));
     assert!(!local.exists(), "nothing was written");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_get_is_verified_by_default_over_the_whole_file() {
+    let srv = TestServer::start().await;
+    let source = random_bytes(SIZE, 306);
+    srv.write("src.bin", &source);
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("dst.bin");
+    // An earlier run stored these ranges truly; the rest is missing.
+    let ranges = stored_ranges();
+    let mut partial = vec![0u8; SIZE];
+    for (a, b) in ranges.iter() {
+        partial[a as usize..b as usize].copy_from_slice(&source[a as usize..b as usize]);
+    }
+    std::fs::write(&local, partial).unwrap();
+    let mut j = job(
+        url(&srv, "src.bin"),
+        Location::Local(local.clone()),
+        ranges.clone(),
+    );
+    j.verify = FileCopy::new(j.src.clone(), j.dst.clone()).verify;
+    let (r, _) = run(&j).await;
+    let done = r.expect("verified resumed get");
+    assert_eq!(done.moved, SIZE as u64 - ranges.total());
+    let mut a = adler2::Adler32::new();
+    a.write_slice(&source);
+    assert_eq!(done.checksum, Some(format!("{:08x}", a.checksum())));
+    assert_eq!(std::fs::read(&local).unwrap(), source);
 }
