@@ -176,7 +176,7 @@ pub(crate) async fn verify(
 fn unanswered(loc: &Location, e: ClientError, v: &Verify) -> Result<Checked, ClientError> {
     match (&e, loc) {
         (ClientError::Refused { reply, .. }, Location::Remote(r))
-            if !v.required && matches!(reply.code, 500 | 501 | 502 | 504) =>
+            if !v.required && reply.code >= 500 =>
         {
             Ok(Checked::Unverified(format!(
                 "{} does not answer CKSM {} ({} {}): copies with it are not verified",
@@ -197,6 +197,13 @@ async fn discard(dst: &Location, sessions: &mut Sessions, req: &FileRequest) -> 
         return format!("the range at {} is wrong; copy it again", display(dst));
     }
     let removed = match dst {
+        // Only a regular file is ever removed (never a device a copy was pointed at).
+        Location::Local(p) if !std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()) => {
+            return format!("{} is not a regular file and was left alone", p.display());
+        }
+        Location::Remote(r) if r.path.starts_with("/dev/") => {
+            return format!("{} was left alone", display(dst));
+        }
         Location::Local(p) => std::fs::remove_file(p).map_err(ClientError::from),
         Location::Remote(r) => match sessions.get(r).await {
             Ok(s) => s.remove(&r.path, false).await,

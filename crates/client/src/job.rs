@@ -277,16 +277,10 @@ impl FileCopy {
         if !stream_only.is_empty() {
             self.check_stream_size(sessions).await?;
         }
-        // Two local files: nothing crossed a network, and reading both again would double the
-        // cost of the copy; checked only when asked for by name.
-        let local_only = matches!(
-            (&self.src, &self.dst),
-            (Location::Local(_), Location::Local(_))
-        );
         let wanted = self
             .verify
             .as_ref()
-            .filter(|v| !local_only || v.required || v.expected.is_some());
+            .filter(|v| v.required || v.expected.is_some() || self.verified_by_default(&req));
         let checksum = match wanted {
             Some(v) => match verify(&self.src, &self.dst, sessions, v, &req, &local_sums).await? {
                 Checked::Same(value) => {
@@ -315,6 +309,23 @@ impl FileCopy {
             seconds: started.elapsed().as_secs_f64(),
             checksum,
         })
+    }
+
+    /// Whether the default verification applies: a whole file that crossed a network, between
+    /// regular files where the ends are local. Two local files are not read again (nothing
+    /// crossed a network, and it would double the copy's cost); a range (`--offset`,
+    /// `--length`: ERET/ESTO pieces, memory-to-memory runs from /dev/zero) has no kept value to
+    /// compare; a device or pipe cannot be read back. `--checksum` verifies them all.
+    fn verified_by_default(&self, req: &FileRequest) -> bool {
+        let regular = |loc: &Location| match loc {
+            Location::Local(p) => std::fs::metadata(p).is_ok_and(|m| m.is_file()),
+            Location::Remote(_) => true,
+        };
+        let local_only = matches!(
+            (&self.src, &self.dst),
+            (Location::Local(_), Location::Local(_))
+        );
+        !local_only && !req.is_partial() && regular(&self.src) && regular(&self.dst)
     }
 
     /// The round-trip time to the first remote end, for choosing streams.
