@@ -44,6 +44,10 @@ pub(crate) struct TransferRecord<'a> {
     /// `SITE TASKID`, if the client named its task.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) task_id: Option<&'a str>,
+    /// The checksums the transfer took while its bytes moved (`{"ADLER32": "0a1b2c3d"}`), for
+    /// audits; absent when it took none.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub(crate) checksums: std::collections::BTreeMap<&'a str, &'a str>,
     /// Globus' `TYPE`: RETR, ERET (a part or a restart), STOR, ESTO (appending or resuming),
     /// LIST, NLST, MLSD.
     #[serde(skip)]
@@ -217,6 +221,7 @@ mod tests {
             result: "ok",
             code,
             task_id: None,
+            checksums: Default::default(),
             globus_type: "ERET",
             buffer: 0,
             block: 262_144,

@@ -69,6 +69,14 @@ async fn each_transfer_appends_one_json_line_with_user_command_path_bytes_stream
     assert_ne!(failed["result"], "ok", "{failed}");
     let anon_get = expect_line(4, "anonymous", "RETR", "/up.bin", Some(n));
     assert_eq!(anon_get["streams"], 1);
+    // Whole-file transfers carry the ADLER32 they took while moving; listings and failures none.
+    let mut a = adler2::Adler32::new();
+    a.write_slice(&data);
+    let adler = format!("{:08x}", a.checksum());
+    for l in [put, get, anon_get] {
+        assert_eq!(l["checksums"]["ADLER32"], adler.as_str(), "{l}");
+    }
+    assert!(list.get("checksums").is_none() && failed.get("checksums").is_none());
     for l in &lines {
         assert!(l["time"].as_f64().is_some_and(|t| t > 0.0), "{l}");
         assert!(l["duration_s"].as_f64().is_some(), "{l}");

@@ -368,6 +368,14 @@ fn log_transfer(
         Ok(o) => (o.bytes, o.streams, "ok".to_string(), 226),
         Err(e) => (moved, 0, e.to_string(), e.reply_code()),
     };
+    let checksums = match result {
+        Ok(o) => o
+            .checksums
+            .iter()
+            .map(|t| (t.algorithm.name(), t.value.as_str()))
+            .collect(),
+        Err(_) => Default::default(),
+    };
     let result = outcome.as_str();
     let secs = started.elapsed().as_secs_f64();
     let user = pi.user_name();
@@ -413,6 +421,7 @@ fn log_transfer(
             result,
             code,
             task_id: pi.task_id.as_deref(),
+            checksums,
             data_peer,
             globus_type,
             buffer: tuning.send_buffer.or(tuning.recv_buffer).unwrap_or(0),
