@@ -211,3 +211,33 @@ async fn checksum_cache_memory_answers_from_memory_and_leaves_the_file_alone() {
     let r = expect(&mut c, "CKSM ADLER32 0 -1 up.bin", 213).await;
     assert_eq!(r.text(), view[0], "answered from memory");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_whose_checksum_is_kept_is_sent_without_summing_it_again() {
+    let log_dir = tempfile::tempdir().expect("tempdir");
+    let log = log_dir.path().join("transfers.jsonl");
+    let log_cfg = log.clone();
+    let srv = TestServer::start_with(move |c| c.log_transfer = Some(log_cfg)).await;
+    let data = random_bytes(3 * 1024 * 1024, 100);
+    let mut c = srv.login().await;
+    client_put(&mut c, &data, "kept.bin", 4).await.expect("put");
+    let kept = python_view(&srv.path("kept.bin"))[0].clone();
+    // Other bytes under the same version: a send that summed would log their ADLER32; one that
+    // used the kept value logs the kept one.
+    swap_bytes_keeping_the_version(&srv.path("kept.bin"), 101);
+    let (got, _) = client_get(&mut c, "kept.bin", 4).await;
+    assert!(got == srv.read("kept.bin"));
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .expect("log")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[1]["command"], "RETR");
+    assert_eq!(
+        lines[1]["checksums"]["ADLER32"],
+        kept.as_str(),
+        "{}",
+        lines[1]
+    );
+}

@@ -81,9 +81,31 @@ impl Dtp {
             // A data node with no receiving stripe of its own in this transfer.
             return Ok((0, 0, Summed::default()));
         }
-        let digest = (plan.total == 1 && source.known_len().is_some())
+        let mut digest = (plan.total == 1 && source.known_len().is_some())
             .then(|| digest_for(desc))
             .flatten();
+        // A file whose values are already kept for its current version is not summed again:
+        // sending it stays free (no read-back after sendfile), and the outcome reports them.
+        let mut kept = Vec::new();
+        if let (Some(_), Some(file), Some(cache)) =
+            (&digest, &read_back, self.storage.checksum_cache())
+        {
+            let valid = cache.valid(&**file);
+            let all: Option<Vec<Taken>> = desc
+                .checksums
+                .iter()
+                .map(|alg| {
+                    valid.iter().find(|(a, _)| a == alg).map(|(a, v)| Taken {
+                        algorithm: *a,
+                        value: v.clone(),
+                    })
+                })
+                .collect();
+            if let Some(all) = all {
+                digest = None;
+                kept = all;
+            }
+        }
         let layout = desc.layout.resolve(total, plan.total);
         // Connection i goes to this node's stripe i mod stripes (see send_connections).
         let mut groups: Vec<Vec<DataConn>> = (0..stripes).map(|_| Vec::new()).collect();
@@ -136,7 +158,10 @@ impl Dtp {
         }
         let taken = match (digest, read_back) {
             (Some(d), Some(file)) => complete_digest(d, file, &self.storage, None).await,
-            _ => Summed::default(),
+            _ => Summed {
+                taken: kept,
+                read_back: 0,
+            },
         };
         Ok((total_bytes(), streams, taken))
     }
