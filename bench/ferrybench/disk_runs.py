@@ -11,9 +11,10 @@ from .servers import BenchError, start_each
 from .transfer import measure_command
 
 
-def measure_disk_gets(ctx, result, cfgs, out_name: str, command, who) -> dict:
+def measure_disk_gets(ctx, result, cfgs, out_name: str, command, who, start=None) -> dict:
     """Alternates `command(server, config, source, dst)` over the started servers and `cfgs`;
-    `who(server)` names a subject in messages. Returns the samples and notes the cache policy."""
+    `who(server)` names a subject in messages. `start(stack)` gives the subjects (default: every
+    selected server, started in stack). Returns the samples and notes the cache policy."""
     o = ctx.options
     source = disk_files.ensure_source(o.dir, o.disk_size, ctx.log)
     out_dir = ctx.scratch(out_name)
@@ -40,7 +41,7 @@ def measure_disk_gets(ctx, result, cfgs, out_name: str, command, who) -> dict:
             disk_files.remove(dst)
 
     with contextlib.ExitStack() as stack:
-        servers = start_each(stack, ctx, result)
+        servers = start(stack) if start is not None else start_each(stack, ctx, result)
         samples = alternate(ctx, result, servers, cfgs, o.runs, measure_one)
 
     if cache_state["dropped"] and not cache_state["warm"]:

@@ -32,12 +32,12 @@ def _check_tools(o: Options) -> None:
         needed |= {"globus-url-copy", "globus-gridftp-server"}
     if {"iperf", "client-mem"} & chosen:
         needed.add("iperf3")
-    if {"client-disk", "small-files"} & chosen:
+    if {"client-disk", "small-files", "integrity"} & chosen:
         needed |= {"cmp", "diff"}
     missing = sorted(t for t in needed if shutil.which(t) is None)
     if missing:
         raise BenchError(f"missing {', '.join(missing)}: run scripts/install-deps as root")
-    uses_ferry = (SERVER_SCENARIOS | PAIR_SCENARIOS | {"restart"}) & chosen
+    uses_ferry = (SERVER_SCENARIOS | PAIR_SCENARIOS | {"integrity", "restart"}) & chosen
     if "ferry" in o.servers and uses_ferry and not os.access(o.ferry, os.X_OK):
         raise BenchError(f"{o.ferry} not found: build it first with `cargo build --release` "
                          "(or measure Globus alone with --servers globus)")

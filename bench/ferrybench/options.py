@@ -38,6 +38,8 @@ class Options:
     restart_size: int = 512 << 20
     restart_seed: int | None = None
     restart_tcp_bs: str = "auto"
+    integrity_size: int = 2 << 30
+    cksm_size: int = 4 << 30
 
 
 def _int_list(text: str) -> list[int]:
@@ -101,6 +103,9 @@ def parse_options(argv, scenario_names) -> Options:
     p.add_argument("--restart-tcp-bs", type=_tcp_bs, default="auto",
                    help="restart: ferry copy --tcp-bs for the tries: a size, `none`, or `auto` (default: the "
                         "first of none, 64K, 16K, 4K, 2K, 1K that makes a transfer last 2 s)")
+    p.add_argument("--integrity-size", type=parse_size,
+                   help="integrity: the tmpfs file fetched with and without verification (default 2G; quick 256M)")
+    p.add_argument("--cksm-size", type=parse_size, help="integrity: the file CKSM is timed on (default 4G; quick 256M)")
     a = p.parse_args(argv)
     q = a.quick
     order = [n for n in scenario_names if n in a.scenarios]
@@ -126,4 +131,6 @@ def parse_options(argv, scenario_names) -> Options:
         restart_size=a.restart_size if a.restart_size is not None else parse_size("128M" if q else "512M"),
         restart_seed=a.restart_seed,
         restart_tcp_bs=a.restart_tcp_bs,
+        integrity_size=a.integrity_size if a.integrity_size is not None else parse_size("256M" if q else "2G"),
+        cksm_size=a.cksm_size if a.cksm_size is not None else parse_size("256M" if q else "4G"),
     )

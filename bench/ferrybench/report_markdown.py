@@ -55,6 +55,8 @@ def render(ctx, machine: dict, fairness: dict, argv: list[str], png_name: str | 
               f"| sizes | memory-to-memory {format_size(o.size)}, disk file {format_size(o.disk_size)} |"]
     if "small-files" in ctx.results:
         lines.append(f"| small files | {o.small_files} × 4 KiB, flat and in {o.small_dirs} directories |")
+    if "integrity" in ctx.results:
+        lines.append(f"| integrity | {format_size(o.integrity_size)} tmpfs file, {format_size(o.cksm_size)} CKSM file |")
     if "restart" in ctx.results:
         lines.append(f"| restart | {o.restart_tries} tries per direction, {format_size(o.restart_size)} file |")
     lines.append("")
