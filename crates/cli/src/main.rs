@@ -6,6 +6,7 @@ mod copy;
 mod demo;
 mod docs;
 mod exit;
+mod gcp;
 mod present;
 mod proxy;
 mod remote;
@@ -28,6 +29,9 @@ enum Cmd {
     Serve(Box<serve::ServeArgs>),
     /// Copy files and directories between local paths and GridFTP servers (two-party or third-party).
     Copy(copy::CopyArgs),
+    /// scp-style copies (also installed as `gcp`): [user@]host:path names translated into the
+    /// site's transfer servers by rules in ~/.config/ferry/gcp.toml and /etc/ferry/gcp.toml.
+    Cp(gcp::GcpArgs),
     /// URL copy with globus-url-copy's option spelling (-p 4 -tcp-bs 8M -vb ...).
     #[command(name = "url-copy", disable_help_flag = true)]
     UrlCopy {
@@ -72,7 +76,29 @@ fn causes(e: &anyhow::Error) -> String {
     text
 }
 
+/// `gcp`: the same binary called by that name (a link to ferry) takes `ferry cp`'s arguments.
+#[derive(Debug, Parser)]
+#[command(
+    name = "gcp",
+    version,
+    about = "scp-style copies over GridFTP: [user@]host:path names go to the site's transfer servers"
+)]
+struct GcpCli {
+    #[command(flatten)]
+    args: gcp::GcpArgs,
+}
+
+fn invoked_as_gcp() -> bool {
+    std::env::args_os()
+        .next()
+        .and_then(|a| std::path::Path::new(&a).file_name().map(|n| n == "gcp"))
+        .unwrap_or(false)
+}
+
 fn main() -> std::process::ExitCode {
+    if invoked_as_gcp() {
+        return std::process::ExitCode::from(gcp::run(GcpCli::parse().args));
+    }
     let cli = Cli::parse();
     let done = |r: anyhow::Result<()>| match r {
         Ok(()) => exit::OK,
@@ -90,6 +116,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Man(a) => done(docs::man(a)),
         Cmd::Proxy(p) => proxy::run(p),
         Cmd::Copy(a) => copy::run(a),
+        Cmd::Cp(a) => gcp::run(a),
         Cmd::UrlCopy { args } => url_copy::run(args),
         Cmd::Remote(r) => remote::run(r),
     };

@@ -1576,3 +1576,145 @@ fn url_copy_restart_completes_a_put_after_globus_is_killed() {
 fn url_copy_restart_completes_a_get_after_globus_is_killed() {
     url_copy_restart(true);
 }
+
+// 10. gcp: scp-style names translated by site rules.
+
+/// A rules file sending `lab*` hosts to the ferry server on `port`, `/data/…` to its root.
+fn gcp_rules(dir: &Path, port: u16) -> PathBuf {
+    let rules = dir.join("gcp.toml");
+    write_file(
+        &rules,
+        format!(
+            "[[site]]\nhost = \"lab*\"\nserver = \"ftp://anonymous@127.0.0.1:{port}\"\nstrip = \"/data\"\n\
+             prefix = \"/\"\nhome = \"/homes/{{user}}\"\n"
+        )
+        .as_bytes(),
+    );
+    rules
+}
+
+#[test]
+fn ferry_cp_translates_host_path_names_by_the_site_rules_and_explains() {
+    let sandbox = Sandbox::new();
+    let server = ServerUnderTest::start_kind(ServerKind::Ferry, &sandbox.served_dir("root"));
+    let local = sandbox.local_dir("local");
+    let rules = gcp_rules(&local, server.port());
+    let bytes = random_bytes(3 * MIB + 7, 90);
+    write_file(&server.path_of("in.bin"), &bytes);
+    write_file(
+        &server.path_of("homes/alice/notes.txt"),
+        b"relative to the rule's home\n",
+    );
+    let dest = local.join("got.bin");
+    let rules_arg = rules.display().to_string();
+    let out = run_ferry(&[
+        "cp",
+        "--json",
+        "--sites",
+        &rules_arg,
+        "--explain",
+        "labhost:/data/in.bin",
+        &dest.display().to_string(),
+    ]);
+    out.assert_bytes(&bytes, &dest);
+    assert_done(&out, "checksum", format!("{:08x}", adler32(&bytes)).into());
+    let url = format!("ftp://anonymous@127.0.0.1:{}/in.bin", server.port());
+    if !out.stderr.contains(&format!(
+        "gcp: labhost:/data/in.bin -> {url} ({rules_arg} rule 1: host = \"lab*\")"
+    )) {
+        out.fail("--explain should name the rule and the URL");
+    }
+    // user@host:relative goes under the rule's home; a copy back up lands where the rule says.
+    let notes = local.join("notes.txt");
+    let out = run_ferry(&[
+        "cp",
+        "-q",
+        "--sites",
+        &rules_arg,
+        "alice@lab2:notes.txt",
+        &notes.display().to_string(),
+    ]);
+    out.assert_bytes(b"relative to the rule's home\n", &notes);
+    let out = run_ferry(&[
+        "cp",
+        "-q",
+        "-n",
+        "4",
+        "--sites",
+        &rules_arg,
+        &dest.display().to_string(),
+        "lab1:/data/back.bin",
+    ]);
+    out.assert_bytes(&bytes, &server.path_of("back.bin"));
+    // --no-translate ignores the rules; --dry-run copies nothing.
+    let out = run_ferry(&[
+        "cp",
+        "--sites",
+        &rules_arg,
+        "--no-translate",
+        "--explain",
+        "--dry-run",
+        "labhost:/data/x",
+        "/tmp/nowhere",
+    ]);
+    out.assert_exit(0);
+    if !out
+        .stderr
+        .contains("labhost:/data/x -> gsiftp://labhost/data/x (--no-translate")
+    {
+        out.fail("--no-translate should use gsiftp://HOST/PATH");
+    }
+    // scp's -p is refused, not ignored; a relative path without a rule's home is explained.
+    let out = run_ferry(&[
+        "cp",
+        "-p",
+        "--sites",
+        &rules_arg,
+        "labhost:/data/in.bin",
+        "/tmp/x",
+    ]);
+    out.assert_exit(2);
+    if !out.stderr.contains("-n N") {
+        out.fail("-p should say it is not done and how streams are spelt");
+    }
+    let out = run_ferry(&["cp", "--sites", &rules_arg, "elsewhere:x", "/tmp/x"]);
+    out.assert_exit(2);
+    if !out.stderr.contains("absolute") {
+        out.fail("a relative path with no rule should say how to write it");
+    }
+}
+
+#[test]
+fn the_binary_called_gcp_takes_ferry_cp_arguments() {
+    let sandbox = Sandbox::new();
+    let server = ServerUnderTest::start_kind(ServerKind::Ferry, &sandbox.served_dir("root"));
+    let local = sandbox.local_dir("local");
+    let rules = gcp_rules(&local, server.port());
+    let bytes = random_bytes(100_000, 91);
+    write_file(&server.path_of("in.bin"), &bytes);
+    let gcp = local.join("gcp");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_ferry"), &gcp).expect("link gcp");
+    let dest = local.join("got.bin");
+    let out = std::process::Command::new(&gcp)
+        .args(["-q", "--sites"])
+        .arg(&rules)
+        .arg("labhost:/data/in.bin")
+        .arg(&dest)
+        .output()
+        .expect("run gcp");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(fs::read(&dest).expect("copied") == bytes);
+    let help = std::process::Command::new(&gcp)
+        .arg("--help")
+        .output()
+        .expect("gcp --help");
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        text.contains("Usage: gcp") && text.contains("--no-translate"),
+        "{text}"
+    );
+}

@@ -1,0 +1,164 @@
+//! `gcp` (also `ferry cp`): scp-style copies. Operands are written as for scp (`host:path`,
+//! `user@host:path`, local paths) or as URLs; site rules turn each host into the URL of its
+//! transfer server (`sites.rs`), and the copy then runs as `ferry copy` does, verified by
+//! default.
+
+mod names;
+mod sites;
+
+use std::path::PathBuf;
+
+use clap::Args;
+use ferry_client::{CopyOptions, FileRequest, GsiOptions, Location, Verify};
+
+use crate::copy::{run_job, CopyJob};
+use crate::exit;
+use crate::present::Output;
+use names::Name;
+use sites::Sites;
+
+/// `gcp` / `ferry cp` flags.
+#[derive(Debug, Args)]
+pub(crate) struct GcpArgs {
+    /// Sources then the destination: [user@]host:path (translated by the site rules), a URL
+    /// (gsiftp://, ftp://, ftps://, ftpes://, file://) or a local path.
+    #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
+    paths: Vec<String>,
+    /// Copy directories recursively.
+    #[arg(short = 'r', long)]
+    recursive: bool,
+    /// Parallel data streams per file (scp's -p means "preserve", so gcp spells streams -n).
+    /// [default: by file size and round-trip time, as ferry copy]
+    #[arg(short = 'n', long = "streams", value_name = "N")]
+    streams: Option<u32>,
+    /// scp's "preserve times and modes": not done yet, so refused rather than ignored.
+    #[arg(short = 'p', hide = true)]
+    preserve: bool,
+    /// Site rules to use instead of ~/.config/ferry/gcp.toml and /etc/ferry/gcp.toml.
+    #[arg(long = "sites", value_name = "FILE")]
+    sites: Option<PathBuf>,
+    /// Take host:path as PROTOCOL://host/path (the rules' default protocol, gsiftp unless set),
+    /// ignoring every site rule.
+    #[arg(long = "no-translate")]
+    no_translate: bool,
+    /// Print the rules files read, and for each operand the rule it matched and the URL.
+    #[arg(long)]
+    explain: bool,
+    /// With --explain: print the translation and copy nothing.
+    #[arg(long = "dry-run", requires = "explain")]
+    dry_run: bool,
+    /// Do not compare checksums after each file (see ferry copy).
+    #[arg(long = "no-verify")]
+    no_verify: bool,
+    /// Retries per file after a network failure, resuming from restart markers. [default: 3]
+    #[arg(long, value_name = "N")]
+    retries: Option<u32>,
+    /// Print one JSON object per event on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Print each file and its figures.
+    #[arg(short = 'v', long)]
+    verbose: bool,
+    /// Print nothing but errors.
+    #[arg(short = 'q', long)]
+    quiet: bool,
+}
+
+/// The URL an operand names, and what `--explain` says of it.
+fn locate(name: &str, sites: &Sites, translate: bool) -> Result<(Location, String), String> {
+    let (url, why) = match Name::parse(name)? {
+        Name::Local(p) => return Ok((Location::Local(p), "a local path".into())),
+        Name::Url(u) => (u, "a URL, used as written".to_string()),
+        Name::Remote { user, host, path } => {
+            let t = sites.url(user.as_deref(), &host, &path, translate)?;
+            (t.url, t.reason)
+        }
+    };
+    let loc = Location::parse(&url).map_err(|e| format!("{name} -> {url}: {e}"))?;
+    Ok((loc, format!("{url} ({why})")))
+}
+
+impl GcpArgs {
+    fn resolve(self) -> Result<(CopyJob, Vec<String>), String> {
+        if self.preserve {
+            return Err(
+                "-p (preserve times and modes) is not done yet; for parallel streams \
+                        use -n N"
+                    .into(),
+            );
+        }
+        let files = match &self.sites {
+            Some(f) if !f.exists() => return Err(format!("--sites {}: no such file", f.display())),
+            Some(f) => vec![f.clone()],
+            None => Sites::default_files(),
+        };
+        let sites = Sites::load(&files)?;
+        let mut explained = vec![match sites.files_read() {
+            [] => "site rules: none found".to_string(),
+            read => format!(
+                "site rules from {}",
+                read.iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }];
+        let mut locs = Vec::new();
+        for p in &self.paths {
+            let (loc, why) = locate(p, &sites, !self.no_translate)?;
+            explained.push(format!("{p} -> {why}"));
+            locs.push(loc);
+        }
+        let dest = locs.pop().ok_or("need a source and a destination")?;
+        let defaults = CopyOptions::default();
+        let options = CopyOptions {
+            request: FileRequest {
+                parallelism: self.streams.unwrap_or(0),
+                ..defaults.request.clone()
+            },
+            retries: self.retries.unwrap_or(defaults.retries),
+            verify: (!self.no_verify).then(Verify::by_default),
+            gsi: GsiOptions::from_flags(false, false, false, None)?,
+            ..defaults
+        };
+        let output = if self.json {
+            Output::Json
+        } else if self.quiet {
+            Output::Quiet
+        } else {
+            Output::Human {
+                verbose: self.verbose,
+            }
+        };
+        let job = CopyJob {
+            sources: locs,
+            dest,
+            recursive: self.recursive,
+            options,
+            output,
+        };
+        Ok((job, explained))
+    }
+}
+
+/// Runs `gcp`; returns the exit code (as `ferry copy`'s).
+pub(crate) fn run(args: GcpArgs) -> u8 {
+    let (explain, dry_run) = (args.explain, args.dry_run);
+    match args.resolve() {
+        Ok((job, explained)) => {
+            if explain {
+                for line in explained {
+                    eprintln!("gcp: {line}");
+                }
+            }
+            if dry_run {
+                return exit::OK;
+            }
+            run_job(job)
+        }
+        Err(e) => {
+            eprintln!("gcp: {e}");
+            exit::USAGE
+        }
+    }
+}
