@@ -65,6 +65,10 @@ pub(crate) struct CopyArgs {
     /// Fail where a server cannot answer CKSM (verification itself is the default).
     #[arg(long = "verify-checksum")]
     verify_checksum: bool,
+    /// Give each destination its source's modification time and permission bits (MFMT and
+    /// SITE CHMOD on a server; one that refuses them gives a warning).
+    #[arg(long)]
+    preserve: bool,
     /// Skip files already at the destination: --sync (same size), --sync=exists, --sync=size or --sync=checksum.
     #[arg(long, value_name = "LEVEL", num_args = 0..=1, require_equals = true, default_missing_value = "size")]
     sync: Option<String>,
@@ -229,6 +233,7 @@ impl CopyArgs {
             retries: self.retries.unwrap_or(defaults.retries),
             verify,
             sync,
+            preserve: self.preserve,
             gsi: GsiOptions {
                 ca_file: self.ca_file.clone(),
                 ..GsiOptions::from_flags(

@@ -1664,19 +1664,48 @@ fn ferry_cp_translates_host_path_names_by_the_site_rules_and_explains() {
     {
         out.fail("--no-translate should use gsiftp://HOST/PATH");
     }
-    // scp's -p is refused, not ignored; a relative path without a rule's home is explained.
+    // -p carries the modification time and mode both ways (MFMT and SITE CHMOD up).
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let stamp = |p: &Path, mtime: i64, mode: u32| {
+        let f = fs::File::options().write(true).open(p).expect("open");
+        f.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(mtime as u64))
+            .expect("mtime");
+        fs::set_permissions(p, fs::Permissions::from_mode(mode)).expect("chmod");
+    };
+    let kept = |p: &Path| {
+        let m = fs::metadata(p).expect("stat");
+        (m.mtime(), m.mode() & 0o7777)
+    };
+    stamp(&server.path_of("in.bin"), 1_577_934_245, 0o640);
+    let pulled = local.join("pulled.bin");
     let out = run_ferry(&[
         "cp",
         "-p",
+        "-q",
         "--sites",
         &rules_arg,
         "labhost:/data/in.bin",
-        "/tmp/x",
+        &pulled.display().to_string(),
     ]);
-    out.assert_exit(2);
-    if !out.stderr.contains("-n N") {
-        out.fail("-p should say it is not done and how streams are spelt");
-    }
+    out.assert_bytes(&bytes, &pulled);
+    assert_eq!(kept(&pulled), (1_577_934_245, 0o640), "get with -p");
+    stamp(&pulled, 1_600_000_000, 0o600);
+    let out = run_ferry(&[
+        "cp",
+        "-p",
+        "-q",
+        "--sites",
+        &rules_arg,
+        &pulled.display().to_string(),
+        "labhost:/data/pushed.bin",
+    ]);
+    out.assert_bytes(&bytes, &server.path_of("pushed.bin"));
+    assert_eq!(
+        kept(&server.path_of("pushed.bin")),
+        (1_600_000_000, 0o600),
+        "put with -p"
+    );
+    // A relative path without a rule's home is explained.
     let out = run_ferry(&["cp", "--sites", &rules_arg, "elsewhere:x", "/tmp/x"]);
     out.assert_exit(2);
     if !out.stderr.contains("absolute") {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::checks::{up_to_date, Verify};
+use crate::checks::{preserve, up_to_date, Verify};
 use crate::job::{FileCopy, FileCopyEvent, Retry};
 use crate::pipeline::{run_pipeline, take_batch};
 use crate::plan::{display, Job, Plan};
@@ -47,6 +47,8 @@ pub struct CopyOptions {
     pub verify: Option<Verify>,
     /// Skip rule.
     pub sync: SyncLevel,
+    /// Give each destination its source's modification time and permission bits (scp's `-p`).
+    pub preserve: bool,
     /// GSI for `gsiftp://` servers.
     pub gsi: crate::GsiOptions,
     /// Stops the copy: files in flight end with [`ClientError::Cancelled`] and no more start.
@@ -66,6 +68,7 @@ impl Default for CopyOptions {
             retry_wait: Duration::from_secs(1),
             verify: Some(Verify::by_default()),
             sync: SyncLevel::Off,
+            preserve: false,
             gsi: crate::GsiOptions::default(),
             cancel: CancellationToken::new(),
         }
@@ -380,6 +383,11 @@ async fn copy_one(
         };
         match file.run(sessions, &opts.cancel, &mut on_event).await {
             Ok(done) => {
+                if opts.preserve {
+                    if let Some(message) = preserve(&job.src, &job.dst, sessions).await? {
+                        events(CopyEvent::Warning { message });
+                    }
+                }
                 return Ok(CopyEvent::Done {
                     file: i,
                     bytes: done.bytes,
@@ -387,7 +395,7 @@ async fn copy_one(
                     streams: done.streams,
                     skipped: false,
                     checksum: done.checksum,
-                })
+                });
             }
             Err(e) if e.retry() == Retry::Resume && attempt <= opts.retries => {
                 attempt += 1;

@@ -58,6 +58,7 @@ fn pipelinable(job: &Job, opts: &CopyOptions) -> bool {
         && r.offset == 0
         && r.length.is_none()
         && opts.sync == SyncLevel::Off
+        && !opts.preserve
 }
 
 fn same_ends(a: &Job, b: &Job) -> bool {

@@ -31,8 +31,9 @@ pub(crate) struct GcpArgs {
     /// [default: by file size and round-trip time, as ferry copy]
     #[arg(short = 'n', long = "streams", value_name = "N")]
     streams: Option<u32>,
-    /// scp's "preserve times and modes": not done yet, so refused rather than ignored.
-    #[arg(short = 'p', hide = true)]
+    /// Preserve modification times and modes, as scp -p does (MFMT and SITE CHMOD on a
+    /// server; a server that refuses them gives a warning).
+    #[arg(short = 'p', long = "preserve")]
     preserve: bool,
     /// Site rules to use instead of ~/.config/ferry/gcp.toml and /etc/ferry/gcp.toml.
     #[arg(long = "sites", value_name = "FILE")]
@@ -80,13 +81,6 @@ fn locate(name: &str, sites: &Sites, translate: bool) -> Result<(Location, Strin
 
 impl GcpArgs {
     fn resolve(self) -> Result<(CopyJob, Vec<String>), String> {
-        if self.preserve {
-            return Err(
-                "-p (preserve times and modes) is not done yet; for parallel streams \
-                        use -n N"
-                    .into(),
-            );
-        }
         let files = match &self.sites {
             Some(f) if !f.exists() => return Err(format!("--sites {}: no such file", f.display())),
             Some(f) => vec![f.clone()],
@@ -118,6 +112,7 @@ impl GcpArgs {
             },
             retries: self.retries.unwrap_or(defaults.retries),
             verify: (!self.no_verify).then(Verify::by_default),
+            preserve: self.preserve,
             gsi: GsiOptions::from_flags(false, false, false, None)?,
             ..defaults
         };
