@@ -245,15 +245,7 @@ impl CopyArgs {
             },
             ..defaults
         };
-        let output = if self.json {
-            Output::Json
-        } else if self.quiet {
-            Output::Quiet
-        } else {
-            Output::Human {
-                verbose: self.verbose,
-            }
-        };
+        let output = Output::from_flags(self.json, self.quiet, self.verbose);
         Ok(CopyJob {
             sources: locs,
             dest,

@@ -18,6 +18,19 @@ pub(crate) enum Output {
     Quiet,
 }
 
+impl Output {
+    /// From `--json`, `-q` and `-v` (JSON wins over quiet, quiet over verbose).
+    pub(crate) fn from_flags(json: bool, quiet: bool, verbose: bool) -> Output {
+        if json {
+            Output::Json
+        } else if quiet {
+            Output::Quiet
+        } else {
+            Output::Human { verbose }
+        }
+    }
+}
+
 struct State {
     bar: Option<ProgressBar>,
     files: usize,

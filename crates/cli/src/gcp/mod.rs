@@ -116,15 +116,7 @@ impl GcpArgs {
             gsi: GsiOptions::from_flags(false, false, false, None)?,
             ..defaults
         };
-        let output = if self.json {
-            Output::Json
-        } else if self.quiet {
-            Output::Quiet
-        } else {
-            Output::Human {
-                verbose: self.verbose,
-            }
-        };
+        let output = Output::from_flags(self.json, self.quiet, self.verbose);
         let job = CopyJob {
             sources: locs,
             dest,
