@@ -8,7 +8,7 @@ use ferry_storage::ChecksumAlgorithm;
 
 use crate::demo::parse_size;
 use crate::exit;
-use crate::present::{self, Output};
+use crate::present::{self, Output, OutputArgs};
 
 /// `ferry copy` flags.
 #[derive(Debug, Args)]
@@ -99,15 +99,8 @@ pub(crate) struct CopyArgs {
     /// gsiftp://: the server's expected subject (DN) instead of a host certificate for the URL's host.
     #[arg(long, value_name = "DN")]
     subject: Option<String>,
-    /// Print one JSON object per event on stdout.
-    #[arg(long)]
-    json: bool,
-    /// Print each file and its figures.
-    #[arg(short = 'v', long)]
-    verbose: bool,
-    /// Print nothing but errors.
-    #[arg(short = 'q', long)]
-    quiet: bool,
+    #[command(flatten)]
+    output: OutputArgs,
 }
 
 /// A copy request, resolved from any spelling of the flags.
@@ -245,7 +238,7 @@ impl CopyArgs {
             },
             ..defaults
         };
-        let output = Output::from_flags(self.json, self.quiet, self.verbose);
+        let output = self.output.output();
         Ok(CopyJob {
             sources: locs,
             dest,

@@ -18,15 +18,31 @@ pub(crate) enum Output {
     Quiet,
 }
 
-impl Output {
-    /// From `--json`, `-q` and `-v` (JSON wins over quiet, quiet over verbose).
-    pub(crate) fn from_flags(json: bool, quiet: bool, verbose: bool) -> Output {
-        if json {
+/// `--json`, `-v` and `-q`, shared by the copy commands.
+#[derive(Debug, clap::Args)]
+pub(crate) struct OutputArgs {
+    /// Print one JSON object per event on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Print each file and its figures.
+    #[arg(short = 'v', long)]
+    verbose: bool,
+    /// Print nothing but errors.
+    #[arg(short = 'q', long)]
+    quiet: bool,
+}
+
+impl OutputArgs {
+    /// The output mode (JSON wins over quiet, quiet over verbose).
+    pub(crate) fn output(&self) -> Output {
+        if self.json {
             Output::Json
-        } else if quiet {
+        } else if self.quiet {
             Output::Quiet
         } else {
-            Output::Human { verbose }
+            Output::Human {
+                verbose: self.verbose,
+            }
         }
     }
 }

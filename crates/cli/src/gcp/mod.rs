@@ -13,7 +13,7 @@ use ferry_client::{CopyOptions, FileRequest, GsiOptions, Location, Verify};
 
 use crate::copy::{run_job, CopyJob};
 use crate::exit;
-use crate::present::Output;
+use crate::present::OutputArgs;
 use names::Name;
 use sites::Sites;
 
@@ -54,15 +54,8 @@ pub(crate) struct GcpArgs {
     /// Retries per file after a network failure, resuming from restart markers. [default: 3]
     #[arg(long, value_name = "N")]
     retries: Option<u32>,
-    /// Print one JSON object per event on stdout.
-    #[arg(long)]
-    json: bool,
-    /// Print each file and its figures.
-    #[arg(short = 'v', long)]
-    verbose: bool,
-    /// Print nothing but errors.
-    #[arg(short = 'q', long)]
-    quiet: bool,
+    #[command(flatten)]
+    output: OutputArgs,
 }
 
 /// The URL an operand names, and what `--explain` says of it.
@@ -116,7 +109,7 @@ impl GcpArgs {
             gsi: GsiOptions::from_flags(false, false, false, None)?,
             ..defaults
         };
-        let output = Output::from_flags(self.json, self.quiet, self.verbose);
+        let output = self.output.output();
         let job = CopyJob {
             sources: locs,
             dest,

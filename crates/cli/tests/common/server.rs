@@ -212,7 +212,7 @@ impl Drop for ServerUnderTest {
     fn drop(&mut self) {
         self.kill();
         if self.kind == ServerKind::Ferry && !thread::panicking() {
-            audit_kept_checksums(&self.root);
+            super::audit::audit_kept_checksums(&self.root);
         }
         if thread::panicking() {
             eprintln!(
@@ -224,29 +224,6 @@ impl Drop for ServerUnderTest {
             );
         }
     }
-}
-
-/// Checks every checksum a ferry server kept under `root` (and still valid for its file) against
-/// Python's zlib and hashlib (`scripts/audit-checksums`), so each transfer of the suite that kept
-/// a value is compared with an independent computation. Skipped without /usr/bin/python3.
-fn audit_kept_checksums(root: &Path) {
-    let python = Path::new("/usr/bin/python3");
-    if !python.exists() {
-        return;
-    }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/audit-checksums");
-    let out = std::process::Command::new(python)
-        .arg(&script)
-        .arg(root)
-        .output()
-        .expect("run scripts/audit-checksums");
-    assert!(
-        out.status.success(),
-        "kept checksums under {} disagree with Python's:\n{}{}",
-        root.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn log_path(root: &Path) -> PathBuf {

@@ -6,6 +6,9 @@
 //! reads as the protocol steps it checks.
 #![allow(dead_code)]
 
+mod audit;
+pub use audit::audit_kept_checksums;
+
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -63,28 +66,6 @@ impl Drop for TestServer {
             audit_kept_checksums(self.base.path());
         }
     }
-}
-
-/// Checks every checksum the server kept under `dir` (and still valid for its file) against
-/// Python's zlib and hashlib (`scripts/audit-checksums`): every transfer of the suite that kept a
-/// value is compared with an independent computation. Skipped without /usr/bin/python3.
-pub fn audit_kept_checksums(dir: &Path) {
-    let python = Path::new("/usr/bin/python3");
-    if !python.exists() {
-        return;
-    }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/audit-checksums");
-    let out = std::process::Command::new(python)
-        .arg(&script)
-        .arg(dir)
-        .output()
-        .expect("run scripts/audit-checksums");
-    assert!(
-        out.status.success(),
-        "kept checksums disagree with Python's:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// The configuration every test starts from: loopback, a fresh root, password logins for
