@@ -87,6 +87,11 @@ pub(crate) struct ServeArgs {
     /// (comma-separated: ADLER32, CRC32C, MD5, SHA1, SHA256, SHA512). [default: ADLER32]
     #[arg(long, value_name = "ALG,...", value_delimiter = ',')]
     transfer_checksums: Vec<String>,
+    /// TCP congestion control of the data connections, e.g. bbr (the sending side's decides;
+    /// clients may ask for another per session with SITE SETNETSTACK tcp:congestion=NAME).
+    /// [default: the system's, net.ipv4.tcp_congestion_control]
+    #[arg(long, value_name = "NAME")]
+    data_congestion: Option<ferry_net::Congestion>,
     /// MODE E block size this server sends, in bytes. [default: 262144 on one stream, up to 4194304 on several]
     #[arg(long, value_name = "BYTES")]
     block_size: Option<u32>,
@@ -219,6 +224,9 @@ impl ServeArgs {
         }
         if let Some(v) = self.block_size {
             c.block_size = Some(v);
+        }
+        if self.data_congestion.is_some() {
+            c.data_congestion = self.data_congestion;
         }
         if let Some(v) = self.polling_streams {
             c.polling_streams = Some(v);

@@ -74,6 +74,7 @@ pub(crate) async fn drive(
             reused: false,
             checksums: Vec::new(),
             checksum_read_back: 0,
+            tcp: None,
         }),
     }
 }

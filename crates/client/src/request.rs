@@ -25,6 +25,10 @@ pub struct FileRequest {
     pub block_size: Option<u32>,
     /// TCP buffer size for data connections (`None`: the kernel's autotuning).
     pub tcp_buffer: Option<u32>,
+    /// TCP congestion control of the sending side's data connections: the client's own when it
+    /// sends, asked of a ferry server that sends (`SITE SETNETSTACK tcp:congestion=NAME`,
+    /// where its FEAT offers it). `None`: each side's default.
+    pub congestion: Option<ferry_net::Congestion>,
     /// First byte to transfer (partial transfer; the destination is written at the same offset).
     pub offset: u64,
     /// Bytes to transfer from `offset` (`None`: to the end).
@@ -50,6 +54,7 @@ impl Default for FileRequest {
             parallelism: 4,
             block_size: None,
             tcp_buffer: None,
+            congestion: None,
             offset: 0,
             length: None,
             restart: RangeSet::new(),
@@ -72,6 +77,7 @@ impl FileRequest {
         SocketTuning {
             send_buffer: self.tcp_buffer,
             recv_buffer: self.tcp_buffer,
+            congestion: self.congestion,
         }
     }
 

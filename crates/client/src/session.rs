@@ -40,6 +40,9 @@ pub struct RemoteSession {
     stor_buf: Option<u32>,
     /// The MODE E block size asked for with `SITE BLOCKSIZE`; `None`: the server's own.
     block_size: Option<u64>,
+    /// The congestion control asked of the server with `SITE SETNETSTACK tcp:congestion=`;
+    /// `None`: its default.
+    congestion: Option<ferry_net::Congestion>,
     features: Vec<String>,
     rtt: Duration,
     /// DCAU and PROT the server holds for this session (DCAU N and PROT C on plain FTP).
@@ -167,6 +170,7 @@ impl RemoteSession {
             retr_buf: None,
             stor_buf: None,
             block_size: None,
+            congestion: None,
             features,
             rtt,
             channel_security,
@@ -311,6 +315,64 @@ impl RemoteSession {
             .await?;
         self.block_size = bytes;
         Ok(())
+    }
+
+    /// The TCP congestion controls the server offers its data connections (its FEAT's
+    /// `TCP-CONGESTION` line, a ferry extension), lower case; empty for other servers.
+    pub fn congestion_offered(&self) -> Vec<String> {
+        self.features
+            .iter()
+            .find_map(|f| f.strip_prefix("TCP-CONGESTION "))
+            .map(|list| {
+                list.split(';')
+                    .map(|n| n.trim().to_ascii_lowercase())
+                    .filter(|n| !n.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Asks a server that will send for this congestion control on its data connections
+    /// (`SITE SETNETSTACK tcp:congestion=NAME`), or for its default again (`None`). Asked only
+    /// of a server whose FEAT offers the name, and only on TCP data channels: returns whether
+    /// the server's connections will have it.
+    pub(crate) async fn sender_congestion(
+        &mut self,
+        cc: Option<ferry_net::Congestion>,
+    ) -> Result<bool, ClientError> {
+        if self.congestion == cc {
+            return Ok(true);
+        }
+        let offered = self.data_stack.bottom() == "tcp"
+            && cc.is_none_or(|c| self.congestion_offered().iter().any(|n| n == c.as_str()));
+        if !offered {
+            return Ok(false);
+        }
+        let stack = match cc {
+            Some(c) => format!("tcp:congestion={c}"),
+            None => "default".to_string(),
+        };
+        let r = self
+            .ctl
+            .command(&Command::Site(SiteCommand::SetNetStack(stack)))
+            .await?;
+        // Connections the server holds were made under the old stack.
+        self.data = DataSetup::None;
+        DataMover::forget(&mut self.dtp);
+        if r.is_success() {
+            self.congestion = cc;
+        } else {
+            // The server went back to its default stack (as Globus does on a refusal).
+            self.congestion = None;
+            tracing::warn!(
+                "{} refused congestion control {}: {} {}",
+                self.server.authority(),
+                cc.map_or("default".to_string(), |c| c.to_string()),
+                r.code,
+                r.text().trim()
+            );
+        }
+        Ok(r.is_success())
     }
 
     /// Asks the server for socket buffers of `bytes` for sending (`retr`) or receiving, trying

@@ -31,6 +31,7 @@ pub async fn third_party(
     src.sender_block_size(req.block_size.map(u64::from)).await?;
     src.buffers(req.tcp_buffer, true).await?;
     dst.buffers(req.tcp_buffer, false).await?;
+    src.sender_congestion(req.congestion).await?;
     dst.frequent_restart_markers().await?;
     let result = third_party_inner(src, src_path, dst, dst_path, req, on_progress)
         .await
@@ -216,6 +217,7 @@ async fn third_party_pipelined_inner(
         src.sender_parallelism(1).await?;
         src.buffers(req.tcp_buffer, true).await?;
         dst.buffers(req.tcp_buffer, false).await?;
+        src.sender_congestion(req.congestion).await?;
         dst.frequent_restart_markers().await?;
         connect_pair(src, dst, req.stripe.map(|l| (l, 1))).await
     };

@@ -53,6 +53,7 @@ impl RemoteSession {
         self.sender_block_size(block.or(lone.then_some(LONE_STREAM_BLOCK)))
             .await?;
         self.buffers(req.tcp_buffer, true).await?;
+        self.sender_congestion(req.congestion).await?;
         self.listen_for_server(req.tuning()).await?;
         let desc = self.describe(req, Direction::Receive, local, ChannelSetup::Passive)?;
         let retrieve = self.retrieve_command(req, remote).await?;
@@ -99,6 +100,7 @@ impl RemoteSession {
             self.binary_extended().await?;
             self.sender_parallelism(1).await?;
             self.buffers(req.tcp_buffer, true).await?;
+            self.sender_congestion(req.congestion).await?;
             self.listen_for_server(req.tuning()).await
         };
         setup.await.map_err(|e| (0, e))?;

@@ -47,6 +47,8 @@ pub struct Dtp {
     transports: Arc<Transports>,
     /// The host at the other end of the last transfer's data channel.
     data_peer: Option<std::net::IpAddr>,
+    /// What the kernel knew of the last transfer's data connections (MODE E).
+    tcp: Option<ferry_net::TcpStats>,
 }
 
 /// A reader of a transfer's byte counters, kept after the transfer ends.
@@ -76,6 +78,7 @@ impl Dtp {
             security: None,
             cached_security: ChannelSecurity::default(),
             moved: Moved::nothing(),
+            tcp: None,
             poll_budget: None,
             disk_stacks: Arc::new(DiskStacks::standard()),
             transports: Arc::new(Transports::standard()),
@@ -181,6 +184,7 @@ impl Dtp {
         let idle = Duration::from_millis(desc.idle_timeout_ms.max(1));
         self.moved = Moved::nothing();
         self.data_peer = None;
+        self.tcp = None;
         if desc.ascii && desc.mode == TransferMode::Extended && desc.source == TransferSource::File
         {
             return Err(DtpError::Unsupported(
@@ -217,6 +221,7 @@ impl Dtp {
             reused,
             checksums: summed.taken,
             checksum_read_back: summed.read_back,
+            tcp: self.tcp.take(),
         })
     }
 }

@@ -45,4 +45,7 @@ pub struct TransferOutcome {
     /// Bytes read back from the file to complete `checksums` (what no stream carried: restart
     /// ranges; for MD5 and the SHAs what followed the in-order start).
     pub checksum_read_back: u64,
+    /// What the kernel knew of the data connections' path at the end (`TCP_INFO`, summed over
+    /// them): MODE E over TCP only; `None` otherwise.
+    pub tcp: Option<ferry_net::TcpStats>,
 }

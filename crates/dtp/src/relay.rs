@@ -158,6 +158,7 @@ mod tests {
                     reused: false,
                     checksums: Vec::new(),
                     checksum_read_back: 0,
+                    tcp: None,
                 })
             })
         }

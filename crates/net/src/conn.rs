@@ -28,7 +28,13 @@ pub struct DataConn {
 
 impl DataConn {
     pub(crate) fn from_tcp(stream: TcpStream, tuning: &SocketTuning) -> Result<DataConn, NetError> {
-        let _ = tuning;
+        // Linux gives an accepted connection its listener's congestion control; set it again
+        // so that a connection made elsewhere (and a future kernel) has it too.
+        if let Some(cc) = &tuning.congestion {
+            if tcp_congestion(&stream).as_deref() != Some(cc.as_str()) {
+                socket2::SockRef::from(&stream).set_tcp_congestion(cc.as_str().as_bytes())?;
+            }
+        }
         // Every write leaves at once, as with Globus: Nagle holding back each write's last
         // partial segment measured 15-20 % lower single-stream throughput and more sender CPU
         // per GB (bench/ mem, 256 KiB blocks, globus-url-copy and ferry clients), and gained
@@ -111,6 +117,15 @@ impl DataConn {
             self.unsent_limit = limit;
         }
         Ok(())
+    }
+
+    /// The kernel's view of the connection's path (`TCP_INFO`); `None` for other transports
+    /// or when the kernel does not answer.
+    pub fn tcp_stats(&self) -> Option<crate::TcpStats> {
+        match &self.link {
+            Link::Tcp(s) => crate::TcpStats::of(s).ok(),
+            Link::Other(_) => None,
+        }
     }
 
     /// Turns Nagle's algorithm off (`true`: small writes leave at once) or on. Data connections
@@ -203,6 +218,18 @@ impl DetachedConn {
             tls: None,
         })
     }
+}
+
+/// The congestion control a socket has.
+fn tcp_congestion(stream: &TcpStream) -> Option<String> {
+    socket2::SockRef::from(stream)
+        .tcp_congestion()
+        .ok()
+        .map(|n| {
+            String::from_utf8_lossy(&n)
+                .trim_end_matches('\0')
+                .to_string()
+        })
 }
 
 /// Connects to `addr` with `tuning` applied before the handshake.

@@ -4,13 +4,14 @@
 //! `ferry_proto::stack::StackSpec`): a [`Transport`] from the [`Transports`] registry at the
 //! bottom (TCP today; UDT and QUIC come later) under the GSI layer that DCAU/PROT add. The
 //! server admits only the drivers on its whitelist.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
 mod conn;
 mod error;
 mod link;
 mod listener;
+mod tcpinfo;
 mod tls;
 mod transport;
 mod tuning;
@@ -19,6 +20,7 @@ pub use conn::{connect, connect_tcp, DataConn, DetachedConn};
 pub use error::NetError;
 pub use link::TransportStream;
 pub use listener::{bind_listener, DataListener, PortRange, TransportListener};
+pub use tcpinfo::TcpStats;
 pub use tls::DataProtection;
 pub use transport::{ConnectFuture, Transport, Transports, GSI_LAYER};
-pub use tuning::SocketTuning;
+pub use tuning::{Congestion, SocketTuning};

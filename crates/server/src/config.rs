@@ -47,6 +47,10 @@ pub struct ServerConfig {
     /// MODE E block size this server sends, in bytes (`None`: 256 KiB on one stream, 1 MiB on
     /// several).
     pub block_size: Option<u32>,
+    /// TCP congestion control of the data connections (`None`: the system's,
+    /// `net.ipv4.tcp_congestion_control`). A client may ask another for its session with
+    /// `SITE SETNETSTACK tcp:congestion=NAME`; FEAT lists what this host offers.
+    pub data_congestion: Option<ferry_net::Congestion>,
     /// Uploads that may each read their lone stream on a thread that polls the socket (`None`:
     /// half the CPUs; `0`: none).
     pub polling_streams: Option<usize>,
@@ -135,6 +139,7 @@ impl Default for ServerConfig {
             checksum_cache: ferry_storage::CacheMode::Xattr,
             transfer_checksums: vec!["ADLER32".into()],
             block_size: None,
+            data_congestion: None,
             polling_streams: None,
             dc_whitelist: vec!["tcp".into(), "gsi".into()],
             fs_whitelist: vec!["file".into()],
@@ -225,6 +230,10 @@ impl ServerConfig {
             return Err(ConfigError::Invalid(
                 "--anonymous-write needs --anonymous".into(),
             ));
+        }
+        if let Some(cc) = &self.data_congestion {
+            cc.check()
+                .map_err(|why| ConfigError::Invalid(format!("--data-congestion {cc}: {why}")))?;
         }
         if self.block_size.is_some_and(|b| b < 4096) {
             return Err(ConfigError::Invalid(

@@ -161,6 +161,10 @@ impl Server {
                 "metrics and health on http://{addr}/metrics and /healthz"
             ));
         }
+        if let Some(cc) = &config.data_congestion {
+            r.checked
+                .push(format!("data connections use TCP congestion control {cc}"));
+        }
         for name in &config.dc_whitelist {
             if !drivers.transports.has_driver(name) {
                 r.warnings.push(format!(

@@ -48,6 +48,11 @@ pub(crate) struct TransferRecord<'a> {
     /// audits; absent when it took none.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub(crate) checksums: std::collections::BTreeMap<&'a str, &'a str>,
+    /// What the kernel knew of the data connections at the end (`TCP_INFO` summed over them:
+    /// congestion control, round trip, bytes sent and sent again, out-of-order arrivals), for
+    /// finding slow or lossy paths; MODE E over TCP only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tcp: Option<&'a ferry_net::TcpStats>,
     /// Globus' `TYPE`: RETR, ERET (a part or a restart), STOR, ESTO (appending or resuming),
     /// LIST, NLST, MLSD.
     #[serde(skip)]
@@ -222,6 +227,7 @@ mod tests {
             code,
             task_id: None,
             checksums: Default::default(),
+            tcp: None,
             globus_type: "ERET",
             buffer: 0,
             block: 262_144,

@@ -75,3 +75,90 @@ async fn net_stacks_take_globus_url_copys_spellings_and_refuse_unknown_transport
     assert_eq!(got, data);
     expect(&mut c, "SITE SETNETSTACK default", 250).await;
 }
+
+/// The transfer log's lines.
+fn log_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .expect("transfer log exists")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_chooses_the_congestion_control_of_the_data_connections_with_a_tcp_option() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("transfers.jsonl");
+    let log_cfg = log.clone();
+    let srv = TestServer::start_with(move |c| c.log_transfer = Some(log_cfg)).await;
+    let data = random_bytes(4 << 20, 7);
+    srv.write("f.bin", &data);
+    let mut c = srv.login().await;
+    // FEAT says what this host offers; reno is in every Linux kernel.
+    let feat = cmd(&mut c, "FEAT").await;
+    let line = feat
+        .lines
+        .iter()
+        .find(|l| l.starts_with(" TCP-CONGESTION "))
+        .unwrap_or_else(|| panic!("no TCP-CONGESTION in {feat}"));
+    assert!(line.contains("reno;"), "{line}");
+
+    expect(&mut c, "SITE SETNETSTACK tcp:congestion=reno", 250).await;
+    let (got, _) = client_get(&mut c, "f.bin", 4).await;
+    assert_eq!(got, data);
+    // An unknown name is refused with what the kernel allows, and the session is back on
+    // the default stack (the system's congestion control).
+    let r = cmd(&mut c, "SITE SETNETSTACK tcp:congestion=nosuchcc").await;
+    assert_refused(&r, NET, "nosuchcc");
+    assert!(r.text().contains("tcp_allowed_congestion_control"), "{r}");
+    let r = cmd(&mut c, "SITE SETNETSTACK tcp:window=1").await;
+    assert_refused(&r, NET, "unknown option");
+    let (got, _) = client_get(&mut c, "f.bin", 2).await;
+    assert_eq!(got, data);
+    drop(c);
+
+    let lines = log_lines(&log);
+    let tcp: Vec<&serde_json::Value> = lines.iter().map(|l| &l["tcp"]).collect();
+    assert_eq!(tcp.len(), 2, "{lines:?}");
+    assert_eq!(tcp[0]["congestion"], "reno", "{lines:?}");
+    assert_eq!(tcp[0]["connections"], 4, "{lines:?}");
+    assert!(
+        tcp[0]["bytes_sent"].as_u64().unwrap() >= data.len() as u64,
+        "{lines:?}"
+    );
+    let system = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap();
+    assert_eq!(tcp[1]["congestion"], system.trim(), "{lines:?}");
+    assert_eq!(tcp[1]["connections"], 2, "{lines:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_sets_the_servers_congestion_control_and_an_unknown_one_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("transfers.jsonl");
+    let log_cfg = log.clone();
+    let srv = TestServer::start_with(move |c| {
+        c.log_transfer = Some(log_cfg);
+        c.data_congestion = Some(ferry_net::Congestion::new("reno").unwrap());
+    })
+    .await;
+    let data = random_bytes(1 << 20, 8);
+    let mut c = srv.login().await;
+    client_put(&mut c, &data, "up.bin", 2).await.expect("put");
+    let (got, _) = client_get(&mut c, "up.bin", 2).await;
+    assert_eq!(got, data);
+    drop(c);
+    let lines = log_lines(&log);
+    // The server's own connections, receiving and sending, have the configured one.
+    assert!(
+        lines.iter().all(|l| l["tcp"]["congestion"] == "reno"),
+        "{lines:?}"
+    );
+
+    let bad = ferry_server::ServerConfig {
+        anonymous: true,
+        data_congestion: Some(ferry_net::Congestion::new("nosuchcc").unwrap()),
+        ..Default::default()
+    };
+    let err = bad.validate().unwrap_err().to_string();
+    assert!(err.contains("--data-congestion nosuchcc"), "{err}");
+}

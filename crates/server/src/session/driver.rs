@@ -376,6 +376,7 @@ fn log_transfer(
             .collect(),
         Err(_) => Default::default(),
     };
+    let tcp = result.as_ref().ok().and_then(|o| o.tcp.as_ref());
     let result = outcome.as_str();
     let secs = started.elapsed().as_secs_f64();
     let user = pi.user_name();
@@ -422,6 +423,7 @@ fn log_transfer(
             code,
             task_id: pi.task_id.as_deref(),
             checksums,
+            tcp,
             data_peer,
             globus_type,
             buffer: tuning.send_buffer.or(tuning.recv_buffer).unwrap_or(0),

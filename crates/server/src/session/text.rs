@@ -3,9 +3,25 @@
 use ferry_proto::Reply;
 use ferry_storage::ChecksumAlgorithm;
 
+/// The congestion controls this process can give its data connections, `;`-separated (the
+/// kernel's available ones that a socket here accepts), asked once.
+pub(crate) fn offered_congestion() -> &'static str {
+    static OFFERED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    OFFERED.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|n| ferry_net::Congestion::new(n).ok())
+            .filter(|c| c.check().is_ok())
+            .map(|c| format!("{c};"))
+            .collect()
+    })
+}
+
 /// The FEAT reply, modelled on what globus-gridftp-server advertises (clients match lines by
-/// name, so order does not matter).
-pub(crate) fn feat() -> Reply {
+/// name, so order does not matter). `congestion` lists what `SITE SETNETSTACK
+/// tcp:congestion=NAME` may choose (a ferry extension; empty: the line is left out).
+pub(crate) fn feat(congestion: &str) -> Reply {
     let cksm: String = ChecksumAlgorithm::all()
         .iter()
         .map(|a| format!("{}:10;", a.name()))
@@ -30,9 +46,13 @@ pub(crate) fn feat() -> Reply {
         " WHOAMI".into(),
         " SITE BLOCKSIZE".into(),
         format!(" CKSM {cksm}"),
-        "End.".into(),
     ];
-    Reply::multi(211, lines.to_vec())
+    let mut lines = lines.to_vec();
+    if !congestion.is_empty() {
+        lines.push(format!(" TCP-CONGESTION {congestion}"));
+    }
+    lines.push("End.".into());
+    Reply::multi(211, lines)
 }
 
 const VERBS: &[&str] = &[

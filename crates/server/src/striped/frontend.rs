@@ -310,6 +310,7 @@ impl RemoteDtp {
             reused,
             checksums: Vec::new(),
             checksum_read_back: 0,
+            tcp: None,
         })
     }
 }

@@ -59,7 +59,7 @@ impl Pi {
         let req = PassiveRequest {
             ip,
             ports: self.ctx.config.port_range,
-            tuning: self.settings.tuning,
+            tuning: self.data_tuning(),
             striped: matches!(kind, PassiveKind::Spas { .. }),
             stack: self.settings.net_stack.clone(),
         };

@@ -287,7 +287,15 @@ impl Pi {
                 self.reply(221, "Goodbye.");
                 return self.close();
             }
-            Command::Feat => return self.send(super::text::feat()),
+            Command::Feat => {
+                let tcp = self.ctx.config.dc_whitelist.iter().any(|d| d == "tcp");
+                let cc = if tcp {
+                    super::text::offered_congestion()
+                } else {
+                    ""
+                };
+                return self.send(super::text::feat(cc));
+            }
             Command::Help(topic) => return self.send(super::text::help(topic.as_deref())),
             Command::Noop => return self.reply(200, "NOOP command successful."),
             Command::Syst => return self.reply(215, "UNIX Type: L8"),

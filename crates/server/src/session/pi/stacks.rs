@@ -37,6 +37,20 @@ impl StackKind {
 }
 
 impl Pi {
+    /// The socket tuning of this session's data connections: its buffers (SBUF, SITE
+    /// RETRBUFSIZE...), the configured congestion control, and above both what the net stack's
+    /// transport options say (`tcp:congestion=bbr`).
+    pub(super) fn data_tuning(&self) -> ferry_net::SocketTuning {
+        ferry_net::SocketTuning {
+            congestion: self
+                .settings
+                .tuning
+                .congestion
+                .or(self.ctx.config.data_congestion),
+            ..self.settings.tuning
+        }
+    }
+
     /// The stack `arg` chooses and the reply: `250 OK.`, or the refusal with the default stack.
     pub(super) fn choose_stack(&self, arg: &str, kind: StackKind) -> (StackSpec, Reply) {
         match self.admit_stack(arg, kind) {

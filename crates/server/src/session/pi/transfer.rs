@@ -258,7 +258,7 @@ impl Pi {
             create_new,
             parallelism: s.parallelism,
             block_size: s.block_size.or(config.block_size),
-            tuning: s.tuning,
+            tuning: self.data_tuning(),
             channel,
             stack: s.net_stack.clone(),
             disk_stack: s.disk_stack.clone(),

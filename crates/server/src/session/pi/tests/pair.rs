@@ -235,6 +235,7 @@ impl Pair {
                     reused: false,
                     checksums: Vec::new(),
                     checksum_read_back: 0,
+                    tcp: None,
                 };
                 match self.script.clone() {
                     Script::Complete(events) => {
