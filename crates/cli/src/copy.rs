@@ -251,6 +251,14 @@ impl CopyArgs {
 
 /// Runs a resolved copy and returns the exit code.
 pub(crate) fn run_job(job: CopyJob) -> u8 {
+    run_job_measured(job).0
+}
+
+/// Runs the job as [`run_job`] does; also returns what it moved and how long it took (`None`
+/// when the copy could not start).
+pub(crate) fn run_job_measured(
+    job: CopyJob,
+) -> (u8, Option<(ferry_client::CopySummary, std::time::Duration)>) {
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into());
     crate::serve::init_logging(Some(&filter));
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -260,7 +268,7 @@ pub(crate) fn run_job(job: CopyJob) -> u8 {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("ferry: cannot start runtime: {e}");
-            return 1;
+            return (1, None);
         }
     };
     let started = Instant::now();
@@ -278,17 +286,18 @@ pub(crate) fn run_job(job: CopyJob) -> u8 {
             if job.output != Output::Json && job.output != Output::Quiet {
                 summary(s.done, s.failed, s.bytes, elapsed);
             }
-            match s.first_failure {
+            let code = match s.first_failure {
                 Some(class) => exit::code(class),
                 None => exit::OK,
-            }
+            };
+            (code, Some((s, elapsed)))
         }
         Err(e) => {
             eprintln!("ferry: {e}");
             if let Some(h) = exit::hint(&e) {
                 eprintln!("  hint: {h}");
             }
-            exit::code(e.class())
+            (exit::code(e.class()), None)
         }
     }
 }

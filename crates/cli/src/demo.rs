@@ -156,13 +156,7 @@ fn report(what: &str, bytes: u64, streams: u32, d: std::time::Duration) {
     );
 }
 
-fn human(n: u64) -> String {
-    match n {
-        n if n >= 1 << 30 => format!("{:.1} GiB", n as f64 / (1u64 << 30) as f64),
-        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64),
-        n => format!("{n} bytes"),
-    }
-}
+use crate::present::human_bytes as human;
 
 /// Writes `size` bytes of fast pseudo-random data and returns their MD5.
 fn write_random(path: &Path, size: u64) -> anyhow::Result<String> {

@@ -139,6 +139,7 @@ fn human(s: &mut State, ev: CopyEvent, verbose: bool) {
             streams,
             skipped,
             checksum,
+            ..
         } => {
             s.current.remove(&file);
             s.base += bytes;
@@ -173,5 +174,15 @@ fn line(s: &State, text: String) {
     match &s.bar {
         Some(b) => b.println(text),
         None => eprintln!("{text}"),
+    }
+}
+
+/// A byte count for people: GiB, MiB, KiB or bytes.
+pub(crate) fn human_bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 30 => format!("{:.1} GiB", n as f64 / (1u64 << 30) as f64),
+        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64),
+        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / 1024.0),
+        n => format!("{n} bytes"),
     }
 }

@@ -136,6 +136,8 @@ pub enum CopyEvent {
         skipped: bool,
         /// The checksum both ends have, when the file was verified.
         checksum: Option<String>,
+        /// What the kernel knew of the client's data connections (MODE E over TCP).
+        tcp: Option<ferry_net::TcpStats>,
     },
     /// Something the user should know that does not stop the copy; each said once per copy.
     Warning {
@@ -162,6 +164,9 @@ pub struct CopySummary {
     pub bytes: u64,
     /// The first failure's class, for the exit code.
     pub first_failure: Option<ErrorClass>,
+    /// The client's data connections of every file, summed (MODE E over TCP; `None` when no
+    /// file had its own: local and third-party copies).
+    pub tcp: Option<ferry_net::TcpStats>,
 }
 
 /// Events go to whoever presents them.
@@ -323,8 +328,11 @@ pub(crate) fn finished(
     match r {
         Ok(ev) => {
             s.done += 1;
-            if let CopyEvent::Done { bytes, .. } = &ev {
+            if let CopyEvent::Done { bytes, tcp, .. } = &ev {
                 s.bytes += bytes;
+                if let Some(t) = tcp {
+                    s.tcp.get_or_insert_with(Default::default).merge(t);
+                }
             }
             events(ev);
         }
@@ -359,6 +367,7 @@ async fn copy_one(
             streams: 0,
             skipped: true,
             checksum: None,
+            tcp: None,
         });
     }
     let mut file = FileCopy {
@@ -395,6 +404,7 @@ async fn copy_one(
                     streams: done.streams,
                     skipped: false,
                     checksum: done.checksum,
+                    tcp: done.tcp,
                 });
             }
             Err(e) if e.retry() == Retry::Resume && attempt <= opts.retries => {

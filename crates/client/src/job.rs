@@ -80,6 +80,8 @@ pub struct FileCopied {
     pub seconds: f64,
     /// The verified checksum, when the job asked for one.
     pub checksum: Option<String>,
+    /// What the kernel knew of the client's data connections (MODE E over TCP).
+    pub tcp: Option<ferry_net::TcpStats>,
 }
 
 /// Whether trying the same job again can succeed.
@@ -247,7 +249,10 @@ impl FileCopy {
             req.length = self.size.map(|size| size.saturating_sub(req.offset));
         }
         if req.parallelism == 0 {
-            req.parallelism = auto_parallelism(self.size, self.rtt(sessions).await);
+            req.parallelism = match req.large_file_streams {
+                Some(n) if !is_small(self.size) => n.max(1),
+                _ => auto_parallelism(self.size, self.rtt(sessions).await),
+            };
         }
         req.restart = stored.clone();
         req.checksums = self.verify.iter().map(|v| v.algorithm).collect();
@@ -273,7 +278,8 @@ impl FileCopy {
                 }
             }
         };
-        let (moved, streams, local_sums) = self.transfer(sessions, &req, &mut on_progress).await?;
+        let (moved, streams, local_sums, tcp) =
+            self.transfer(sessions, &req, &mut on_progress).await?;
         if !stream_only.is_empty() {
             self.check_stream_size(sessions).await?;
         }
@@ -308,6 +314,7 @@ impl FileCopy {
             streams,
             seconds: started.elapsed().as_secs_f64(),
             checksum,
+            tcp,
         })
     }
 
@@ -345,7 +352,15 @@ impl FileCopy {
         sessions: &mut Sessions,
         req: &FileRequest,
         on_progress: &mut (dyn FnMut(Progress) + Send),
-    ) -> Result<(u64, u32, Vec<ferry_dtp::digest::Taken>), ClientError> {
+    ) -> Result<
+        (
+            u64,
+            u32,
+            Vec<ferry_dtp::digest::Taken>,
+            Option<ferry_net::TcpStats>,
+        ),
+        ClientError,
+    > {
         let o = match (&self.src, &self.dst) {
             (Location::Remote(s), Location::Local(d)) => {
                 sessions
@@ -367,10 +382,10 @@ impl FileCopy {
             }
             (Location::Local(s), Location::Local(d)) => {
                 let (n, streams) = local_copy(s, d, req).await?;
-                return Ok((n, streams, Vec::new()));
+                return Ok((n, streams, Vec::new(), None));
             }
         };
-        Ok((o.bytes, o.streams, o.checksums))
+        Ok((o.bytes, o.streams, o.checksums, o.tcp))
     }
 
     /// In stream mode the end of the data is the close of its connection, which a server that
@@ -423,10 +438,16 @@ async fn local_copy(src: &Path, dst: &Path, req: &FileRequest) -> Result<(u64, u
     Ok((n, 0))
 }
 
+/// Files that go over one stream when the user did not say: below 16 MiB, more streams
+/// cost more in setup than they gain.
+fn is_small(size: Option<u64>) -> bool {
+    size.is_some_and(|s| s < 16 << 20)
+}
+
 /// Streams for a file of `size` bytes when the user did not say.
 pub(crate) fn auto_parallelism(size: Option<u64>, rtt: Duration) -> u32 {
     match size {
-        Some(s) if s < 16 << 20 => 1,
+        _ if is_small(size) => 1,
         _ if rtt > Duration::from_millis(20) => 8,
         _ => 4,
     }

@@ -190,5 +190,6 @@ fn done_event(
         streams: 1,
         skipped: false,
         checksum,
+        tcp: o.tcp.clone(),
     }
 }

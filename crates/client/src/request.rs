@@ -18,8 +18,11 @@ use crate::ClientError;
 /// How to move one file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileRequest {
-    /// Parallel data connections (MODE E).
+    /// Parallel data connections (MODE E); 0 chooses by file size and round-trip time.
     pub parallelism: u32,
+    /// With `parallelism == 0`: the streams of files of 16 MiB and more, as a tuner chose
+    /// them for the path (smaller files keep one); `None`: by round-trip time.
+    pub large_file_streams: Option<u32>,
     /// MODE E block size in bytes when this side sends (`None`: by stream count, see
     /// `ferry_dtp::auto_block_size`).
     pub block_size: Option<u32>,
@@ -52,6 +55,7 @@ impl Default for FileRequest {
     fn default() -> Self {
         FileRequest {
             parallelism: 4,
+            large_file_streams: None,
             block_size: None,
             tcp_buffer: None,
             congestion: None,

@@ -1,21 +1,24 @@
 //! `gcp` (also `ferry cp`): scp-style copies. Operands are written as for scp (`host:path`,
 //! `user@host:path`, local paths) or as URLs; site rules turn each host into the URL of its
-//! transfer server (`sites.rs`), and the copy then runs as `ferry copy` does, verified by
-//! default.
+//! transfer server (`sites.rs`); gcp tunes the copy to the path (`tune.rs`: the sending side's
+//! congestion control, the streams of large files, learnt per path), and the copy then runs as
+//! `ferry copy` does, verified by default.
 
 mod names;
 mod sites;
+mod tune;
 
 use std::path::PathBuf;
 
 use clap::Args;
 use ferry_client::{CopyOptions, FileRequest, GsiOptions, Location, Verify};
 
-use crate::copy::{run_job, CopyJob};
+use crate::copy::{run_job_measured, CopyJob};
 use crate::exit;
 use crate::present::OutputArgs;
 use names::Name;
 use sites::Sites;
+use tune::{Asked, CongestionArg, Tuning};
 
 /// `gcp` / `ferry cp` flags.
 #[derive(Debug, Args)]
@@ -28,7 +31,7 @@ pub(crate) struct GcpArgs {
     #[arg(short = 'r', long)]
     recursive: bool,
     /// Parallel data streams per file (scp's -p means "preserve", so gcp spells streams -n).
-    /// [default: by file size and round-trip time, as ferry copy]
+    /// [default: tuned to the path for files of 16 MiB and more, 1 for smaller ones]
     #[arg(short = 'n', long = "streams", value_name = "N")]
     streams: Option<u32>,
     /// Preserve modification times and modes, as scp -p does (MFMT and SITE CHMOD on a
@@ -48,6 +51,14 @@ pub(crate) struct GcpArgs {
     /// With --explain: print the translation and copy nothing.
     #[arg(long = "dry-run", requires = "explain")]
     dry_run: bool,
+    /// Do not tune: no probe, no cache, streams by file size and round trip as ferry copy.
+    #[arg(long = "no-tune")]
+    no_tune: bool,
+    /// TCP congestion control of the sending side's data connections: auto (bbr on paths of
+    /// 10 ms and more where the sender offers it), system (the sender's default), or a name.
+    /// A ferry server is asked with SITE SETNETSTACK tcp:congestion=NAME. [default: auto]
+    #[arg(long, value_name = "auto|system|NAME")]
+    congestion: Option<CongestionArg>,
     /// Do not compare checksums after each file (see ferry copy).
     #[arg(long = "no-verify")]
     no_verify: bool,
@@ -73,7 +84,7 @@ fn locate(name: &str, sites: &Sites, translate: bool) -> Result<(Location, Strin
 }
 
 impl GcpArgs {
-    fn resolve(self) -> Result<(CopyJob, Vec<String>), String> {
+    fn resolve(self) -> Result<(CopyJob, Vec<String>, Tuning), String> {
         let files = match &self.sites {
             Some(f) if !f.exists() => return Err(format!("--sites {}: no such file", f.display())),
             Some(f) => vec![f.clone()],
@@ -98,15 +109,32 @@ impl GcpArgs {
         }
         let dest = locs.pop().ok_or("need a source and a destination")?;
         let defaults = CopyOptions::default();
+        let gsi = GsiOptions::from_flags(false, false, false, None)?;
+        let asked = Asked {
+            streams: self.streams,
+            congestion: self.congestion.unwrap_or(CongestionArg::Auto),
+        };
+        let tuning = if self.no_tune {
+            if let Some(CongestionArg::Named(_)) = self.congestion {
+                return Err("--congestion NAME and --no-tune contradict each other".into());
+            }
+            Tuning::none("--no-tune")
+        } else if self.dry_run {
+            Tuning::none("--dry-run probes nothing")
+        } else {
+            Tuning::choose(&locs, &dest, &gsi, &asked)
+        };
         let options = CopyOptions {
             request: FileRequest {
                 parallelism: self.streams.unwrap_or(0),
+                large_file_streams: tuning.large_file_streams,
+                congestion: tuning.congestion,
                 ..defaults.request.clone()
             },
             retries: self.retries.unwrap_or(defaults.retries),
             verify: (!self.no_verify).then(Verify::by_default),
             preserve: self.preserve,
-            gsi: GsiOptions::from_flags(false, false, false, None)?,
+            gsi,
             ..defaults
         };
         let output = self.output.output();
@@ -117,7 +145,7 @@ impl GcpArgs {
             options,
             output,
         };
-        Ok((job, explained))
+        Ok((job, explained, tuning))
     }
 }
 
@@ -125,16 +153,30 @@ impl GcpArgs {
 pub(crate) fn run(args: GcpArgs) -> u8 {
     let (explain, dry_run) = (args.explain, args.dry_run);
     match args.resolve() {
-        Ok((job, explained)) => {
+        Ok((job, explained, tuning)) => {
             if explain {
-                for line in explained {
+                for line in explained.iter().chain(&tuning.explained) {
                     eprintln!("gcp: {line}");
                 }
             }
             if dry_run {
                 return exit::OK;
             }
-            run_job(job)
+            let (code, measured) = run_job_measured(job);
+            if let Some((summary, elapsed)) = measured {
+                let learnt = tuning.learn(
+                    summary.bytes,
+                    elapsed,
+                    summary.failed > 0,
+                    summary.tcp.as_ref(),
+                );
+                if explain {
+                    for line in learnt {
+                        eprintln!("gcp: {line}");
+                    }
+                }
+            }
+            code
         }
         Err(e) => {
             eprintln!("gcp: {e}");
