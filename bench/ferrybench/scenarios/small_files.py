@@ -36,8 +36,10 @@ METHOD = (
 )
 
 GLOBUS_VARIANTS = (("globus-pp", ["-r", "-pp", "-cc", "4"]), ("globus-fast", ["-r", "-fast", "-cc", "4"]))
-NAMES = {"ferry": "ferry pair", "globus-pp": "globus pair -pp -cc 4", "globus-fast": "globus pair -fast -cc 4"}
-LONG_NAMES = {"ferry": "ferry pair (ferry copy -r, defaults)", "globus-pp": "globus pair (-r -pp -cc 4)",
+NAMES = {"ferry": "ferry pair", "gcp": "gcp -r", "globus-pp": "globus pair -pp -cc 4", "globus-fast": "globus pair -fast -cc 4"}
+LONG_NAMES = {"ferry": "ferry pair (ferry copy -r, defaults)",
+              "gcp": "gcp -r (`ferry cp -r` with no flags against ferry serve, an empty cache each run: it probes)",
+              "globus-pp": "globus pair (-r -pp -cc 4)",
               "globus-fast": "globus pair (-r -fast -cc 4)"}
 
 
@@ -67,8 +69,11 @@ class Layout:
 
 def _command(ctx, variant: Variant, src_dir: str, out_dir: str, third_party: bool) -> list[str]:
     src = variant.src.url(src_dir.rstrip("/") + "/")
-    if variant.kind == "ferry":
+    if variant.kind in ("ferry", "gcp"):
         dst = variant.dst.url(out_dir + "/") if third_party else out_dir + "/"
+        if variant.kind == "gcp":
+            cache = tempfile.mkdtemp(prefix="gcp-cache-", dir=ctx.options.small_dir)
+            return ["env", f"XDG_CACHE_HOME={cache}", ctx.options.ferry, "cp", "-r", "-q", src, dst]
         return [ctx.options.ferry, "copy", "-r", src, dst]
     dst = variant.dst.url(out_dir + "/") if third_party else f"file://{out_dir}/"
     return ["globus-url-copy", *variant.flags, src, dst]
@@ -141,6 +146,7 @@ def run(ctx) -> ScenarioResult:
                 continue
             if kind == "ferry":
                 variants.append(Variant("ferry", [], *pair))
+                variants.append(Variant("gcp", [], *pair))
             else:
                 variants += [Variant(name, flags, *pair) for name, flags in GLOBUS_VARIANTS]
         samples = alternate(ctx, result, variants, cfgs, o.runs, measure_one)
@@ -156,14 +162,14 @@ def run(ctx) -> ScenarioResult:
     result.summaries.update(rate)
 
     header = ["source tree", "transfer"] + [f"{NAMES[k]} files/s" for k in kinds]
-    ratios = [k for k in kinds if k != "ferry"] if "ferry" in kinds else []
-    header += [f"ferry / {NAMES[k].replace('globus pair ', 'globus ')}" for k in ratios]
+    ratios = [(a, k) for a in ("ferry", "gcp") if a in kinds for k in kinds if k not in ("ferry", "gcp")]
+    header += [f"{NAMES[a].split()[0]} / {NAMES[k].replace('globus pair ', 'globus ')}" for a, k in ratios]
     rows = []
     for c in cfgs:
         shape, xfer = c.label.split()
         row = [shapes[shape], "get (server → local)" if xfer == "get" else "third party (server → server)"]
         row += [rate[(c.label, k)].cell(0) for k in kinds]
-        row += [fmt(ratio(rate[(c.label, "ferry")], rate[(c.label, k)])) for k in ratios]
+        row += [fmt(ratio(rate[(c.label, a)], rate[(c.label, k)])) for a, k in ratios]
         rows.append(row)
     result.tables.append(Table("Files per second: median (min–max)", header, rows))
 

@@ -256,30 +256,46 @@ pub(crate) fn run_job(job: CopyJob) -> u8 {
 
 /// Runs the job as [`run_job`] does; also returns what it moved and how long it took (`None`
 /// when the copy could not start).
-pub(crate) fn run_job_measured(
-    job: CopyJob,
-) -> (u8, Option<(ferry_client::CopySummary, std::time::Duration)>) {
+pub(crate) fn run_job_measured(job: CopyJob) -> Measured {
+    let Some(rt) = runtime() else {
+        return (1, None);
+    };
+    let gsi = std::sync::Arc::new(ferry_client::GsiSetup::new(job.options.gsi.clone()));
+    rt.block_on(run_job_async(job, ferry_client::Sessions::with_gsi(gsi)))
+}
+
+/// An exit code, and what the copy moved in how long when it ran.
+pub(crate) type Measured = (u8, Option<(ferry_client::CopySummary, Duration)>);
+
+/// The runtime copies run on; `None` (and a message) when it cannot start.
+pub(crate) fn runtime() -> Option<tokio::runtime::Runtime> {
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into());
     crate::serve::init_logging(Some(&filter));
-    let rt = match tokio::runtime::Builder::new_multi_thread()
+    match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
     {
-        Ok(rt) => rt,
+        Ok(rt) => Some(rt),
         Err(e) => {
             eprintln!("ferry: cannot start runtime: {e}");
-            return (1, None);
+            None
         }
-    };
+    }
+}
+
+/// Runs the job from `sessions` (which may be logged in already) on the current runtime.
+pub(crate) async fn run_job_async(job: CopyJob, sessions: ferry_client::Sessions) -> Measured {
     let started = Instant::now();
     let sink = present::sink(job.output);
-    let result = rt.block_on(ferry_client::copy(
+    let result = ferry_client::copy_with_sessions(
         &job.sources,
         &job.dest,
         job.recursive,
         &job.options,
         sink,
-    ));
+        sessions,
+    )
+    .await;
     let elapsed = started.elapsed();
     match result {
         Ok(s) => {

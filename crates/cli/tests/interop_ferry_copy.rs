@@ -1725,6 +1725,7 @@ fn the_binary_called_gcp_takes_ferry_cp_arguments() {
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_ferry"), &gcp).expect("link gcp");
     let dest = local.join("got.bin");
     let out = std::process::Command::new(&gcp)
+        .env("XDG_CACHE_HOME", local.join("cache"))
         .args(["-q", "--sites"])
         .arg(&rules)
         .arg("labhost:/data/in.bin")

@@ -256,6 +256,19 @@ fn third_party_striped_between_ferry_clusters_of_three_and_two_nodes() {
         );
         same(&a_root.join(&back), &bytes, "2 → 3");
     }
+    // gcp --big: the same striped third-party copy, with gcp's tuning, verified.
+    let log = ok(
+        &ferry(&[
+            "cp",
+            "--big",
+            "--explain",
+            &a.url("src.bin"),
+            &b.url("gcp-big.bin"),
+        ]),
+        "gcp --big 3 → 2",
+    );
+    same(&b_dir.path().join("gcp-big.bin"), &bytes, "gcp --big");
+    assert!(log.contains("1 file copied"), "{log}");
 }
 
 #[test]

@@ -180,9 +180,32 @@ pub async fn copy(
     opts: &CopyOptions,
     events: EventSink,
 ) -> Result<CopySummary, ClientError> {
-    let events = once_per_warning(events);
     let gsi = std::sync::Arc::new(crate::GsiSetup::new(opts.gsi.clone()));
-    let mut planner_sessions = Sessions::with_gsi(std::sync::Arc::clone(&gsi));
+    copy_with_sessions(
+        sources,
+        dest,
+        recursive,
+        opts,
+        events,
+        Sessions::with_gsi(gsi),
+    )
+    .await
+}
+
+/// [`copy`] starting from `sessions` (logged in already, e.g. by a caller that measured the
+/// path first): the planner and the first worker use them, so no login is repeated. Further
+/// workers log in with the same GSI setup (`sessions.gsi()`), not `opts.gsi`.
+pub async fn copy_with_sessions(
+    sources: &[Location],
+    dest: &Location,
+    recursive: bool,
+    opts: &CopyOptions,
+    events: EventSink,
+    sessions: Sessions,
+) -> Result<CopySummary, ClientError> {
+    let events = once_per_warning(events);
+    let gsi = std::sync::Arc::clone(sessions.gsi());
+    let mut planner_sessions = sessions;
     let plan = crate::plan::plan(sources, dest, recursive, &mut planner_sessions).await?;
     let bytes = plan.jobs.iter().filter_map(|j| j.size).sum();
     events(CopyEvent::Planned {

@@ -26,7 +26,9 @@ pub mod url;
 
 pub use checks::Verify;
 pub use control::ControlClient;
-pub use copy::{copy, CopyEvent, CopyOptions, CopySummary, EventSink, SyncLevel};
+pub use copy::{
+    copy, copy_with_sessions, CopyEvent, CopyOptions, CopySummary, EventSink, SyncLevel,
+};
 pub use drive::Progress;
 pub use error::{ClientError, ErrorClass};
 pub use ferry_gsi::Delegation;

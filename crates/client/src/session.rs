@@ -317,6 +317,22 @@ impl RemoteSession {
         Ok(())
     }
 
+    /// What a ferry server's kernel knew of its last transfer's data connections (`SITE
+    /// TCPINFO`, asked only where FEAT lists it); `None` from other servers or on any refusal.
+    pub(crate) async fn last_tcp_info(&mut self) -> Option<ferry_net::TcpStats> {
+        if !self.has_feature("SITE TCPINFO") {
+            return None;
+        }
+        let r = self
+            .ctl
+            .command(&Command::Site(SiteCommand::TcpInfo))
+            .await
+            .ok()?;
+        (r.code == 200)
+            .then(|| ferry_net::TcpStats::from_facts(r.text().trim()).ok())
+            .flatten()
+    }
+
     /// The TCP congestion controls the server offers its data connections (its FEAT's
     /// `TCP-CONGESTION` line, a ferry extension), lower case; empty for other servers.
     pub fn congestion_offered(&self) -> Vec<String> {

@@ -33,12 +33,16 @@ pub async fn third_party(
     dst.buffers(req.tcp_buffer, false).await?;
     src.sender_congestion(req.congestion).await?;
     dst.frequent_restart_markers().await?;
-    let result = third_party_inner(src, src_path, dst, dst_path, req, on_progress)
+    let mut result = third_party_inner(src, src_path, dst, dst_path, req, on_progress)
         .await
         .map(|o| ferry_dtp::TransferOutcome {
             streams: req.parallelism.max(1),
             ..o
         });
+    if let Ok(o) = &mut result {
+        // The client sees neither data connection: a ferry source says what its kernel saw.
+        o.tcp = src.last_tcp_info().await;
+    }
     if result.is_err() {
         src.reset_data();
         dst.reset_data();

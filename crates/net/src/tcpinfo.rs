@@ -178,6 +178,48 @@ impl TcpStats {
         (sum.connections > 0).then_some(sum)
     }
 
+    /// The figures as `SITE TCPINFO` answers them: `key=value;` facts, in the field order.
+    pub fn to_facts(&self) -> String {
+        format!(
+            "connections={};congestion={};rtt_us={};min_rtt_us={};bytes_sent={};\
+             bytes_retrans={};bytes_received={};out_of_order={};delivery_rate={};",
+            self.connections,
+            self.congestion,
+            self.rtt_us,
+            self.min_rtt_us,
+            self.bytes_sent,
+            self.bytes_retrans,
+            self.bytes_received,
+            self.out_of_order,
+            self.delivery_rate
+        )
+    }
+
+    /// Reads [`TcpStats::to_facts`]' form back; unknown keys are skipped (a later server may
+    /// say more), a known key with a bad value is an error.
+    pub fn from_facts(text: &str) -> Result<TcpStats, String> {
+        let mut t = TcpStats::default();
+        for fact in text.trim().split(';').filter(|f| !f.is_empty()) {
+            let (k, v) = fact
+                .split_once('=')
+                .ok_or_else(|| format!("'{fact}' is not key=value"))?;
+            let bad = |_| format!("{k}: '{v}' is not a number");
+            match k.trim() {
+                "connections" => t.connections = v.parse().map_err(bad)?,
+                "congestion" => t.congestion = v.to_string(),
+                "rtt_us" => t.rtt_us = v.parse().map_err(bad)?,
+                "min_rtt_us" => t.min_rtt_us = v.parse().map_err(bad)?,
+                "bytes_sent" => t.bytes_sent = v.parse().map_err(bad)?,
+                "bytes_retrans" => t.bytes_retrans = v.parse().map_err(bad)?,
+                "bytes_received" => t.bytes_received = v.parse().map_err(bad)?,
+                "out_of_order" => t.out_of_order = v.parse().map_err(bad)?,
+                "delivery_rate" => t.delivery_rate = v.parse().map_err(bad)?,
+                _ => {}
+            }
+        }
+        Ok(t)
+    }
+
     /// The share of sent bytes sent again (0 when nothing was sent).
     pub fn retransmit_ratio(&self) -> f64 {
         if self.bytes_sent == 0 {
@@ -202,6 +244,32 @@ mod tests {
         assert_eq!(std::mem::offset_of!(RawTcpInfo, bytes_sent), 200);
         assert_eq!(std::mem::offset_of!(RawTcpInfo, rcv_ooopack), 224);
         assert_eq!(std::mem::size_of::<RawTcpInfo>(), 232);
+    }
+
+    #[test]
+    fn facts_go_there_and_back_and_bad_values_are_named() {
+        let t = TcpStats {
+            connections: 4,
+            congestion: "bbr".into(),
+            rtt_us: 75_000,
+            min_rtt_us: 74_100,
+            bytes_sent: 1 << 30,
+            bytes_retrans: 1 << 20,
+            bytes_received: 0,
+            out_of_order: 0,
+            delivery_rate: 110_000_000,
+        };
+        assert_eq!(TcpStats::from_facts(&t.to_facts()).unwrap(), t);
+        assert_eq!(
+            TcpStats::from_facts("connections=2;future_key=x;")
+                .unwrap()
+                .connections,
+            2
+        );
+        assert!(TcpStats::from_facts("rtt_us=soon;")
+            .unwrap_err()
+            .contains("rtt_us"));
+        assert!(TcpStats::from_facts("nonsense").is_err());
     }
 
     #[tokio::test]

@@ -67,6 +67,10 @@ pub enum SiteCommand {
     Status,
     /// `SITE SETNETSTACK <stack>` (alias `SETDCSTACK`).
     SetNetStack(String),
+    /// `SITE TCPINFO`: what the kernel knew of the last transfer's data connections (a ferry
+    /// extension, listed in FEAT), so that a client steering a third-party copy sees the path
+    /// between the servers.
+    TcpInfo,
     /// `SITE SETDISKSTACK <stack>`.
     SetDiskStack(String),
     /// Any other subcommand: the upper-cased word and the rest of the line.
@@ -120,6 +124,7 @@ pub(crate) fn parse_site(a: Args<'_>) -> Result<SiteCommand, CommandError> {
         "WHOAMI" => s.none().map(|()| SiteCommand::Whoami)?,
         "VERSION" => s.none().map(|()| SiteCommand::Version)?,
         "STATUS" => s.none().map(|()| SiteCommand::Status)?,
+        "TCPINFO" => s.none().map(|()| SiteCommand::TcpInfo)?,
         "SETNETSTACK" | "SETDCSTACK" => SiteCommand::SetNetStack(path(s)?),
         "SETDISKSTACK" => SiteCommand::SetDiskStack(path(s)?),
         _ => SiteCommand::Other {
@@ -186,6 +191,7 @@ impl fmt::Display for SiteCommand {
             SiteCommand::Whoami => f.write_str("WHOAMI"),
             SiteCommand::Version => f.write_str("VERSION"),
             SiteCommand::Status => f.write_str("STATUS"),
+            SiteCommand::TcpInfo => f.write_str("TCPINFO"),
             SiteCommand::SetNetStack(s) => write!(f, "SETNETSTACK {s}"),
             SiteCommand::SetDiskStack(s) => write!(f, "SETDISKSTACK {s}"),
             SiteCommand::Other { name, args } if args.is_empty() => f.write_str(name),

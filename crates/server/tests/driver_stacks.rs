@@ -104,8 +104,19 @@ async fn a_client_chooses_the_congestion_control_of_the_data_connections_with_a_
     assert!(line.contains("reno;"), "{line}");
 
     expect(&mut c, "SITE SETNETSTACK tcp:congestion=reno", 250).await;
+    // Nothing to say before a transfer.
+    expect(&mut c, "SITE TCPINFO", 550).await;
     let (got, _) = client_get(&mut c, "f.bin", 4).await;
     assert_eq!(got, data);
+    // What a client steering a third-party copy asks of the sender afterwards.
+    let r = expect(&mut c, "SITE TCPINFO", 200).await;
+    let facts = ferry_net::TcpStats::from_facts(r.text().trim()).expect("facts");
+    assert_eq!(
+        (facts.connections, facts.congestion.as_str()),
+        (4, "reno"),
+        "{r}"
+    );
+    assert!(facts.bytes_sent >= data.len() as u64, "{r}");
     // An unknown name is refused with what the kernel allows, and the session is back on
     // the default stack (the system's congestion control).
     let r = cmd(&mut c, "SITE SETNETSTACK tcp:congestion=nosuchcc").await;

@@ -5,15 +5,16 @@
 //! `ferry copy` does, verified by default.
 
 mod names;
+mod search;
 mod sites;
 mod tune;
 
 use std::path::PathBuf;
 
 use clap::Args;
-use ferry_client::{CopyOptions, FileRequest, GsiOptions, Location, Verify};
+use ferry_client::{CopyOptions, FileRequest, GsiOptions, GsiSetup, Location, Sessions, Verify};
 
-use crate::copy::{run_job_measured, CopyJob};
+use crate::copy::{run_job_async, CopyJob};
 use crate::exit;
 use crate::present::OutputArgs;
 use names::Name;
@@ -59,6 +60,15 @@ pub(crate) struct GcpArgs {
     /// A ferry server is asked with SITE SETNETSTACK tcp:congestion=NAME. [default: auto]
     #[arg(long, value_name = "auto|system|NAME")]
     congestion: Option<CongestionArg>,
+    /// Stripe over every data node of striped servers (the seed's -big): third-party copies
+    /// between striped sites (SPAS to the destination, SPOR to the source) and uploads, as
+    /// ferry copy --stripe.
+    #[arg(long)]
+    big: bool,
+    /// Hand the copy to ferry's transfer service and print the job id (the seed's -rft). The
+    /// service is not built yet: gcp says so and copies nothing.
+    #[arg(long, visible_alias = "rft")]
+    queue: bool,
     /// Do not compare checksums after each file (see ferry copy).
     #[arg(long = "no-verify")]
     no_verify: bool,
@@ -83,8 +93,16 @@ fn locate(name: &str, sites: &Sites, translate: bool) -> Result<(Location, Strin
     Ok((loc, format!("{url} ({why})")))
 }
 
+/// A resolved gcp command: the copy, what the translation said, and how to tune it.
+struct Resolved {
+    job: CopyJob,
+    explained: Vec<String>,
+    /// `None`: no tuning, for this reason.
+    tune: Result<Asked, &'static str>,
+}
+
 impl GcpArgs {
-    fn resolve(self) -> Result<(CopyJob, Vec<String>, Tuning), String> {
+    fn resolve(self) -> Result<Resolved, String> {
         let files = match &self.sites {
             Some(f) if !f.exists() => return Err(format!("--sites {}: no such file", f.display())),
             Some(f) => vec![f.clone()],
@@ -93,13 +111,7 @@ impl GcpArgs {
         let sites = Sites::load(&files)?;
         let mut explained = vec![match sites.files_read() {
             [] => "site rules: none found".to_string(),
-            read => format!(
-                "site rules from {}",
-                read.iter()
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+            read => format!("site rules from {}", read.join(", ")),
         }];
         let mut locs = Vec::new();
         for p in &self.paths {
@@ -108,79 +120,101 @@ impl GcpArgs {
             locs.push(loc);
         }
         let dest = locs.pop().ok_or("need a source and a destination")?;
-        let defaults = CopyOptions::default();
-        let gsi = GsiOptions::from_flags(false, false, false, None)?;
-        let asked = Asked {
-            streams: self.streams,
-            congestion: self.congestion.unwrap_or(CongestionArg::Auto),
-        };
-        let tuning = if self.no_tune {
-            if let Some(CongestionArg::Named(_)) = self.congestion {
-                return Err("--congestion NAME and --no-tune contradict each other".into());
+        let tune = match (self.no_tune, self.congestion) {
+            (true, Some(CongestionArg::Named(_))) => {
+                return Err("--congestion NAME and --no-tune contradict each other".into())
             }
-            Tuning::none("--no-tune")
-        } else if self.dry_run {
-            Tuning::none("--dry-run probes nothing")
-        } else {
-            Tuning::choose(&locs, &dest, &gsi, &asked)
+            (true, _) => Err("--no-tune"),
+            (false, _) if self.dry_run => Err("--dry-run probes nothing"),
+            (false, cc) => Ok(Asked {
+                streams: self.streams,
+                congestion: cc.unwrap_or(CongestionArg::Auto),
+            }),
         };
+        let defaults = CopyOptions::default();
         let options = CopyOptions {
             request: FileRequest {
                 parallelism: self.streams.unwrap_or(0),
-                large_file_streams: tuning.large_file_streams,
-                congestion: tuning.congestion,
+                stripe: crate::copy::stripe_layout(self.big, None),
                 ..defaults.request.clone()
             },
             retries: self.retries.unwrap_or(defaults.retries),
             verify: (!self.no_verify).then(Verify::by_default),
             preserve: self.preserve,
-            gsi,
+            gsi: GsiOptions::from_flags(false, false, false, None)?,
             ..defaults
         };
-        let output = self.output.output();
         let job = CopyJob {
             sources: locs,
             dest,
             recursive: self.recursive,
             options,
-            output,
+            output: self.output.output(),
         };
-        Ok((job, explained, tuning))
+        Ok(Resolved {
+            job,
+            explained,
+            tune,
+        })
     }
 }
 
 /// Runs `gcp`; returns the exit code (as `ferry copy`'s).
 pub(crate) fn run(args: GcpArgs) -> u8 {
+    if args.queue {
+        eprintln!(
+            "gcp: --queue hands copies to ferry's transfer service, which this version does not \
+             have yet; nothing was queued or copied. Run the same command without --queue to \
+             copy now (it retries and resumes by itself: --retries N)."
+        );
+        return exit::USAGE;
+    }
     let (explain, dry_run) = (args.explain, args.dry_run);
-    match args.resolve() {
-        Ok((job, explained, tuning)) => {
-            if explain {
-                for line in explained.iter().chain(&tuning.explained) {
-                    eprintln!("gcp: {line}");
-                }
-            }
-            if dry_run {
-                return exit::OK;
-            }
-            let (code, measured) = run_job_measured(job);
-            if let Some((summary, elapsed)) = measured {
-                let learnt = tuning.learn(
-                    summary.bytes,
-                    elapsed,
-                    summary.failed > 0,
-                    summary.tcp.as_ref(),
-                );
-                if explain {
-                    for line in learnt {
-                        eprintln!("gcp: {line}");
-                    }
-                }
-            }
-            code
-        }
+    let Resolved {
+        mut job,
+        explained,
+        tune,
+    } = match args.resolve() {
+        Ok(r) => r,
         Err(e) => {
             eprintln!("gcp: {e}");
-            exit::USAGE
+            return exit::USAGE;
         }
-    }
+    };
+    let say = |lines: &[String]| {
+        if explain {
+            for line in lines {
+                eprintln!("gcp: {line}");
+            }
+        }
+    };
+    say(&explained);
+    let Some(rt) = crate::copy::runtime() else {
+        return 1;
+    };
+    rt.block_on(async {
+        let gsi = std::sync::Arc::new(GsiSetup::new(job.options.gsi.clone()));
+        let mut sessions = Sessions::with_gsi(gsi);
+        // The probe logs in over the sessions the copy then uses: no login twice.
+        let tuning = match tune {
+            Ok(asked) => Tuning::choose(&job.sources, &job.dest, &mut sessions, &asked).await,
+            Err(why) => Tuning::none(why),
+        };
+        say(&tuning.explained);
+        if dry_run {
+            return exit::OK;
+        }
+        job.options.request.large_file_streams = tuning.large_file_streams;
+        job.options.request.congestion = tuning.congestion;
+        let (code, measured) = run_job_async(job, sessions).await;
+        if let Some((summary, elapsed)) = measured {
+            say(&tuning.learn(
+                summary.bytes,
+                elapsed,
+                summary.failed > 0,
+                summary.tcp.as_ref(),
+            ));
+        }
+        code
+    })
 }

@@ -6,6 +6,7 @@
 //! ```toml
 //! [defaults]
 //! protocol = "gsiftp"            # for hosts no rule names: gsiftp://HOST/PATH (or ftp)
+//! shared = ["/cvmfs/vo.example.org/ferry/gcp-sites.toml"]   # remote sites' rules
 //!
 //! [[site]]
 //! host = "*.cluster.example.org" # glob on the host as written
@@ -21,6 +22,12 @@
 //! names one itself (`ftp://anonymous@host`); `{user}` in `home` is that user, or the local one.
 //! Without a matching rule, or with `--no-translate`, `host:/path` is `PROTOCOL://host/path`;
 //! a relative path then has nothing to be relative to and is refused with a hint.
+//!
+//! `shared` names the shared section for remote sites (the seed's): rules files a virtual
+//! organisation distributes (on CVMFS, a shared file system, by configuration management), in
+//! which each site publishes the rules for its own hosts. They are tried after every local
+//! rule, so a site's own file wins; only their `[[site]]` rules count (they name no further
+//! files), and a missing one is skipped and shown by `--explain`.
 
 use std::path::{Path, PathBuf};
 
@@ -42,11 +49,17 @@ struct RulesFile {
 struct Defaults {
     #[serde(default = "gsiftp")]
     protocol: String,
+    /// Rules files of the shared section, tried after every local rule.
+    #[serde(default)]
+    shared: Vec<PathBuf>,
 }
 
 impl Default for Defaults {
     fn default() -> Self {
-        Defaults { protocol: gsiftp() }
+        Defaults {
+            protocol: gsiftp(),
+            shared: Vec::new(),
+        }
     }
 }
 
@@ -82,8 +95,8 @@ struct Rule {
 pub(crate) struct Sites {
     rules: Vec<Rule>,
     protocol: String,
-    /// The files read, for `--explain`.
-    read: Vec<PathBuf>,
+    /// The files read (and shared ones missing), for `--explain`.
+    read: Vec<String>,
 }
 
 /// What a remote operand became, and why.
@@ -104,19 +117,33 @@ impl Sites {
             read: Vec::new(),
         };
         let mut protocol = None;
+        let mut shared: Vec<PathBuf> = Vec::new();
         for file in files {
-            let text = match std::fs::read_to_string(file) {
-                Ok(t) => t,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(format!("{}: {e}", file.display())),
+            let Some(parsed) = read_rules(file)? else {
+                continue;
             };
-            let parsed: RulesFile =
-                toml::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
             protocol.get_or_insert(parsed.defaults.protocol);
-            for (i, rule) in parsed.site.into_iter().enumerate() {
-                sites.rules.push(compile(file, i + 1, rule)?);
+            for path in parsed.defaults.shared {
+                if !shared.contains(&path) {
+                    shared.push(path);
+                }
             }
-            sites.read.push(file.clone());
+            for (i, rule) in parsed.site.into_iter().enumerate() {
+                sites.rules.push(compile(file, "", i + 1, rule)?);
+            }
+            sites.read.push(file.display().to_string());
+        }
+        for file in &shared {
+            let Some(parsed) = read_rules(file)? else {
+                sites
+                    .read
+                    .push(format!("{} (shared, missing)", file.display()));
+                continue;
+            };
+            for (i, rule) in parsed.site.into_iter().enumerate() {
+                sites.rules.push(compile(file, " (shared)", i + 1, rule)?);
+            }
+            sites.read.push(format!("{} (shared)", file.display()));
         }
         if let Some(p) = protocol {
             check_protocol(&p)?;
@@ -139,7 +166,7 @@ impl Sites {
     }
 
     /// The files the rules came from.
-    pub(crate) fn files_read(&self) -> &[PathBuf] {
+    pub(crate) fn files_read(&self) -> &[String] {
         &self.read
     }
 
@@ -222,8 +249,20 @@ impl Sites {
     }
 }
 
-fn compile(file: &Path, n: usize, text: RuleText) -> Result<Rule, String> {
-    let origin = format!("{} rule {n}", file.display());
+/// A rules file, or `None` when there is none.
+fn read_rules(file: &Path) -> Result<Option<RulesFile>, String> {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", file.display())),
+    };
+    toml::from_str(&text)
+        .map(Some)
+        .map_err(|e| format!("{}: {e}", file.display()))
+}
+
+fn compile(file: &Path, kind: &str, n: usize, text: RuleText) -> Result<Rule, String> {
+    let origin = format!("{}{kind} rule {n}", file.display());
     let glob = |pattern: &str| {
         Glob::new(pattern)
             .map(|g| g.compile_matcher())
@@ -356,6 +395,46 @@ home = "/home/{user}"
             .url(None, "elsewhere.org", "x", true)
             .expect_err("relative");
         assert!(e.contains("home"), "{e}");
+    }
+
+    #[test]
+    fn shared_rules_come_after_every_local_one_and_missing_ones_are_shown() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let vo = dir.path().join("vo-sites.toml");
+        std::fs::write(
+            &vo,
+            "[[site]]\nhost = \"*.far.example.org\"\nserver = \"gsiftp://dtn.far.example.org\"\n\
+             [[site]]\nhost = \"*.cluster.example.org\"\nserver = \"gsiftp://shadowed\"\n",
+        )
+        .expect("write");
+        let local = dir.path().join("gcp.toml");
+        let text = format!(
+            "[defaults]\nshared = [\"{}\", \"{}\"]\n{}",
+            vo.display(),
+            dir.path().join("gone.toml").display(),
+            RULES.replace("[defaults]\nprotocol = \"ftp\"\n", "")
+        );
+        std::fs::write(&local, text).expect("write");
+        let s = Sites::load(&[local]).expect("rules");
+        let t = s.url(None, "n1.far.example.org", "/x", true).expect("url");
+        assert_eq!(t.url, "gsiftp://dtn.far.example.org/x");
+        assert!(
+            t.reason.contains("vo-sites.toml (shared) rule 1"),
+            "{}",
+            t.reason
+        );
+        // The site's own rule wins over the shared one for its hosts.
+        let t = s
+            .url(None, "n1.cluster.example.org", "/x", true)
+            .expect("url");
+        assert_eq!(t.url, "gsiftp://dtn2.example.org/x");
+        assert!(
+            s.files_read()
+                .iter()
+                .any(|f| f.ends_with("gone.toml (shared, missing)")),
+            "{:?}",
+            s.files_read()
+        );
     }
 
     #[test]

@@ -7,70 +7,51 @@
 //! what one socket's window cannot.
 //!
 //! What a copy learns is kept per (source, destination) in `~/.cache/ferry/gcp-paths.json`
-//! (`$XDG_CACHE_HOME`): the probe (round trip, offered congestion controls), and the seed
-//! GridCopy's "decrease streams" search: after a measured copy the next one tries fewer
-//! streams (a quarter less) while throughput stays within 97 % of the best, then holds. A
-//! held path whose throughput moves by more than 15 % either way has changed, and the search
-//! goes up again (a quarter more while each step gains 3 %), so a faster path is found again.
+//! (`$XDG_CACHE_HOME`): the probe (round trip, offered congestion controls), and where the
+//! stream search (`search.rs`) stands.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ferry_client::{GsiOptions, GsiSetup, Location, RemoteSession, RemoteUrl};
+use ferry_client::{Location, Sessions};
 use ferry_net::Congestion;
 use serde::{Deserialize, Serialize};
 
+use super::search::{choose_streams, step_search, Search};
+
 /// Round trips from this up are long: there one loss costs cubic seconds of halved rate.
 const LONG_RTT_MS: f64 = 10.0;
-/// Above this round trip large files start with 8 streams, else 4 (as `ferry copy`).
-const WAN_RTT_MS: f64 = 20.0;
 /// Copies moving less than this do not measure the path (logins and small files dominate).
 const MEASURE_BYTES: u64 = 64 << 20;
 /// A cached probe is trusted this long.
 const PROBE_TTL_S: u64 = 7 * 86_400;
-/// The most streams the search goes to.
-const MAX_STREAMS: u32 = 32;
-/// The bandwidth the first copy on a path assumes for its bandwidth-delay product (the seed's).
-const ASSUMED_BPS: f64 = 1e9;
-
-/// Where the stream search is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum Search {
-    /// Fewer streams next time, while throughput holds.
-    Decrease,
-    /// Keep the best.
-    Hold,
-    /// More streams next time, while throughput grows.
-    Increase,
-}
 
 /// What gcp knows of one (source, destination) path.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct PathEntry {
+pub(super) struct PathEntry {
     /// Control-channel round trip, ms (the larger end's in a third-party copy).
-    rtt_ms: f64,
+    pub(super) rtt_ms: f64,
     /// Congestion controls the sending side offers.
-    offered: Vec<String>,
+    pub(super) offered: Vec<String>,
     /// What sends: "this host", or the source server.
-    sender: String,
+    pub(super) sender: String,
     /// When it was probed (seconds since the epoch).
-    probed_at: u64,
+    pub(super) probed_at: u64,
     /// Streams of large files in the last measured copy, and its throughput (bit/s).
-    streams: Option<u32>,
-    bps: Option<f64>,
+    pub(super) streams: Option<u32>,
+    pub(super) bps: Option<f64>,
     /// The fewest streams that gave the best throughput so far, and that throughput.
-    best_streams: Option<u32>,
-    best_bps: Option<f64>,
-    search: Search,
+    pub(super) best_streams: Option<u32>,
+    pub(super) best_bps: Option<f64>,
+    pub(super) search: Search,
     /// The congestion control of the last measured copy (`None`: the sender's default).
-    congestion: Option<String>,
+    pub(super) congestion: Option<String>,
     /// What the client's own data connections saw in it.
-    data_rtt_ms: Option<f64>,
-    retransmitted: Option<f64>,
+    pub(super) data_rtt_ms: Option<f64>,
+    pub(super) retransmitted: Option<f64>,
     /// Measured copies.
-    runs: u32,
+    pub(super) runs: u32,
 }
 
 /// The cache file.
@@ -150,7 +131,7 @@ fn load(file: &PathBuf) -> CacheFile {
         .unwrap_or_default()
 }
 
-fn now_s() -> u64 {
+pub(super) fn now_s() -> u64 {
     ferry_proto::clock::now_since_epoch().as_secs()
 }
 
@@ -165,63 +146,60 @@ fn offered_here() -> Vec<String> {
         .collect()
 }
 
-/// The largest window one socket's autotuning reaches here (`net.ipv4.tcp_rmem`'s third value).
-fn autotune_max() -> Option<u64> {
-    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rmem")
-        .ok()?
-        .split_whitespace()
-        .nth(2)?
-        .parse()
-        .ok()
+/// The most one socket's autotuning may buffer here: the smaller of the third values of
+/// `net.ipv4.tcp_rmem` (receiving) and `tcp_wmem` (sending), as this host's kernel has them.
+pub(super) fn autotune_max() -> Option<u64> {
+    let third = |key: &str| -> Option<u64> {
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/{key}"))
+            .ok()?
+            .split_whitespace()
+            .nth(2)?
+            .parse()
+            .ok()
+    };
+    match (third("tcp_rmem"), third("tcp_wmem")) {
+        (Some(r), Some(w)) => Some(r.min(w)),
+        (r, w) => r.or(w),
+    }
 }
 
-/// Logs in to `url` and reads its round trip and offered congestion controls.
-async fn probe_server(url: &RemoteUrl, gsi: &GsiSetup) -> Result<(Duration, Vec<String>), String> {
-    let session = RemoteSession::connect(url, gsi)
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok((session.rtt(), session.congestion_offered()))
-}
-
-/// Probes the path: (round trip, what the sender offers, who sends, what was done).
-fn probe(src: &Location, dst: &Location, gsi: &GsiOptions) -> Result<PathEntry, String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    let setup = GsiSetup::new(gsi.clone());
-    rt.block_on(async {
-        let (rtt, offered, sender) = match (src, dst) {
-            (Location::Local(_), Location::Remote(d)) => {
-                let (rtt, _) = probe_server(d, &setup).await?;
-                (rtt, offered_here(), "this host".to_string())
-            }
-            (Location::Remote(s), Location::Local(_)) => {
-                let (rtt, offered) = probe_server(s, &setup).await?;
-                (rtt, offered, s.authority())
-            }
-            (Location::Remote(s), Location::Remote(d)) => {
-                let ((a, offered), (b, _)) =
-                    tokio::try_join!(probe_server(s, &setup), probe_server(d, &setup))?;
-                (a.max(b), offered, s.authority())
-            }
-            (Location::Local(_), Location::Local(_)) => return Err("a local copy".to_string()),
-        };
-        Ok(PathEntry {
-            rtt_ms: rtt.as_secs_f64() * 1e3,
-            offered,
-            sender,
-            probed_at: now_s(),
-            streams: None,
-            bps: None,
-            best_streams: None,
-            best_bps: None,
-            search: Search::Decrease,
-            congestion: None,
-            data_rtt_ms: None,
-            retransmitted: None,
-            runs: 0,
-        })
+/// Probes the path over `sessions` (the logins the copy then uses): the round trip, what the
+/// sender offers, and who sends.
+async fn probe(
+    src: &Location,
+    dst: &Location,
+    sessions: &mut Sessions,
+) -> Result<PathEntry, String> {
+    let text = |e: ferry_client::ClientError| e.to_string();
+    let (rtt, offered, sender) = match (src, dst) {
+        (Location::Local(_), Location::Remote(d)) => {
+            let s = sessions.get(d).await.map_err(text)?;
+            (s.rtt(), offered_here(), "this host".to_string())
+        }
+        (Location::Remote(s), Location::Local(_)) => {
+            let session = sessions.get(s).await.map_err(text)?;
+            (session.rtt(), session.congestion_offered(), s.authority())
+        }
+        (Location::Remote(s), Location::Remote(d)) => {
+            let (a, b) = sessions.pair(s, d).await.map_err(text)?;
+            (a.rtt().max(b.rtt()), a.congestion_offered(), s.authority())
+        }
+        (Location::Local(_), Location::Local(_)) => return Err("a local copy".to_string()),
+    };
+    Ok(PathEntry {
+        rtt_ms: rtt.as_secs_f64() * 1e3,
+        offered,
+        sender,
+        probed_at: now_s(),
+        streams: None,
+        bps: None,
+        best_streams: None,
+        best_bps: None,
+        search: Search::Decrease,
+        congestion: None,
+        data_rtt_ms: None,
+        retransmitted: None,
+        runs: 0,
     })
 }
 
@@ -236,11 +214,12 @@ impl Tuning {
         }
     }
 
-    /// Chooses the settings for copying `sources` to `dest`.
-    pub(crate) fn choose(
+    /// Chooses the settings for copying `sources` to `dest`; a probe logs in over `sessions`,
+    /// which the copy then goes on with.
+    pub(crate) async fn choose(
         sources: &[Location],
         dest: &Location,
-        gsi: &GsiOptions,
+        sessions: &mut Sessions,
         asked: &Asked,
     ) -> Tuning {
         let Some(src) = sources.first() else {
@@ -265,7 +244,7 @@ impl Tuning {
                 ));
                 e
             }
-            None => match probe(src, dest, gsi) {
+            None => match probe(src, dest, sessions).await {
                 Ok(e) => {
                     explained.push(format!(
                         "path {key}: probed, control-channel round trip {:.1} ms{}",
@@ -425,145 +404,40 @@ fn choose_congestion(
     }
 }
 
-/// Streams for large files: the search's next step, or the first copy's rule.
-fn choose_streams(e: &PathEntry, explained: &mut Vec<String>) -> u32 {
-    let step = |n: u32| (n / 4).max(1);
-    let (Some(n), Some(best), Some(best_bps)) = (e.streams, e.best_streams, e.best_bps) else {
-        let n = if e.rtt_ms > WAN_RTT_MS { 8 } else { 4 };
-        let bdp = ASSUMED_BPS / 8.0 * e.rtt_ms / 1e3;
-        let window = autotune_max().map_or("?".into(), crate::present::human_bytes);
-        explained.push(format!(
-            "streams: {n} for files of 16 MiB and more (first copy on this path: \
-             bandwidth-delay product {} at an assumed 1 Gbit/s, one socket's autotuned window \
-             up to {window} here; smaller files: 1 stream, pipelined)",
-            crate::present::human_bytes(bdp as u64)
-        ));
-        return n;
-    };
-    let (next, why) = match e.search {
-        Search::Decrease if n > 1 => (
-            n - step(n),
-            format!(
-                "trying fewer: {n} streams gave {:.0} Mbit/s, the best so far {:.0} with {best}",
-                e.bps.unwrap_or(0.0) / 1e6,
-                best_bps / 1e6
-            ),
-        ),
-        Search::Increase if n < MAX_STREAMS => (
-            (n + step(n)).min(MAX_STREAMS),
-            format!(
-                "trying more: the path changed; {n} streams gave {:.0} Mbit/s",
-                e.bps.unwrap_or(0.0) / 1e6
-            ),
-        ),
-        _ => (
-            best,
-            format!("the best found: {:.0} Mbit/s with {best}", best_bps / 1e6),
-        ),
-    };
-    explained.push(format!(
-        "streams: {next} for files of 16 MiB and more ({why})"
-    ));
-    next
-}
-
-/// One step of the stream search after a copy with `n` streams at `bps`; says what changed.
-fn step_search(e: &mut PathEntry, n: u32, bps: f64) -> String {
-    e.runs += 1;
-    e.streams = Some(n);
-    e.bps = Some(bps);
-    let (Some(best), Some(best_bps)) = (e.best_streams, e.best_bps) else {
-        e.best_streams = Some(n);
-        e.best_bps = Some(bps);
-        e.search = if n > 1 {
-            Search::Decrease
-        } else {
-            Search::Hold
-        };
-        return format!("next copy: {}", next_words(e));
-    };
-    match e.search {
-        Search::Decrease => {
-            if bps >= 0.97 * best_bps {
-                e.best_streams = Some(n);
-                e.best_bps = Some(bps.max(best_bps));
-                if n <= 1 {
-                    e.search = Search::Hold;
-                }
-            } else {
-                e.search = Search::Hold;
-            }
-        }
-        Search::Hold => {
-            if n == best && (bps < 0.85 * best_bps || bps > 1.15 * best_bps) {
-                // The path changed: search again from here, upwards.
-                e.best_bps = Some(bps);
-                e.search = Search::Increase;
-            } else if n == best {
-                e.best_bps = Some(best_bps.max(bps));
-            }
-        }
-        Search::Increase => {
-            if bps >= 1.03 * best_bps {
-                e.best_streams = Some(n);
-                e.best_bps = Some(bps);
-                if n >= MAX_STREAMS {
-                    e.search = Search::Hold;
-                }
-            } else {
-                e.search = Search::Hold;
-            }
-        }
-    }
-    format!("next copy: {}", next_words(e))
-}
-
-fn next_words(e: &PathEntry) -> String {
-    match e.search {
-        Search::Decrease => "fewer streams, while throughput stays within 97 % of the best".into(),
-        Search::Increase => "more streams, while each step gains 3 %".into(),
-        Search::Hold => format!(
-            "{} streams, the best found ({:.0} Mbit/s)",
-            e.best_streams.unwrap_or(1),
-            e.best_bps.unwrap_or(0.0) / 1e6
-        ),
-    }
-}
-
 /// What the client's own data connections saw.
 fn describe_tcp(t: &ferry_net::TcpStats) -> String {
+    let cc = if t.congestion.is_empty() {
+        "TCP"
+    } else {
+        &t.congestion
+    };
+    if t.bytes_sent == 0 {
+        // A receiving side's round-trip estimate says little: its loss shows as reordering.
+        return format!(
+            "data connections (receiving): {} over {cc}, {} packets arrived out of order",
+            t.connections, t.out_of_order
+        );
+    }
     let mut s = format!(
-        "data connections: {} over {}, round trip {:.1} ms",
+        "data connections (sending): {} over {cc}, round trip {:.1} ms",
         t.connections,
-        if t.congestion.is_empty() {
-            "TCP"
-        } else {
-            &t.congestion
-        },
         f64::from(t.rtt_us) / 1e3
     );
     if t.min_rtt_us > 0 {
         s.push_str(&format!(" (least {:.1} ms)", f64::from(t.min_rtt_us) / 1e3));
     }
-    if t.bytes_sent > 0 {
-        s.push_str(&format!(
-            ", {:.3} % of the bytes sent again",
-            t.retransmit_ratio() * 100.0
-        ));
-    } else {
-        s.push_str(&format!(
-            ", {} packets arrived out of order",
-            t.out_of_order
-        ));
-    }
+    s.push_str(&format!(
+        ", {:.3} % of the bytes sent again",
+        t.retransmit_ratio() * 100.0
+    ));
     s
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn entry() -> PathEntry {
+    pub(in crate::gcp) fn entry() -> PathEntry {
         PathEntry {
             rtt_ms: 75.0,
             offered: vec!["reno".into(), "cubic".into(), "bbr".into()],
@@ -607,34 +481,6 @@ mod tests {
             Some("cubic".into())
         );
         assert!(choose_congestion(&e, CongestionArg::System, &mut why).is_none());
-    }
-
-    #[test]
-    fn the_stream_search_decreases_while_throughput_holds_then_holds_and_goes_up_when_the_path_changes(
-    ) {
-        let mut e = entry();
-        let mut why = Vec::new();
-        assert_eq!(choose_streams(&e, &mut why), 8, "first copy at 75 ms");
-        step_search(&mut e, 8, 800e6);
-        assert_eq!(e.search, Search::Decrease);
-        assert_eq!(choose_streams(&e, &mut why), 6);
-        step_search(&mut e, 6, 790e6); // within 97 %: fewer still
-        assert_eq!(e.best_streams, Some(6));
-        assert_eq!(choose_streams(&e, &mut why), 5);
-        step_search(&mut e, 5, 600e6); // worse: back to the best and hold
-        assert_eq!(e.search, Search::Hold);
-        assert_eq!(choose_streams(&e, &mut why), 6);
-        step_search(&mut e, 6, 805e6); // steady
-        assert_eq!(e.search, Search::Hold);
-        step_search(&mut e, 6, 500e6); // the path changed: search upwards
-        assert_eq!(e.search, Search::Increase);
-        assert_eq!(choose_streams(&e, &mut why), 7);
-        step_search(&mut e, 7, 600e6); // gained: on
-        assert_eq!((e.best_streams, e.search), (Some(7), Search::Increase));
-        assert_eq!(choose_streams(&e, &mut why), 8);
-        step_search(&mut e, 8, 601e6); // no gain: hold at 7
-        assert_eq!(e.search, Search::Hold);
-        assert_eq!(choose_streams(&e, &mut why), 7);
     }
 
     #[test]

@@ -25,6 +25,17 @@ pub fn run_ferry(args: &[&str]) -> FerryOutput {
     spawn_ferry(args).wait(DEFAULT_TIMEOUT)
 }
 
+/// Runs `ferry ARGS` with `cache` as its cache directory (`XDG_CACHE_HOME`: gcp's per-path
+/// tuning), so that runs of one test share what they learn.
+pub fn run_ferry_with_cache(args: &[&str], cache: &Path) -> FerryOutput {
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferry"));
+    cmd.args(&args)
+        .env("RUST_LOG", LOG_FILTER)
+        .env("XDG_CACHE_HOME", cache);
+    FerryProcess(Running::spawn(cmd, args, None, "the ferry binary")).wait(DEFAULT_TIMEOUT)
+}
+
 /// Runs `ferry ARGS` with `input` on its standard input.
 pub fn run_ferry_with_input(args: &[&str], input: &[u8]) -> FerryOutput {
     spawn(args, Some(input)).wait(DEFAULT_TIMEOUT)
@@ -38,8 +49,18 @@ pub fn spawn_ferry(args: &[&str]) -> FerryProcess {
 fn spawn(args: &[&str], input: Option<&[u8]>) -> FerryProcess {
     let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferry"));
-    cmd.args(&args).env("RUST_LOG", LOG_FILTER);
+    cmd.args(&args)
+        .env("RUST_LOG", LOG_FILTER)
+        .env("XDG_CACHE_HOME", fresh_cache());
     FerryProcess(Running::spawn(cmd, args, input, "the ferry binary"))
+}
+
+/// An empty cache directory of its own for each run (gcp learns per path; no run sees another's,
+/// and none writes to the user's ~/.cache).
+fn fresh_cache() -> std::path::PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cache-{}-{n}", std::process::id()))
 }
 
 /// A ferry run in progress.

@@ -20,7 +20,9 @@ pub mod sandbox;
 pub mod server;
 pub mod striping;
 
-pub use ferry::{run_ferry, run_ferry_with_input, spawn_ferry, FerryOutput, FerryProcess};
+pub use ferry::{
+    run_ferry, run_ferry_with_cache, run_ferry_with_input, spawn_ferry, FerryOutput, FerryProcess,
+};
 pub use files::{
     adler32, make_dir, md5_hex, md5_of_file, random_bytes, write_file, write_marked_pattern_file,
 };

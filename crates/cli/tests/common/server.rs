@@ -85,6 +85,13 @@ impl ServerUnderTest {
         Self::start_with_login(kind, root, FERRY_ANONYMOUS.map(String::from).to_vec())
     }
 
+    /// Starts `ferry serve` (anonymous, read-write) on a free port with `extra` arguments.
+    pub fn start_ferry_with(root: &Path, extra: &[&str]) -> Self {
+        let mut args = FERRY_ANONYMOUS.map(String::from).to_vec();
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
+        Self::start_with_login(ServerKind::Ferry, root, args)
+    }
+
     /// Starts `ferry serve` on a free port, serving `root` to the users in `password_file`
     /// (written by `ferry passwd`) and to no one else.
     pub fn start_ferry_with_password_file(root: &Path, password_file: &Path) -> Self {

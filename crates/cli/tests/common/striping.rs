@@ -290,7 +290,10 @@ impl Drop for FerryCluster {
 /// `program args`, killed after two minutes: a stripe that never gets its EOF would hang its
 /// receiver (and the test) for good.
 pub fn run_bounded<S: AsRef<OsStr>>(program: impl AsRef<OsStr>, args: &[S]) -> Output {
+    // gcp (ferry cp) learns per path: an empty cache of its own, not the user's ~/.cache.
+    let cache = tempfile::tempdir().unwrap();
     Command::new("timeout")
+        .env("XDG_CACHE_HOME", cache.path())
         .arg("120")
         .arg(program)
         .args(args)

@@ -45,6 +45,7 @@ pub(crate) fn feat(congestion: &str) -> Reply {
         " EPRT".into(),
         " WHOAMI".into(),
         " SITE BLOCKSIZE".into(),
+        " SITE TCPINFO".into(),
         format!(" CKSM {cksm}"),
     ];
     let mut lines = lines.to_vec();
@@ -100,6 +101,7 @@ pub(crate) fn site_help() -> Reply {
         " SITE RDEL <path>".into(),
         " SITE BUFSIZE|SBUF|RETRBUFSIZE|STORBUFSIZE <bytes>".into(),
         " SITE BLOCKSIZE <bytes>".into(),
+        " SITE TCPINFO".into(),
         " SITE CLIENTINFO <info>".into(),
         " SITE TASKID <id>".into(),
         " SITE WHOAMI".into(),

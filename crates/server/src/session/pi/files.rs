@@ -383,6 +383,13 @@ impl Pi {
             }
             SiteCommand::Version => self.reply(200, format!("ferry {}", crate::VERSION)),
             SiteCommand::Status => self.request(Request::Status),
+            SiteCommand::TcpInfo => match &self.last_tcp {
+                Some(t) => self.reply(200, t.to_facts()),
+                None => self.reply(
+                    550,
+                    "No TCP figures: no MODE E transfer over TCP has finished in this session.",
+                ),
+            },
             SiteCommand::SetNetStack(arg) => {
                 let (stack, reply) = self.choose_stack(&arg, StackKind::Net);
                 self.settings.net_stack = stack;

@@ -150,6 +150,8 @@ pub(crate) struct Pi {
     gsi_user: Option<String>,
     /// `SITE TASKID`: the client's name for its task, recorded with each transfer.
     pub(crate) task_id: Option<String>,
+    /// What the kernel knew of the last transfer's data connections (`SITE TCPINFO`).
+    last_tcp: Option<ferry_net::TcpStats>,
     pending: Option<Pending>,
     bad_lines: u32,
     closed: bool,
@@ -187,6 +189,7 @@ impl Pi {
             delegated: None,
             gsi_user: None,
             task_id: None,
+            last_tcp: None,
             pending: None,
             bad_lines: 0,
             closed: false,

@@ -111,6 +111,7 @@ impl Pi {
         if !matches!(self.pending, Some(Pending::Transfer(_))) {
             return;
         }
+        self.last_tcp = result.as_ref().ok().and_then(|o| o.tcp.clone());
         if result.is_ok() {
             // A mover that finished without saying it began still gets its 150 first.
             self.begin();

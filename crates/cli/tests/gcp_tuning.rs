@@ -1,0 +1,204 @@
+//! gcp's tuning: the probe, the congestion control asked of the sending side, the per-path
+//! cache and its stream search, and what `--explain` says of them; against ferry and Globus
+//! servers, comparing the bytes.
+
+mod common;
+
+use std::path::Path;
+
+use common::{
+    random_bytes, run_ferry_with_cache, write_file, Sandbox, ServerKind, ServerUnderTest,
+};
+
+const MIB: usize = 1 << 20;
+
+/// The server's transfer-log lines.
+fn transfers(log: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(log)
+        .expect("transfer log")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect()
+}
+
+fn expect_said(out: &common::FerryOutput, what: &str) {
+    if !out.stderr.contains(what) {
+        out.fail(&format!("--explain should say {what:?}"));
+    }
+}
+
+#[test]
+fn gcp_learns_the_path_searches_fewer_streams_and_asks_a_ferry_sender_for_its_congestion_control() {
+    let sandbox = Sandbox::new();
+    let local = sandbox.local_dir("local");
+    let log = local.join("transfers.jsonl");
+    let log_arg = log.display().to_string();
+    let server = ServerUnderTest::start_ferry_with(
+        &sandbox.served_dir("root"),
+        &["--log-transfer", &log_arg],
+    );
+    let cache = local.join("cache");
+    // Large enough (64 MiB and more) for the stream search to count the copy.
+    let bytes = random_bytes(66 * MIB, 92);
+    write_file(&server.path_of("big.bin"), &bytes);
+    let url = server.url_for("big.bin");
+
+    let first = local.join("first.bin");
+    let out = run_ferry_with_cache(
+        &[
+            "cp",
+            "--explain",
+            "--congestion",
+            "reno",
+            &url,
+            &first.display().to_string(),
+        ],
+        &cache,
+    );
+    out.assert_bytes(&bytes, &first);
+    expect_said(&out, "probed, control-channel round trip");
+    expect_said(&out, "congestion control: reno, as --congestion says");
+    expect_said(
+        &out,
+        "streams: 4 for files of 16 MiB and more (first copy on this path",
+    );
+    expect_said(&out, "with 4 streams for large files");
+    expect_said(&out, "next copy: fewer streams");
+    let logged = transfers(&log);
+    let last = logged.last().expect("a transfer");
+    // The server sent with what the client asked for (SITE SETNETSTACK tcp:congestion=reno).
+    assert_eq!(last["tcp"]["congestion"], "reno", "{last}");
+    assert_eq!(last["streams"], 4, "{last}");
+
+    // The second copy skips the probe and tries a quarter fewer streams; on loopback (under
+    // 10 ms) the sender keeps its own congestion control.
+    let second = local.join("second.bin");
+    let out = run_ferry_with_cache(
+        &["cp", "--explain", &url, &second.display().to_string()],
+        &cache,
+    );
+    out.assert_bytes(&bytes, &second);
+    expect_said(&out, "from the cache (1 measured copies)");
+    expect_said(
+        &out,
+        "streams: 3 for files of 16 MiB and more (trying fewer",
+    );
+    expect_said(&out, "recovers from a loss within milliseconds");
+    let logged = transfers(&log);
+    let last = logged.last().expect("a transfer");
+    assert_eq!(last["streams"], 3, "{last}");
+    let system = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap();
+    assert_eq!(last["tcp"]["congestion"], system.trim(), "{last}");
+
+    let kept: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(cache.join("ferry/gcp-paths.json")).unwrap())
+            .unwrap();
+    let key = format!("ftp://127.0.0.1:{} -> this host", server.port());
+    assert_eq!(kept["paths"][&key]["runs"], 2, "{kept}");
+
+    // --no-tune copies as ferry copy does and learns nothing.
+    let third = local.join("third.bin");
+    let out = run_ferry_with_cache(
+        &[
+            "cp",
+            "--explain",
+            "--no-tune",
+            &url,
+            &third.display().to_string(),
+        ],
+        &cache,
+    );
+    out.assert_bytes(&bytes, &third);
+    expect_said(&out, "tuning: none (--no-tune)");
+    let again: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(cache.join("ferry/gcp-paths.json")).unwrap())
+            .unwrap();
+    assert_eq!(again["paths"][&key]["runs"], 2, "{again}");
+
+    // A name the sender does not offer is not asked for, and the copy goes on.
+    let fourth = local.join("fourth.bin");
+    let out = run_ferry_with_cache(
+        &[
+            "cp",
+            "--explain",
+            "--congestion",
+            "nosuchcc",
+            &url,
+            &fourth.display().to_string(),
+        ],
+        &cache,
+    );
+    out.assert_bytes(&bytes, &fourth);
+    expect_said(&out, "does not offer nosuchcc");
+}
+
+#[test]
+fn gcp_uploads_with_its_own_congestion_control_and_a_globus_sender_is_left_its_default() {
+    let sandbox = Sandbox::new();
+    let local = sandbox.local_dir("local");
+    let cache = local.join("cache");
+    let bytes = random_bytes(20 * MIB + 3, 93);
+    let src = local.join("up.bin");
+    write_file(&src, &bytes);
+    let log = local.join("transfers.jsonl");
+    let log_arg = log.display().to_string();
+    let ferry = ServerUnderTest::start_ferry_with(
+        &sandbox.served_dir("ferry"),
+        &["--log-transfer", &log_arg],
+    );
+    let out = run_ferry_with_cache(
+        &[
+            "cp",
+            "--explain",
+            "--congestion",
+            "reno",
+            &src.display().to_string(),
+            &ferry.url_for("up.bin"),
+        ],
+        &cache,
+    );
+    out.assert_bytes(&bytes, &ferry.path_of("up.bin"));
+    expect_said(&out, "congestion control: reno, as --congestion says");
+    // The client's own sending connections had it.
+    expect_said(&out, "over reno");
+
+    // Third party between ferry servers: the source sends with what gcp asked, and says what
+    // its connections saw (SITE TCPINFO), which the client cannot see itself.
+    let other = ServerUnderTest::start_ferry_with(&sandbox.served_dir("other"), &[]);
+    let out = run_ferry_with_cache(
+        &[
+            "cp",
+            "--explain",
+            "--congestion",
+            "reno",
+            &ferry.url_for("up.bin"),
+            &other.url_for("copy.bin"),
+        ],
+        &cache,
+    );
+    out.assert_bytes(&bytes, &other.path_of("copy.bin"));
+    expect_said(&out, "probed, control-channel round trip");
+    expect_said(&out, "data connections (sending): 4 over reno");
+    expect_said(&out, "of the bytes sent again");
+
+    if let Some(reason) = ServerKind::Globus.missing() {
+        eprintln!("{reason}");
+        return;
+    }
+    let globus = ServerUnderTest::start_kind(ServerKind::Globus, &sandbox.served_dir("globus"));
+    write_file(&globus.path_of("g.bin"), &bytes);
+    let got = local.join("g.bin");
+    let out = run_ferry_with_cache(
+        &[
+            "cp",
+            "--explain",
+            "--congestion",
+            "bbr",
+            &globus.url_for("g.bin"),
+            &got.display().to_string(),
+        ],
+        &cache,
+    );
+    out.assert_bytes(&bytes, &got);
+    expect_said(&out, "does not offer bbr (offers: none)");
+}
