@@ -1,6 +1,7 @@
 """Many small files, recursively: ferry copy with its defaults against globus-url-copy's best flags."""
 
 import contextlib
+import glob
 import os
 import shutil
 import subprocess
@@ -150,6 +151,8 @@ def run(ctx) -> ScenarioResult:
             else:
                 variants += [Variant(name, flags, *pair) for name, flags in GLOBUS_VARIANTS]
         samples = alternate(ctx, result, variants, cfgs, o.runs, measure_one)
+    for cache in glob.glob(os.path.join(o.small_dir, "gcp-cache-*")):
+        shutil.rmtree(cache, ignore_errors=True)
 
     kinds = [v.kind for v in variants]
     for group in samples.values():

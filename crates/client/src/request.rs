@@ -76,12 +76,26 @@ impl FileRequest {
         self.offset > 0 || self.length.is_some()
     }
 
-    /// The socket tuning for the client's own data connections.
+    /// The socket tuning for the client's own data connections when it receives: buffers
+    /// only. The congestion control is the sender's; setting it here would only risk a kernel
+    /// that does not let this user choose it.
     pub(crate) fn tuning(&self) -> SocketTuning {
         SocketTuning {
             send_buffer: self.tcp_buffer,
             recv_buffer: self.tcp_buffer,
-            congestion: self.congestion,
+            congestion: None,
+        }
+    }
+
+    /// The tuning of the client's own data connections in `direction`: with the congestion
+    /// control when it sends.
+    pub(crate) fn tuning_for(&self, direction: Direction) -> SocketTuning {
+        SocketTuning {
+            congestion: match direction {
+                Direction::Send => self.congestion,
+                Direction::Receive => None,
+            },
+            ..self.tuning()
         }
     }
 
@@ -158,7 +172,7 @@ impl FileRequest {
             create_new: false,
             parallelism: self.parallelism.max(1),
             block_size: self.block_size,
-            tuning: self.tuning(),
+            tuning: self.tuning_for(direction),
             channel,
             stack: StackSpec::default_net(),
             disk_stack: StackSpec::default_disk(),

@@ -76,15 +76,6 @@ async fn net_stacks_take_globus_url_copys_spellings_and_refuse_unknown_transport
     expect(&mut c, "SITE SETNETSTACK default", 250).await;
 }
 
-/// The transfer log's lines.
-fn log_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
-        .expect("transfer log exists")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_chooses_the_congestion_control_of_the_data_connections_with_a_tcp_option() {
     let dir = tempfile::tempdir().unwrap();

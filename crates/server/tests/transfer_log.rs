@@ -3,16 +3,7 @@
 mod common;
 
 use common::*;
-use serde_json::Value;
 use std::collections::HashMap;
-
-fn log_lines(path: &std::path::Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .expect("transfer log exists")
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("JSON line {l:?}: {e}")))
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_transfer_appends_one_json_line_with_user_command_path_bytes_streams_and_result() {

@@ -186,21 +186,28 @@ async fn probe(
         }
         (Location::Local(_), Location::Local(_)) => return Err("a local copy".to_string()),
     };
-    Ok(PathEntry {
-        rtt_ms: rtt.as_secs_f64() * 1e3,
-        offered,
-        sender,
-        probed_at: now_s(),
-        streams: None,
-        bps: None,
-        best_streams: None,
-        best_bps: None,
-        search: Search::Decrease,
-        congestion: None,
-        data_rtt_ms: None,
-        retransmitted: None,
-        runs: 0,
-    })
+    Ok(PathEntry::probed(rtt.as_secs_f64() * 1e3, offered, sender))
+}
+
+impl PathEntry {
+    /// A path just probed, with nothing measured on it yet.
+    pub(super) fn probed(rtt_ms: f64, offered: Vec<String>, sender: String) -> PathEntry {
+        PathEntry {
+            rtt_ms,
+            offered,
+            sender,
+            probed_at: now_s(),
+            streams: None,
+            bps: None,
+            best_streams: None,
+            best_bps: None,
+            search: Search::Decrease,
+            congestion: None,
+            data_rtt_ms: None,
+            retransmitted: None,
+            runs: 0,
+        }
+    }
 }
 
 impl Tuning {
@@ -438,21 +445,8 @@ pub(super) mod tests {
     use super::*;
 
     pub(in crate::gcp) fn entry() -> PathEntry {
-        PathEntry {
-            rtt_ms: 75.0,
-            offered: vec!["reno".into(), "cubic".into(), "bbr".into()],
-            sender: "this host".into(),
-            probed_at: now_s(),
-            streams: None,
-            bps: None,
-            best_streams: None,
-            best_bps: None,
-            search: Search::Decrease,
-            congestion: None,
-            data_rtt_ms: None,
-            retransmitted: None,
-            runs: 0,
-        }
+        let offered = vec!["reno".into(), "cubic".into(), "bbr".into()];
+        PathEntry::probed(75.0, offered, "this host".into())
     }
 
     #[test]

@@ -179,6 +179,16 @@ impl TestServer {
 }
 
 /// Sends `line` and returns its reply, whatever the code.
+/// The lines of a JSON transfer log (`--log-transfer`), each parsed.
+#[allow(dead_code)] // not every test binary reads a transfer log
+pub fn log_lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .expect("transfer log exists")
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("JSON line {l:?}: {e}")))
+        .collect()
+}
+
 pub async fn cmd(c: &mut ControlClient, line: &str) -> Reply {
     within(line, c.command_line(line))
         .await
