@@ -70,8 +70,24 @@ fn gcp_learns_the_path_searches_fewer_streams_and_asks_a_ferry_sender_for_its_co
     assert_eq!(last["tcp"]["congestion"], "reno", "{last}");
     assert_eq!(last["streams"], 4, "{last}");
 
-    // The second copy skips the probe and tries a quarter fewer streams; on loopback (under
+    // The second copy skips the probe and tries one stream fewer than the best so far (set to
+    // 8 here, so that one fewer, 7, differs from a quarter fewer, 6); on loopback (under
     // 10 ms) the sender keeps its own congestion control.
+    let cache_file = cache.join("ferry/gcp-paths.json");
+    let mut kept: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&cache_file).unwrap()).unwrap();
+    let key = format!("ftp://127.0.0.1:{} -> this host (", server.port());
+    let path = kept["paths"]
+        .as_object_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|(k, _)| k.starts_with(&key))
+        .map(|(_, v)| v)
+        .unwrap_or_else(|| panic!("no {key}...) in the cache"));
+    assert_eq!(path["runs"], 1, "{path}");
+    path["streams"] = 8.into();
+    path["best_streams"] = 8.into();
+    std::fs::write(&cache_file, serde_json::to_vec(&kept).unwrap()).unwrap();
     let second = local.join("second.bin");
     let out = run_ferry_with_cache(
         &["cp", "--explain", &url, &second.display().to_string()],
@@ -81,20 +97,28 @@ fn gcp_learns_the_path_searches_fewer_streams_and_asks_a_ferry_sender_for_its_co
     expect_said(&out, "from the cache (1 measured copies)");
     expect_said(
         &out,
-        "streams: 3 for files of 16 MiB and more (trying fewer",
+        "streams: 7 for files of 16 MiB and more (trying fewer",
     );
     expect_said(&out, "recovers from a loss within milliseconds");
     let logged = transfers(&log);
     let last = logged.last().expect("a transfer");
-    assert_eq!(last["streams"], 3, "{last}");
+    assert_eq!(last["streams"], 7, "{last}");
     let system = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap();
     assert_eq!(last["tcp"]["congestion"], system.trim(), "{last}");
 
+    let runs = |v: &serde_json::Value| {
+        v["paths"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .find(|(k, _)| k.starts_with(&key))
+            .map(|(_, e)| e["runs"].clone())
+    };
     let kept: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(cache.join("ferry/gcp-paths.json")).unwrap())
-            .unwrap();
-    let key = format!("ftp://127.0.0.1:{} -> this host", server.port());
-    assert_eq!(kept["paths"][&key]["runs"], 2, "{kept}");
+        serde_json::from_slice(&std::fs::read(&cache_file).unwrap()).unwrap();
+    // Run 1 asked for reno, run 2 had the default: the stream search started again from run 2.
+    expect_said(&out, "the congestion control changed (reno -> default)");
+    assert_eq!(runs(&kept), Some(1.into()), "{kept}");
 
     // --no-tune copies as ferry copy does and learns nothing.
     let third = local.join("third.bin");
@@ -111,9 +135,8 @@ fn gcp_learns_the_path_searches_fewer_streams_and_asks_a_ferry_sender_for_its_co
     out.assert_bytes(&bytes, &third);
     expect_said(&out, "tuning: none (--no-tune)");
     let again: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(cache.join("ferry/gcp-paths.json")).unwrap())
-            .unwrap();
-    assert_eq!(again["paths"][&key]["runs"], 2, "{again}");
+        serde_json::from_slice(&std::fs::read(&cache_file).unwrap()).unwrap();
+    assert_eq!(runs(&again), Some(1.into()), "{again}");
 
     // A name the sender does not offer is not asked for, and the copy goes on.
     let fourth = local.join("fourth.bin");
@@ -201,4 +224,30 @@ fn gcp_uploads_with_its_own_congestion_control_and_a_globus_sender_is_left_its_d
     );
     out.assert_bytes(&bytes, &got);
     expect_said(&out, "does not offer bbr (offers: none)");
+}
+
+#[test]
+fn a_server_that_cannot_be_reached_fails_the_copy_once_with_the_network_exit_code() {
+    let sandbox = Sandbox::new();
+    let local = sandbox.local_dir("local");
+    let port = common::server::free_port();
+    let dest = local.join("never.bin");
+    let out = run_ferry_with_cache(
+        &[
+            "cp",
+            "--explain",
+            &format!("ftp://127.0.0.1:{port}/x.bin"),
+            &dest.display().to_string(),
+        ],
+        &local.join("cache"),
+    );
+    // The probe's failure is the copy's: said once, not tried again by the copy.
+    out.assert_exit(5);
+    assert_eq!(out.stderr.matches("ferry: ").count(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("hint: check that the server runs"),
+        "{}",
+        out.stderr
+    );
+    assert!(!dest.exists());
 }

@@ -354,7 +354,7 @@ pub(crate) fn finished(
             if let CopyEvent::Done { bytes, tcp, .. } = &ev {
                 s.bytes += bytes;
                 if let Some(t) = tcp {
-                    s.tcp.get_or_insert_with(Default::default).merge(t);
+                    s.tcp.get_or_insert_with(Default::default).then(t);
                 }
             }
             events(ev);

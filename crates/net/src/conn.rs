@@ -24,6 +24,9 @@ pub struct DataConn {
     unsent_limit: Option<u32>,
     /// TLS records over the socket (PROT S/P).
     tls: Option<Box<TlsState>>,
+    /// The kernel's counters when [`DataConn::tcp_stats`] last read them: a connection kept
+    /// for the next transfer reports only what came after.
+    tcp_seen: Option<Box<crate::TcpStats>>,
 }
 
 impl DataConn {
@@ -48,6 +51,7 @@ impl DataConn {
             off_host,
             unsent_limit: None,
             tls: None,
+            tcp_seen: None,
         })
     }
 
@@ -61,6 +65,7 @@ impl DataConn {
             off_host,
             unsent_limit: None,
             tls: None,
+            tcp_seen: None,
         }
     }
 
@@ -119,13 +124,21 @@ impl DataConn {
         Ok(())
     }
 
-    /// The kernel's view of the connection's path (`TCP_INFO`); `None` for other transports
-    /// or when the kernel does not answer.
-    pub fn tcp_stats(&self) -> Option<crate::TcpStats> {
-        match &self.link {
-            Link::Tcp(s) => crate::TcpStats::of(s).ok(),
-            Link::Other(_) => None,
-        }
+    /// The kernel's view of the connection's path (`TCP_INFO`) since the last call: byte and
+    /// packet counts are what moved after it (a connection reused by the next transfer does
+    /// not count the earlier ones again); round trips and rates are the latest. `None` for
+    /// other transports or when the kernel does not answer.
+    pub fn tcp_stats(&mut self) -> Option<crate::TcpStats> {
+        let now = match &self.link {
+            Link::Tcp(s) => crate::TcpStats::of(s).ok()?,
+            Link::Other(_) => return None,
+        };
+        let since = match &self.tcp_seen {
+            Some(before) => now.since(before),
+            None => now.clone(),
+        };
+        self.tcp_seen = Some(Box::new(now));
+        Some(since)
     }
 
     /// Turns Nagle's algorithm off (`true`: small writes leave at once) or on. Data connections
@@ -162,6 +175,7 @@ pub struct DetachedConn {
     stream: std::net::TcpStream,
     off_host: bool,
     unsent_limit: Option<u32>,
+    tcp_seen: Option<Box<crate::TcpStats>>,
 }
 
 impl DataConn {
@@ -181,6 +195,7 @@ impl DataConn {
             stream: stream.into_std()?,
             off_host: self.off_host,
             unsent_limit: self.unsent_limit,
+            tcp_seen: self.tcp_seen,
         })
     }
 }
@@ -216,6 +231,7 @@ impl DetachedConn {
             off_host: self.off_host,
             unsent_limit: self.unsent_limit,
             tls: None,
+            tcp_seen: self.tcp_seen,
         })
     }
 }

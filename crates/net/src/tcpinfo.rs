@@ -149,6 +149,42 @@ impl TcpStats {
         })
     }
 
+    /// What moved between `before` and these figures (the same connection, read twice): the
+    /// counts are differences, round trips and rate the latest.
+    pub fn since(&self, before: &TcpStats) -> TcpStats {
+        TcpStats {
+            bytes_sent: self.bytes_sent.saturating_sub(before.bytes_sent),
+            bytes_retrans: self.bytes_retrans.saturating_sub(before.bytes_retrans),
+            bytes_received: self.bytes_received.saturating_sub(before.bytes_received),
+            out_of_order: self.out_of_order.saturating_sub(before.out_of_order),
+            ..self.clone()
+        }
+    }
+
+    /// Adds what a later transfer's connections saw to an earlier one's (files one after
+    /// another): counts add up, connections are the most any had, round trips and rate the
+    /// later ones.
+    pub fn then(&mut self, later: &TcpStats) {
+        if self.connections == 0 {
+            *self = later.clone();
+            return;
+        }
+        let min_rtt = match (self.min_rtt_us, later.min_rtt_us) {
+            (0, b) => b,
+            (a, 0) => a,
+            (a, b) => a.min(b),
+        };
+        *self = TcpStats {
+            connections: self.connections.max(later.connections),
+            min_rtt_us: min_rtt,
+            bytes_sent: self.bytes_sent + later.bytes_sent,
+            bytes_retrans: self.bytes_retrans + later.bytes_retrans,
+            bytes_received: self.bytes_received + later.bytes_received,
+            out_of_order: self.out_of_order + later.out_of_order,
+            ..later.clone()
+        };
+    }
+
     /// Adds another connection's figures.
     pub fn merge(&mut self, other: &TcpStats) {
         if self.connections == 0 {
@@ -169,8 +205,11 @@ impl TcpStats {
         self.delivery_rate += other.delivery_rate;
     }
 
-    /// Summed figures of these connections (`None` when none is TCP).
-    pub fn of_all<'a>(conns: impl IntoIterator<Item = &'a crate::DataConn>) -> Option<TcpStats> {
+    /// Summed figures of these connections since they last reported (`None` when none is
+    /// TCP).
+    pub fn of_all<'a>(
+        conns: impl IntoIterator<Item = &'a mut crate::DataConn>,
+    ) -> Option<TcpStats> {
         let mut sum = TcpStats::default();
         for s in conns.into_iter().filter_map(|c| c.tcp_stats()) {
             sum.merge(&s);
@@ -310,5 +349,33 @@ mod tests {
         both.merge(&received);
         assert_eq!(both.connections, 2);
         assert_eq!(both.bytes_sent, sent.bytes_sent + received.bytes_sent);
+        let mut files = sent.clone();
+        files.then(&sent);
+        assert_eq!(
+            (files.connections, files.bytes_sent),
+            (1, 2 * sent.bytes_sent)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_reused_connection_reports_only_what_moved_since_it_last_did() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener =
+            crate::bind_listener("127.0.0.1".parse().unwrap(), None, Default::default()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (mut out, mut inn) = tokio::join!(
+            async { crate::connect(addr, Default::default()).await.unwrap() },
+            async { listener.accept().await.unwrap() }
+        );
+        let mut buf = vec![0u8; 1 << 20];
+        for _ in 0..2 {
+            out.write_all(&buf).await.unwrap();
+            inn.read_exact(&mut buf).await.unwrap();
+            let t = inn.tcp_stats().unwrap();
+            assert!(
+                (1 << 20..2 << 20).contains(&t.bytes_received),
+                "each transfer counts its own bytes: {t:?}"
+            );
+        }
     }
 }

@@ -197,7 +197,18 @@ pub(crate) fn run(args: GcpArgs) -> u8 {
         let mut sessions = Sessions::with_gsi(gsi);
         // The probe logs in over the sessions the copy then uses: no login twice.
         let tuning = match tune {
-            Ok(asked) => Tuning::choose(&job.sources, &job.dest, &mut sessions, &asked).await,
+            Ok(asked) => {
+                match Tuning::choose(&job.sources, &job.dest, &mut sessions, &asked).await {
+                    Ok(t) => t,
+                    Err(e) => {
+                        eprintln!("ferry: {e}");
+                        if let Some(h) = exit::hint(&e) {
+                            eprintln!("  hint: {h}");
+                        }
+                        return exit::code(e.class());
+                    }
+                }
+            }
             Err(why) => Tuning::none(why),
         };
         say(&tuning.explained);
@@ -211,7 +222,7 @@ pub(crate) fn run(args: GcpArgs) -> u8 {
             say(&tuning.learn(
                 summary.bytes,
                 elapsed,
-                summary.failed > 0,
+                (summary.done, summary.failed),
                 summary.tcp.as_ref(),
             ));
         }

@@ -1,6 +1,6 @@
 //! The streams of large files on a path: the first copy's rule, then the seed GridCopy's
-//! "decrease streams" search (a quarter fewer while throughput stays within 97 % of the best,
-//! then hold), and an increase rule (a held path whose throughput moves by more than 15 % has
+//! "decrease streams" search (one fewer while throughput stays within 97 % of the best, then
+//! hold), and an increase rule (a held path whose throughput moves by more than 15 % has
 //! changed: a quarter more while each step gains 3 %), so a faster path is found again.
 
 use serde::{Deserialize, Serialize};

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ferry_client::{Location, Sessions};
+use ferry_client::{ClientError, Location, Sessions};
 use ferry_net::Congestion;
 use serde::{Deserialize, Serialize};
 
@@ -108,10 +108,14 @@ struct Learning {
     streams: Option<u32>,
 }
 
-/// One end of the copy.
+/// One end of the copy. A local end names the host: a home directory (and its cache) may be
+/// shared by the nodes of a cluster, whose paths and kernels differ.
 fn end_name(loc: &Location) -> String {
     match loc {
-        Location::Local(_) => "this host".into(),
+        Location::Local(_) => {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            format!("this host ({})", host.trim())
+        }
         Location::Remote(r) => format!("{}://{}", r.scheme.name(), r.authority()),
     }
 }
@@ -169,22 +173,22 @@ async fn probe(
     src: &Location,
     dst: &Location,
     sessions: &mut Sessions,
-) -> Result<PathEntry, String> {
-    let text = |e: ferry_client::ClientError| e.to_string();
+) -> Result<PathEntry, ClientError> {
     let (rtt, offered, sender) = match (src, dst) {
-        (Location::Local(_), Location::Remote(d)) => {
-            let s = sessions.get(d).await.map_err(text)?;
-            (s.rtt(), offered_here(), "this host".to_string())
-        }
         (Location::Remote(s), Location::Local(_)) => {
-            let session = sessions.get(s).await.map_err(text)?;
+            let session = sessions.get(s).await?;
             (session.rtt(), session.congestion_offered(), s.authority())
         }
         (Location::Remote(s), Location::Remote(d)) => {
-            let (a, b) = sessions.pair(s, d).await.map_err(text)?;
+            let (a, b) = sessions.pair(s, d).await?;
             (a.rtt().max(b.rtt()), a.congestion_offered(), s.authority())
         }
-        (Location::Local(_), Location::Local(_)) => return Err("a local copy".to_string()),
+        (Location::Local(_), Location::Remote(d)) => {
+            let s = sessions.get(d).await?;
+            (s.rtt(), offered_here(), "this host".to_string())
+        }
+        // Not probed: `choose` tunes no local copy.
+        (Location::Local(_), Location::Local(_)) => (Duration::ZERO, Vec::new(), String::new()),
     };
     Ok(PathEntry::probed(rtt.as_secs_f64() * 1e3, offered, sender))
 }
@@ -222,18 +226,19 @@ impl Tuning {
     }
 
     /// Chooses the settings for copying `sources` to `dest`; a probe logs in over `sessions`,
-    /// which the copy then goes on with.
+    /// which the copy then goes on with. A login that fails is the copy's failure: it is
+    /// returned, not tried again by the copy.
     pub(crate) async fn choose(
         sources: &[Location],
         dest: &Location,
         sessions: &mut Sessions,
         asked: &Asked,
-    ) -> Tuning {
+    ) -> Result<Tuning, ClientError> {
         let Some(src) = sources.first() else {
-            return Tuning::none("nothing to copy");
+            return Ok(Tuning::none("nothing to copy"));
         };
         if matches!((src, dest), (Location::Local(_), Location::Local(_))) {
-            return Tuning::none("both ends are on this host");
+            return Ok(Tuning::none("both ends are on this host"));
         }
         let key = format!("{} -> {}", end_name(src), end_name(dest));
         let file = cache_file();
@@ -243,7 +248,7 @@ impl Tuning {
             .paths
             .remove(&key)
             .filter(|e| now_s().saturating_sub(e.probed_at) < PROBE_TTL_S);
-        let entry = match cached {
+        let mut entry = match cached {
             Some(e) => {
                 explained.push(format!(
                     "path {key}: from the cache ({} measured copies), round trip {:.1} ms",
@@ -251,24 +256,24 @@ impl Tuning {
                 ));
                 e
             }
-            None => match probe(src, dest, sessions).await {
-                Ok(e) => {
-                    explained.push(format!(
-                        "path {key}: probed, control-channel round trip {:.1} ms{}",
-                        e.rtt_ms,
-                        if sources.len() > 1 {
-                            " (the first source's)"
-                        } else {
-                            ""
-                        }
-                    ));
-                    e
-                }
-                Err(why) => {
-                    return Tuning::none(&format!("could not probe {key}: {why}"));
-                }
-            },
+            None => {
+                let e = probe(src, dest, sessions).await?;
+                explained.push(format!(
+                    "path {key}: probed, control-channel round trip {:.1} ms{}",
+                    e.rtt_ms,
+                    if sources.len() > 1 {
+                        " (the first source's)"
+                    } else {
+                        ""
+                    }
+                ));
+                e
+            }
         };
+        if matches!(src, Location::Local(_)) {
+            // What this host lets this user set, asked now, not as the cache remembers it.
+            entry.offered = offered_here();
+        }
         let congestion = choose_congestion(&entry, asked.congestion, &mut explained);
         let streams = match asked.streams {
             Some(n) => {
@@ -277,7 +282,14 @@ impl Tuning {
             }
             None => Some(choose_streams(&entry, &mut explained)),
         };
-        Tuning {
+        if matches!((src, dest), (Location::Remote(_), Location::Remote(_))) && streams.is_some() {
+            explained.push(
+                "(third party: this host's socket limits stand in for the servers', which the \
+                 client cannot read)"
+                    .into(),
+            );
+        }
+        Ok(Tuning {
             large_file_streams: streams,
             congestion,
             explained,
@@ -287,7 +299,7 @@ impl Tuning {
                 file,
                 streams,
             }),
-        }
+        })
     }
 
     /// Learns from a finished copy (`bytes` in `elapsed`, the client's data connections'
@@ -296,9 +308,10 @@ impl Tuning {
         self,
         bytes: u64,
         elapsed: Duration,
-        failed: bool,
+        files: (usize, usize),
         tcp: Option<&ferry_net::TcpStats>,
     ) -> Vec<String> {
+        let (done, failed) = files;
         let Some(mut l) = self.learning else {
             return Vec::new();
         };
@@ -310,16 +323,40 @@ impl Tuning {
             l.entry.retransmitted = (t.bytes_sent > 0).then(|| t.retransmit_ratio());
             said.push(describe_tcp(t));
         }
-        l.entry.congestion = self.congestion.map(|c| c.to_string());
-        if failed || bytes < MEASURE_BYTES {
+        let congestion = self.congestion.map(|c| c.to_string());
+        if l.entry.runs > 0 && l.entry.congestion != congestion {
+            // Throughput under another congestion control says nothing of the streams.
             said.push(format!(
-                "measured: {} in {secs:.2} s; not used for the stream search ({})",
+                "the congestion control changed ({} -> {}): the stream search starts again",
+                l.entry.congestion.as_deref().unwrap_or("default"),
+                congestion.as_deref().unwrap_or("default")
+            ));
+            l.entry = PathEntry::probed(l.entry.rtt_ms, l.entry.offered, l.entry.sender);
+        }
+        l.entry.congestion = congestion;
+        // The search learns from copies whose large files had the chosen streams: what the data
+        // connections show (the most any file had), or a single file where no figures came.
+        let large = match (tcp, l.streams) {
+            (Some(t), Some(n)) => t.connections == n,
+            (None, Some(_)) => done == 1,
+            _ => false,
+        };
+        let skip = if failed > 0 {
+            Some("files failed".to_string())
+        } else if bytes < MEASURE_BYTES {
+            Some(format!(
+                "under {}",
+                crate::present::human_bytes(MEASURE_BYTES)
+            ))
+        } else if l.streams.is_some() && !large {
+            Some("no file went over the chosen streams".to_string())
+        } else {
+            None
+        };
+        if let Some(why) = skip {
+            said.push(format!(
+                "measured: {} in {secs:.2} s; not used for the stream search ({why})",
                 crate::present::human_bytes(bytes),
-                if failed {
-                    "files failed".to_string()
-                } else {
-                    format!("under {}", crate::present::human_bytes(MEASURE_BYTES))
-                }
             ));
         } else if let Some(n) = l.streams {
             said.push(format!(

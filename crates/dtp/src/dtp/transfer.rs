@@ -142,8 +142,9 @@ impl Dtp {
         match desc.mode {
             TransferMode::Extended => {
                 let fut = send_stripes(groups, jobs);
-                let conns = with_markers(fut, desc, events, &total_bytes, &RangeSet::new).await?;
-                self.tcp = ferry_net::TcpStats::of_all(&conns);
+                let mut conns =
+                    with_markers(fut, desc, events, &total_bytes, &RangeSet::new).await?;
+                self.tcp = ferry_net::TcpStats::of_all(&mut conns);
                 self.channel.put_back(Direction::Send, &desc.channel, conns);
             }
             TransferMode::Stream => {
@@ -243,9 +244,9 @@ impl Dtp {
                     }
                 };
                 let fut = receive_mode_e(cached, listener, prot, Arc::clone(&job));
-                let (conns, used) =
+                let (mut conns, used) =
                     with_markers(fut, desc, events, &total_bytes, &take_written).await?;
-                self.tcp = ferry_net::TcpStats::of_all(&conns);
+                self.tcp = ferry_net::TcpStats::of_all(&mut conns);
                 self.channel
                     .put_back(Direction::Receive, &desc.channel, conns);
                 used

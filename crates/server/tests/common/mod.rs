@@ -178,7 +178,6 @@ impl TestServer {
     }
 }
 
-/// Sends `line` and returns its reply, whatever the code.
 /// The lines of a JSON transfer log (`--log-transfer`), each parsed.
 #[allow(dead_code)] // not every test binary reads a transfer log
 pub fn log_lines(path: &Path) -> Vec<serde_json::Value> {
@@ -189,6 +188,7 @@ pub fn log_lines(path: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Sends `line` and returns its reply, whatever the code.
 pub async fn cmd(c: &mut ControlClient, line: &str) -> Reply {
     within(line, c.command_line(line))
         .await
