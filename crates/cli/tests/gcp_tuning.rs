@@ -56,7 +56,7 @@ fn gcp_learns_the_path_searches_fewer_streams_and_asks_a_ferry_sender_for_its_co
         &cache,
     );
     out.assert_bytes(&bytes, &first);
-    expect_said(&out, "probed, control-channel round trip");
+    expect_said(&out, "control-channel round trip");
     expect_said(&out, "congestion control: reno, as --congestion says");
     expect_said(
         &out,
@@ -94,7 +94,7 @@ fn gcp_learns_the_path_searches_fewer_streams_and_asks_a_ferry_sender_for_its_co
         &cache,
     );
     out.assert_bytes(&bytes, &second);
-    expect_said(&out, "from the cache (1 measured copies)");
+    expect_said(&out, "; 1 measured copies in the cache");
     expect_said(
         &out,
         "streams: 7 for files of 16 MiB and more (trying fewer",
@@ -200,7 +200,7 @@ fn gcp_uploads_with_its_own_congestion_control_and_a_globus_sender_is_left_its_d
         &cache,
     );
     out.assert_bytes(&bytes, &other.path_of("copy.bin"));
-    expect_said(&out, "probed, control-channel round trip");
+    expect_said(&out, "control-channel round trip");
     expect_said(&out, "data connections (sending): 4 over reno");
     expect_said(&out, "of the bytes sent again");
 

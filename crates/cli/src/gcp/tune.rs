@@ -7,8 +7,8 @@
 //! what one socket's window cannot.
 //!
 //! What a copy learns is kept per (source, destination) in `~/.cache/ferry/gcp-paths.json`
-//! (`$XDG_CACHE_HOME`): the probe (round trip, offered congestion controls), and where the
-//! stream search (`search.rs`) stands.
+//! (`$XDG_CACHE_HOME`): the last probe (round trip, offered congestion controls; taken afresh
+//! by every copy's own logins), and where the stream search (`search.rs`) stands.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -24,8 +24,8 @@ use super::search::{choose_streams, step_search, Search};
 const LONG_RTT_MS: f64 = 10.0;
 /// Copies moving less than this do not measure the path (logins and small files dominate).
 const MEASURE_BYTES: u64 = 64 << 20;
-/// A cached probe is trusted this long.
-const PROBE_TTL_S: u64 = 7 * 86_400;
+/// What copies learnt of a path is kept this long after the last one.
+const KEPT_S: u64 = 30 * 86_400;
 
 /// What gcp knows of one (source, destination) path.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -244,36 +244,41 @@ impl Tuning {
         let file = cache_file();
         let mut cache = file.as_ref().map(load).unwrap_or_default();
         let mut explained = Vec::new();
-        let cached = cache
+        // The probe is the logins the copy needs anyway (it goes on over the same sessions), so
+        // the path is measured afresh every time; the cache keeps what copies learnt.
+        let probed = probe(src, dest, sessions).await?;
+        let first = if sources.len() > 1 {
+            " (the first source's)"
+        } else {
+            ""
+        };
+        let kept = cache
             .paths
             .remove(&key)
-            .filter(|e| now_s().saturating_sub(e.probed_at) < PROBE_TTL_S);
-        let mut entry = match cached {
+            .filter(|e| now_s().saturating_sub(e.probed_at) < KEPT_S);
+        let entry = match kept {
             Some(e) => {
                 explained.push(format!(
-                    "path {key}: from the cache ({} measured copies), round trip {:.1} ms",
-                    e.runs, e.rtt_ms
+                    "path {key}: control-channel round trip {:.1} ms{first}; {} measured copies \
+                     in the cache",
+                    probed.rtt_ms, e.runs
                 ));
-                e
+                PathEntry {
+                    rtt_ms: probed.rtt_ms,
+                    offered: probed.offered,
+                    sender: probed.sender,
+                    probed_at: probed.probed_at,
+                    ..e
+                }
             }
             None => {
-                let e = probe(src, dest, sessions).await?;
                 explained.push(format!(
-                    "path {key}: probed, control-channel round trip {:.1} ms{}",
-                    e.rtt_ms,
-                    if sources.len() > 1 {
-                        " (the first source's)"
-                    } else {
-                        ""
-                    }
+                    "path {key}: control-channel round trip {:.1} ms{first}; nothing in the cache",
+                    probed.rtt_ms
                 ));
-                e
+                probed
             }
         };
-        if matches!(src, Location::Local(_)) {
-            // What this host lets this user set, asked now, not as the cache remembers it.
-            entry.offered = offered_here();
-        }
         let congestion = choose_congestion(&entry, asked.congestion, &mut explained);
         let streams = match asked.streams {
             Some(n) => {
