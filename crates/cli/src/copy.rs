@@ -308,14 +308,17 @@ pub(crate) async fn run_job_async(job: CopyJob, sessions: ferry_client::Sessions
             };
             (code, Some((s, elapsed)))
         }
-        Err(e) => {
-            eprintln!("ferry: {e}");
-            if let Some(h) = exit::hint(&e) {
-                eprintln!("  hint: {h}");
-            }
-            (exit::code(e.class()), None)
-        }
+        Err(e) => (report(&e), None),
     }
+}
+
+/// Prints a copy's failure with its hint; returns its exit code.
+pub(crate) fn report(e: &ferry_client::ClientError) -> u8 {
+    eprintln!("ferry: {e}");
+    if let Some(h) = exit::hint(e) {
+        eprintln!("  hint: {h}");
+    }
+    exit::code(e.class())
 }
 
 fn summary(done: usize, failed: usize, bytes: u64, elapsed: Duration) {

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferry_dtp::{BufferPool, DataMover, Dtp};
+use ferry_dtp::{BufferPool, Dtp};
 use ferry_proto::command::{Dcau, Protection, TransferMode, TransferType, TrevEvent};
 use ferry_proto::opts::{Opts, RetrOpts};
 use ferry_proto::site::SiteCommand;
@@ -373,8 +373,7 @@ impl RemoteSession {
             .command(&Command::Site(SiteCommand::SetNetStack(stack)))
             .await?;
         // Connections the server holds were made under the old stack.
-        self.data = DataSetup::None;
-        DataMover::forget(&mut self.dtp);
+        self.reset_data();
         if r.is_success() {
             self.congestion = cc;
         } else {
@@ -415,8 +414,7 @@ impl RemoteSession {
             let r = self.ctl.command(cmd).await?;
             if r.is_success() {
                 // A buffer change invalidates cached data connections on the server.
-                self.data = DataSetup::None;
-                DataMover::forget(&mut self.dtp);
+                self.reset_data();
                 break;
             }
         }

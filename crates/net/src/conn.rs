@@ -34,7 +34,9 @@ impl DataConn {
         // Linux gives an accepted connection its listener's congestion control; set it again
         // so that a connection made elsewhere (and a future kernel) has it too.
         if let Some(cc) = &tuning.congestion {
-            if tcp_congestion(&stream).as_deref() != Some(cc.as_str()) {
+            if crate::Congestion::of_socket(socket2::SockRef::from(&stream)).as_deref()
+                != Some(cc.as_str())
+            {
                 socket2::SockRef::from(&stream).set_tcp_congestion(cc.as_str().as_bytes())?;
             }
         }
@@ -234,18 +236,6 @@ impl DetachedConn {
             tcp_seen: self.tcp_seen,
         })
     }
-}
-
-/// The congestion control a socket has.
-fn tcp_congestion(stream: &TcpStream) -> Option<String> {
-    socket2::SockRef::from(stream)
-        .tcp_congestion()
-        .ok()
-        .map(|n| {
-            String::from_utf8_lossy(&n)
-                .trim_end_matches('\0')
-                .to_string()
-        })
 }
 
 /// Connects to `addr` with `tuning` applied before the handshake.

@@ -120,14 +120,8 @@ impl TcpStats {
         if rc != 0 {
             return Err(std::io::Error::last_os_error());
         }
-        let congestion = socket2::SockRef::from(socket)
-            .tcp_congestion()
-            .map(|n| {
-                String::from_utf8_lossy(&n)
-                    .trim_end_matches('\0')
-                    .to_string()
-            })
-            .unwrap_or_default();
+        let congestion =
+            crate::Congestion::of_socket(socket2::SockRef::from(socket)).unwrap_or_default();
         // Fields the kernel did not fill stay zero; only the retransmitted bytes have an
         // older stand-in (segments times MSS).
         let filled = |field_end: usize| len as usize >= field_end;
@@ -169,14 +163,9 @@ impl TcpStats {
             *self = later.clone();
             return;
         }
-        let min_rtt = match (self.min_rtt_us, later.min_rtt_us) {
-            (0, b) => b,
-            (a, 0) => a,
-            (a, b) => a.min(b),
-        };
         *self = TcpStats {
             connections: self.connections.max(later.connections),
-            min_rtt_us: min_rtt,
+            min_rtt_us: least_known(self.min_rtt_us, later.min_rtt_us),
             bytes_sent: self.bytes_sent + later.bytes_sent,
             bytes_retrans: self.bytes_retrans + later.bytes_retrans,
             bytes_received: self.bytes_received + later.bytes_received,
@@ -193,11 +182,7 @@ impl TcpStats {
         }
         self.connections += other.connections;
         self.rtt_us = self.rtt_us.max(other.rtt_us);
-        self.min_rtt_us = match (self.min_rtt_us, other.min_rtt_us) {
-            (0, b) => b,
-            (a, 0) => a,
-            (a, b) => a.min(b),
-        };
+        self.min_rtt_us = least_known(self.min_rtt_us, other.min_rtt_us);
         self.bytes_sent += other.bytes_sent;
         self.bytes_retrans += other.bytes_retrans;
         self.bytes_received += other.bytes_received;
@@ -266,6 +251,15 @@ impl TcpStats {
         } else {
             self.bytes_retrans as f64 / self.bytes_sent as f64
         }
+    }
+}
+
+/// The smaller of two round trips where 0 means unknown.
+fn least_known(a: u32, b: u32) -> u32 {
+    match (a, b) {
+        (0, b) => b,
+        (a, 0) => a,
+        (a, b) => a.min(b),
     }
 }
 

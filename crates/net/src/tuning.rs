@@ -70,6 +70,15 @@ impl Congestion {
         std::str::from_utf8(&self.name[..usize::from(self.len)]).unwrap_or("")
     }
 
+    /// The congestion control a socket has, by name.
+    pub(crate) fn of_socket(socket: socket2::SockRef<'_>) -> Option<String> {
+        socket.tcp_congestion().ok().map(|n| {
+            String::from_utf8_lossy(&n)
+                .trim_end_matches('\0')
+                .to_string()
+        })
+    }
+
     fn set_on(&self, socket: socket2::SockRef<'_>) -> io::Result<()> {
         socket
             .set_tcp_congestion(self.as_str().as_bytes())
@@ -103,6 +112,17 @@ impl Congestion {
             .unwrap_or_default()
             .split_whitespace()
             .filter_map(|n| Congestion::new(n).ok())
+            .collect()
+    }
+
+    /// The congestion controls this process can give its sockets: the kernel's available
+    /// ones (`net.ipv4.tcp_available_congestion_control`) that a socket here accepts.
+    pub fn offered_here() -> Vec<Congestion> {
+        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|n| Congestion::new(n).ok())
+            .filter(|c| c.check().is_ok())
             .collect()
     }
 

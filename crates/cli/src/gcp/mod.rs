@@ -200,13 +200,7 @@ pub(crate) fn run(args: GcpArgs) -> u8 {
             Ok(asked) => {
                 match Tuning::choose(&job.sources, &job.dest, &mut sessions, &asked).await {
                     Ok(t) => t,
-                    Err(e) => {
-                        eprintln!("ferry: {e}");
-                        if let Some(h) = exit::hint(&e) {
-                            eprintln!("  hint: {h}");
-                        }
-                        return exit::code(e.class());
-                    }
+                    Err(e) => return crate::copy::report(&e),
                 }
             }
             Err(why) => Tuning::none(why),

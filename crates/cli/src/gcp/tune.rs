@@ -139,13 +139,10 @@ pub(super) fn now_s() -> u64 {
     ferry_proto::clock::now_since_epoch().as_secs()
 }
 
-/// The congestion controls this host lets this process give its sockets.
+/// The congestion controls this host lets this process give its sockets, by name.
 fn offered_here() -> Vec<String> {
-    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|n| Congestion::new(n).ok())
-        .filter(|c| c.check().is_ok())
+    Congestion::offered_here()
+        .iter()
         .map(|c| c.to_string())
         .collect()
 }

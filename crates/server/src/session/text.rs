@@ -8,11 +8,8 @@ use ferry_storage::ChecksumAlgorithm;
 pub(crate) fn offered_congestion() -> &'static str {
     static OFFERED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     OFFERED.get_or_init(|| {
-        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
-            .unwrap_or_default()
-            .split_whitespace()
-            .filter_map(|n| ferry_net::Congestion::new(n).ok())
-            .filter(|c| c.check().is_ok())
+        ferry_net::Congestion::offered_here()
+            .iter()
             .map(|c| format!("{c};"))
             .collect()
     })
