@@ -258,8 +258,25 @@ impl RemoteDtp {
         }
         let mut bytes = 0u64;
         let mut streams = 0u32;
-        let mut failure: Option<DtpError> = None;
-        while let Some(joined) = tasks.join_next().await {
+        let mut failures: Vec<DtpError> = Vec::new();
+        // After the first failure the other nodes get a moment to report theirs before they
+        // are stopped: a node whose disk filled fails first, but the others (whose data the
+        // client stopped sending) may report their broken connections sooner, and the cause
+        // is what the client must hear.
+        let mut grace: Option<tokio::time::Instant> = None;
+        loop {
+            let joined = match grace {
+                None => tasks.join_next().await,
+                Some(until) => match tokio::time::timeout_at(until, tasks.join_next()).await {
+                    Ok(j) => j,
+                    Err(_) => {
+                        tasks.abort_all();
+                        grace = None;
+                        continue;
+                    }
+                },
+            };
+            let Some(joined) = joined else { break };
             let Ok((i, link, result)) = joined else {
                 continue;
             };
@@ -273,8 +290,8 @@ impl RemoteDtp {
                 (link, Err(NodeFailure::Failed { code, text })) => {
                     // The node is fine; the transfer is not.
                     self.links[i] = link;
-                    failure.get_or_insert(node_error(&name, code, &text));
-                    tasks.abort_all();
+                    failures.push(node_error(&name, code, &text));
+                    grace.get_or_insert_with(|| tokio::time::Instant::now() + FAILURE_GRACE);
                 }
                 (link, result) => {
                     let why = match result {
@@ -285,7 +302,7 @@ impl RemoteDtp {
                     self.lost(i, why.clone());
                     // 426: the data path broke, and a retry (with the restart markers so far)
                     // can finish on the nodes that remain.
-                    failure.get_or_insert(DtpError::Remote {
+                    failures.push(DtpError::Remote {
                         code: 426,
                         message: format!("Data node {name} lost during the transfer: {why}"),
                     });
@@ -293,6 +310,13 @@ impl RemoteDtp {
                 }
             }
         }
+        // The cause before its consequences: a node's own refusal (452: no space, 550 ...)
+        // over the broken data connections (426) it brought about on the others.
+        let cause = failures
+            .iter()
+            .position(|e| !matches!(e, DtpError::Remote { code: 426, .. }))
+            .unwrap_or(0);
+        let failure = (!failures.is_empty()).then(|| failures.swap_remove(cause));
         if let Some(e) = failure {
             // Nodes whose tasks were stopped lost their links (and with them the transfer);
             // the others keep theirs but not their cached connections.
@@ -388,6 +412,9 @@ impl Drop for RemoteDtp {
         }
     }
 }
+
+/// How long the other nodes may take to report after one failed (see `run`).
+const FAILURE_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
 fn node_error(name: &str, code: u16, text: &str) -> DtpError {
     DtpError::Remote {
