@@ -11,6 +11,7 @@ mod present;
 mod proxy;
 mod remote;
 mod serve;
+mod service;
 mod url_copy;
 
 use clap::{Parser, Subcommand};
@@ -50,6 +51,17 @@ enum Cmd {
     /// Start a server on a temporary directory, copy a generated file through it with parallel
     /// streams both ways, verify checksums and print the throughput.
     Demo(demo::DemoArgs),
+    /// Run the transfer service: a queue of copy jobs that survives failures of the servers,
+    /// the network and itself, with FTS3's REST API (HTTPS, X.509 proxies or tokens).
+    Service(Box<service::ServiceArgs>),
+    /// Submit a copy job to the transfer service (delegating your proxy when it needs one).
+    Submit(service::SubmitArgs),
+    /// List your jobs on the transfer service.
+    Jobs(service::JobsArgs),
+    /// Show one job of the transfer service, file by file.
+    Job(service::JobArgs),
+    /// Cancel jobs on the transfer service.
+    Cancel(service::CancelArgs),
     /// Print shell completions for bash, zsh, fish, elvish or powershell.
     Completions(docs::CompletionsArgs),
     /// Write the man pages (ferry.1, ferry-serve.8, ...) into a directory.
@@ -119,6 +131,11 @@ fn main() -> std::process::ExitCode {
         Cmd::Cp(a) => gcp::run(a),
         Cmd::UrlCopy { args } => url_copy::run(args),
         Cmd::Remote(r) => remote::run(r),
+        Cmd::Service(a) => done(service::serve(*a)),
+        Cmd::Submit(a) => service::submit(a),
+        Cmd::Jobs(a) => service::jobs(a),
+        Cmd::Job(a) => service::job(a),
+        Cmd::Cancel(a) => service::cancel(a),
     };
     std::process::ExitCode::from(code)
 }

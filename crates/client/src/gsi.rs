@@ -97,6 +97,25 @@ impl GsiSetup {
         }
     }
 
+    /// A setup that acts with `credential` and trusts the CAs in `trust`, whatever the
+    /// process's environment says: a service acting for several users, each with the proxy
+    /// they delegated to it.
+    pub fn with_credential(
+        options: GsiOptions,
+        credential: Credential,
+        trust: Arc<TrustStore>,
+    ) -> Result<GsiSetup, ClientError> {
+        let data = DataSecurity::new(credential.clone(), Arc::clone(&trust))
+            .map_err(|e| ClientError::Auth(format!("GSI: {e}")))?;
+        let loaded = OnceLock::new();
+        let _ = loaded.set(Ok(Arc::new(Loaded {
+            credential,
+            trust,
+            data: Arc::new(data),
+        })));
+        Ok(GsiSetup { options, loaded })
+    }
+
     /// The options.
     pub fn options(&self) -> &GsiOptions {
         &self.options

@@ -209,6 +209,39 @@ impl RemoteUrl {
     }
 }
 
+impl RemoteUrl {
+    /// The whole URL, password included, %-escaped so that [`Location::parse`] gives back this
+    /// very value: for handing a copy to another program (the transfer service).
+    pub fn to_url(&self) -> String {
+        fn esc(s: &str, keep_slash: bool) -> String {
+            let mut out = String::with_capacity(s.len());
+            for b in s.bytes() {
+                let plain = b.is_ascii_alphanumeric()
+                    || b"-._~!$&'()*+,;=".contains(&b)
+                    || (keep_slash && (b == b'/' || b == b':' || b == b'@'));
+                if plain {
+                    out.push(b as char);
+                } else {
+                    out.push_str(&format!("%{b:02X}"));
+                }
+            }
+            out
+        }
+        let mut url = format!("{}://", self.scheme.name());
+        if let Some(u) = &self.user {
+            url.push_str(&esc(u, false));
+            if let Some(p) = &self.password {
+                url.push(':');
+                url.push_str(&esc(p, false));
+            }
+            url.push('@');
+        }
+        url.push_str(&self.authority());
+        url.push_str(&esc(&self.path, true));
+        url
+    }
+}
+
 impl fmt::Display for RemoteUrl {
     /// The URL without its password.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -229,6 +262,18 @@ impl fmt::Debug for RemoteUrl {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn to_url_parses_back_to_the_same_value() {
+        for s in [
+            "gsiftp://host.example:2812/data/a b%25c#d?e",
+            "ftp://us%40er:p%3Ass@10.0.0.1/x/y/",
+            "ftps://[::1]:990/%C3%A9t%C3%A9",
+        ] {
+            let r = remote(s);
+            assert_eq!(remote(&r.to_url()), r, "{s} -> {}", r.to_url());
+        }
+    }
 
     fn remote(s: &str) -> RemoteUrl {
         match Location::parse(s).unwrap() {

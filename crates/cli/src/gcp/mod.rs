@@ -65,10 +65,19 @@ pub(crate) struct GcpArgs {
     /// ferry copy --stripe.
     #[arg(long)]
     big: bool,
-    /// Hand the copy to ferry's transfer service and print the job id (the seed's -rft). The
-    /// service is not built yet: gcp says so and copies nothing.
+    /// Hand the copy to ferry's transfer service (--service, $FERRY_SERVICE) and print the job
+    /// id (the seed's -rft): the service retries and resumes it whatever fails, itself included.
+    /// Both ends must be transfer servers; directories are listed now, their files queued.
     #[arg(long, visible_alias = "rft")]
     queue: bool,
+    /// The transfer service for --queue.
+    #[arg(
+        long,
+        env = "FERRY_SERVICE",
+        value_name = "URL",
+        default_value = "https://localhost:8446"
+    )]
+    service: String,
     /// Do not compare checksums after each file (see ferry copy).
     #[arg(long = "no-verify")]
     no_verify: bool,
@@ -161,15 +170,8 @@ impl GcpArgs {
 
 /// Runs `gcp`; returns the exit code (as `ferry copy`'s).
 pub(crate) fn run(args: GcpArgs) -> u8 {
-    if args.queue {
-        eprintln!(
-            "gcp: --queue hands copies to ferry's transfer service, which this version does not \
-             have yet; nothing was queued or copied. Run the same command without --queue to \
-             copy now (it retries and resumes by itself: --retries N)."
-        );
-        return exit::USAGE;
-    }
-    let (explain, dry_run) = (args.explain, args.dry_run);
+    let (explain, dry_run, queue) = (args.explain, args.dry_run, args.queue);
+    let service = args.service.clone();
     let Resolved {
         mut job,
         explained,
@@ -189,6 +191,9 @@ pub(crate) fn run(args: GcpArgs) -> u8 {
         }
     };
     say(&explained);
+    if queue {
+        return crate::service::queue(&job, &service, dry_run);
+    }
     let Some(rt) = crate::copy::runtime() else {
         return 1;
     };

@@ -1,0 +1,432 @@
+//! `ferry service` with real copies: `ferry submit` delegates the user's proxy and the service
+//! copies between `ferry serve --gsi` servers as that user; the service killed with SIGKILL
+//! mid-transfer and started again resumes from the ranges it had stored, never from byte 0;
+//! `gcp --queue` plans a tree and queues its files. Every test compares the bytes.
+
+mod common;
+
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{adler32, random_bytes, write_file};
+use serde_json::Value;
+
+/// A CA, a user proxy, a GSI ferry server and the transfer service.
+struct Site {
+    dir: tempfile::TempDir,
+    server: Child,
+    server_port: u16,
+    service: Option<Child>,
+    service_port: u16,
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+        if let Some(s) = &mut self.service {
+            let _ = s.kill();
+            let _ = s.wait();
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_listening(port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "{what} did not listen on {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+impl Site {
+    fn start() -> Site {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        let ca = p.join("ca");
+        let out = Command::new(env!("CARGO_BIN_EXE_ferry"))
+            .args([
+                "ca",
+                ca.to_str().unwrap(),
+                "--host",
+                "localhost",
+                "--user",
+                "Alice:nobody",
+                "--days",
+                "2",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let user = ca.join("users/Alice");
+        let out = Command::new(env!("CARGO_BIN_EXE_ferry"))
+            .args(["proxy", "init", "-q", "--cert"])
+            .arg(user.join("usercert.pem"))
+            .arg("--key")
+            .arg(user.join("userkey.pem"))
+            .arg("--out")
+            .arg(p.join("proxy.pem"))
+            .arg("--cert-dir")
+            .arg(ca.join("certificates"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let root = p.join("root");
+        std::fs::create_dir(&root).unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            // Run as root, the server works as the mapped account (nobody) in here.
+            std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
+        }
+        let server_port = free_port();
+        let host = ca.join("hosts/localhost");
+        let server = Command::new(env!("CARGO_BIN_EXE_ferry"))
+            .args([
+                "serve",
+                "--gsi",
+                "--listen",
+                &format!("127.0.0.1:{server_port}"),
+                "--root",
+            ])
+            .arg(&root)
+            .arg("--host-cert")
+            .arg(host.join("hostcert.pem"))
+            .arg("--host-key")
+            .arg(host.join("hostkey.pem"))
+            .arg("--cert-dir")
+            .arg(ca.join("certificates"))
+            .arg("--gridmap")
+            .arg(ca.join("grid-mapfile"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_listening(server_port, "ferry serve --gsi");
+        let mut site = Site {
+            dir,
+            server,
+            server_port,
+            service: None,
+            service_port: free_port(),
+        };
+        site.start_service();
+        site
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// Starts (or starts again) the service on its port and database.
+    fn start_service(&mut self) {
+        let host = self.path("ca/hosts/localhost");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path("service.log"))
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_ferry"))
+            .args([
+                "service",
+                "--listen",
+                &format!("127.0.0.1:{}", self.service_port),
+                "--database",
+            ])
+            .arg(self.path("queue.db"))
+            .arg("--host-cert")
+            .arg(host.join("hostcert.pem"))
+            .arg("--host-key")
+            .arg(host.join("hostkey.pem"))
+            .arg("--cert-dir")
+            .arg(self.path("ca/certificates"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.service = Some(child);
+        wait_listening(self.service_port, "ferry service");
+    }
+
+    fn kill_service(&mut self) {
+        if let Some(mut s) = self.service.take() {
+            s.kill().unwrap(); // SIGKILL: nothing is flushed or said.
+            s.wait().unwrap();
+        }
+    }
+
+    fn url(&self, rel: &str) -> String {
+        format!("gsiftp://localhost:{}/{rel}", self.server_port)
+    }
+
+    fn ferry(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_ferry"))
+            .args(args)
+            .env("X509_CERT_DIR", self.path("ca/certificates"))
+            .env("X509_USER_PROXY", self.path("proxy.pem"))
+            .env(
+                "FERRY_SERVICE",
+                format!("https://localhost:{}", self.service_port),
+            )
+            .env("XDG_CACHE_HOME", self.path("cache"))
+            .env("XDG_CONFIG_HOME", self.path("config"))
+            .output()
+            .unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.ferry(args);
+        assert!(
+            out.status.success(),
+            "ferry {args:?} failed ({:?}):\n{}\n{}\nservice log:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(self.path("service.log")).unwrap_or_default()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn job(&self, id: &str) -> Value {
+        let text = self.ok(&["job", id, "--attempts", "--json"]);
+        serde_json::from_str(&text).unwrap()
+    }
+
+    fn wait_job(&self, id: &str, timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let j = self.job(id);
+            let state = j["job"]["job_state"].as_str().unwrap_or("").to_owned();
+            if !matches!(state.as_str(), "SUBMITTED" | "ACTIVE") {
+                return j;
+            }
+            assert!(Instant::now() < deadline, "job {id} still {state}: {j}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+fn same_file(expected: &Path, actual: &Path) {
+    if let Err(e) = common::files::compare_files(expected, actual) {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn ferry_submit_delegates_and_the_service_copies_and_verifies_as_the_user() {
+    let site = Site::start();
+    let a = random_bytes(3 << 20, 1);
+    let b = random_bytes(1, 2);
+    write_file(&site.path("root/a.bin"), &a);
+    write_file(&site.path("root/b.bin"), &b);
+    let list = site.path("list");
+    std::fs::write(
+        &list,
+        format!(
+            "# two files\n{} {}\n{} {} ADLER32:{:08x}\n",
+            site.url("a.bin"),
+            site.url("a-copy.bin"),
+            site.url("b.bin"),
+            site.url("b-copy.bin"),
+            adler32(&b)
+        ),
+    )
+    .unwrap();
+    let out = site.ferry(&["submit", "--file", list.to_str().unwrap(), "--wait"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("delegated a proxy"), "{stderr}");
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    same_file(&site.path("root/a.bin"), &site.path("root/a-copy.bin"));
+    same_file(&site.path("root/b.bin"), &site.path("root/b-copy.bin"));
+
+    let j = site.job(&id);
+    assert_eq!(j["job"]["job_state"], "FINISHED", "{j}");
+    let files = j["files"].as_array().unwrap();
+    assert_eq!(
+        files[0]["checksum"],
+        format!("ADLER32:{:08x}", adler32(&a)),
+        "{j}"
+    );
+    assert_eq!(files[0]["transferred"], a.len() as u64);
+    assert_eq!(files[1]["checksum"], format!("ADLER32:{:08x}", adler32(&b)));
+    assert!(site.ok(&["jobs", "--all"]).contains(&id));
+    assert!(
+        !site.ok(&["jobs"]).contains(&id),
+        "finished jobs are not listed by default"
+    );
+
+    // A second job whose destination exists, without --overwrite: refused, file untouched.
+    let out = site.ferry(&[
+        "submit",
+        &site.url("b.bin"),
+        &site.url("a-copy.bin"),
+        "--wait",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id2 = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let j = site.job(&id2);
+    assert_eq!(j["job"]["job_state"], "FAILED");
+    assert!(
+        j["files"][0]["reason"].as_str().unwrap().contains("exists"),
+        "{j}"
+    );
+    same_file(&site.path("root/a.bin"), &site.path("root/a-copy.bin"));
+    // A wrong user checksum fails the file and says both values.
+    let out = site.ferry(&[
+        "submit",
+        &site.url("b.bin"),
+        &site.url("c.bin"),
+        "--checksum",
+        "ADLER32:00000001",
+        "--wait",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let id3 = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let j = site.job(&id3);
+    let reason = j["files"][0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("00000001"), "{j}");
+    assert_eq!(
+        j["attempts"][0].as_array().map(Vec::len),
+        Some(1),
+        "a mismatch is not retried: {j}"
+    );
+}
+
+#[test]
+fn the_service_killed_mid_transfer_resumes_from_its_stored_ranges() {
+    let mut site = Site::start();
+    common::write_marked_pattern_file(&site.path("root/big.bin"), 640, 7);
+    // One stream with small TCP buffers slows loopback down (to some 80 MB/s) so that restart
+    // markers come before the end and the service can be killed twice mid-file.
+    let out = site.ferry(&[
+        "submit",
+        &site.url("big.bin"),
+        &site.url("big-copy.bin"),
+        "--streams",
+        "1",
+        "--tcp-bs",
+        "4096",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let mut stored_at_kill = Vec::new();
+    for round in 0..2 {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let j = site.job(&id);
+            let ranges = j["files"][0]["stored_ranges"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned();
+            let total = ranges_total(&ranges);
+            let before = stored_at_kill.last().copied().unwrap_or(0);
+            if total > before {
+                site.kill_service();
+                eprintln!("round {round}: killed the service with {total} bytes stored ({ranges})");
+                stored_at_kill.push(total);
+                break;
+            }
+            if j["job"]["job_state"] == "FINISHED" {
+                panic!("the copy finished before the service could be killed (round {round}): {j}");
+            }
+            assert!(Instant::now() < deadline, "no restart marker stored: {j}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        site.start_service();
+    }
+    let j = site.wait_job(&id, Duration::from_secs(300));
+    assert_eq!(j["job"]["job_state"], "FINISHED", "{j}");
+    same_file(&site.path("root/big.bin"), &site.path("root/big-copy.bin"));
+    let attempts = j["attempts"][0].as_array().unwrap();
+    assert!(attempts.len() >= 3, "one attempt per start: {j}");
+    for (i, a) in attempts.iter().enumerate().skip(1) {
+        let resumed = a["resumed_bytes"].as_u64().unwrap();
+        assert!(
+            resumed >= stored_at_kill[(i - 1).min(stored_at_kill.len() - 1)],
+            "attempt {} resumed at {resumed}, less than was stored: {j}",
+            i + 1
+        );
+    }
+    assert!(
+        attempts[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("service stopped"),
+        "{j}"
+    );
+    assert_eq!(
+        j["files"][0]["retry"], 0,
+        "a service stop is not the transfer's failure"
+    );
+}
+
+fn ranges_total(ranges: &str) -> u64 {
+    ranges
+        .split(',')
+        .filter_map(|r| r.split_once('-'))
+        .filter_map(|(a, b)| Some(b.parse::<u64>().ok()? - a.parse::<u64>().ok()?))
+        .sum()
+}
+
+#[test]
+fn gcp_queue_lists_a_tree_and_the_service_copies_every_file() {
+    let site = Site::start();
+    for (i, name) in ["t/a", "t/b", "t/sub/c", "t/sub/deeper/d e"]
+        .iter()
+        .enumerate()
+    {
+        write_file(
+            &site.path(&format!("root/{name}")),
+            &random_bytes(1000 * (i + 1), i as u64),
+        );
+    }
+    let out = site.ferry(&["cp", "--queue", "-r", &site.url("t/"), &site.url("u/")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("queued 4 file(s)"), "{stderr}");
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let j = site.wait_job(&id, Duration::from_secs(120));
+    assert_eq!(j["job"]["job_state"], "FINISHED", "{j}");
+    if let Err(e) = common::files::compare_trees(&site.path("root/t"), &site.path("root/u")) {
+        panic!("{e}");
+    }
+    // Local ends are refused before anything is queued.
+    let out = site.ferry(&[
+        "cp",
+        "--queue",
+        site.path("root/t/a").to_str().unwrap(),
+        &site.url("v"),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("on this host"));
+}

@@ -1,0 +1,167 @@
+//! Who is asking: an X.509 client certificate or RFC 3820 proxy chain, checked by the same
+//! [`TrustStore::verify`] that GSI control and data channels use, or a bearer token from the
+//! admin's token file.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use ferry_gsi::{Credential, TrustStore, VerifyOptions};
+use openssl::ssl::{SslAcceptor, SslMethod, SslRef, SslVerifyMode, SslVersion};
+use sha2::{Digest, Sha256};
+
+use crate::ServiceError;
+
+/// A caller the service has verified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// The user's DN (the end-entity subject, proxy CNs left off), or the token's name.
+    pub dn: String,
+    /// Sees and cancels every user's jobs.
+    pub admin: bool,
+    /// How it was proven.
+    pub via: Via,
+}
+
+/// How a caller proved who it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// A client certificate or proxy chain in the TLS handshake.
+    Certificate,
+    /// `Authorization: Bearer …`.
+    Token,
+}
+
+/// What a connection's TLS handshake proved, before any request.
+#[derive(Debug, Clone)]
+pub enum Peer {
+    /// No client certificate.
+    Anonymous,
+    /// A chain that verified.
+    Verified(Identity),
+    /// A chain that did not verify, and why (each request gets the reason as its 401).
+    Refused(String),
+}
+
+/// The service's rules for callers.
+#[derive(Debug)]
+pub struct Auth {
+    trust: Arc<TrustStore>,
+    /// SHA-256 of each token → the identity it stands for.
+    tokens: HashMap<[u8; 32], String>,
+    admins: Vec<String>,
+}
+
+impl Auth {
+    /// Rules from the CAs in `trust`, a token file (`TOKEN IDENTITY` per line, `#` comments)
+    /// and the admins' DNs or token identities.
+    pub fn new(
+        trust: Arc<TrustStore>,
+        token_file: Option<&Path>,
+        admins: Vec<String>,
+    ) -> Result<Auth, ServiceError> {
+        let mut tokens = HashMap::new();
+        if let Some(path) = token_file {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                ServiceError::Config(format!(
+                    "cannot read the token file {}: {e}",
+                    path.display()
+                ))
+            })?;
+            for (n, line) in text.lines().enumerate() {
+                let line = line.trim();
+                if line.is_empty() || line.starts_with('#') {
+                    continue;
+                }
+                let (token, who) = line.split_once(char::is_whitespace).ok_or_else(|| {
+                    ServiceError::Config(format!(
+                        "{}:{}: a line is TOKEN IDENTITY",
+                        path.display(),
+                        n + 1
+                    ))
+                })?;
+                if token.len() < 16 {
+                    return Err(ServiceError::Config(format!(
+                        "{}:{}: a token of {} characters is too easy to guess; use at least 16",
+                        path.display(),
+                        n + 1,
+                        token.len()
+                    )));
+                }
+                tokens.insert(
+                    Sha256::digest(token.as_bytes()).into(),
+                    who.trim().to_owned(),
+                );
+            }
+        }
+        Ok(Auth {
+            trust,
+            tokens,
+            admins,
+        })
+    }
+
+    /// The CAs.
+    pub fn trust(&self) -> &Arc<TrustStore> {
+        &self.trust
+    }
+
+    fn is_admin(&self, dn: &str) -> bool {
+        self.admins.iter().any(|a| ferry_gsi::dn::same(a, dn))
+    }
+
+    /// What a finished handshake proved.
+    pub fn peer_of(&self, ssl: &SslRef) -> Peer {
+        let Some(leaf) = ssl.peer_certificate() else {
+            return Peer::Anonymous;
+        };
+        // On the server side OpenSSL's peer chain leaves out the leaf.
+        let chain: Vec<openssl::x509::X509> = ssl
+            .peer_cert_chain()
+            .map(|s| s.iter().map(|c| c.to_owned()).collect())
+            .unwrap_or_default();
+        match self.trust.verify(&leaf, &chain, VerifyOptions::default()) {
+            Ok(v) => Peer::Verified(Identity {
+                dn: v.identity().to_owned(),
+                admin: self.is_admin(v.identity()),
+                via: Via::Certificate,
+            }),
+            Err(e) => Peer::Refused(format!("the client certificate is not accepted: {e}")),
+        }
+    }
+
+    /// The identity a bearer token stands for.
+    pub fn token(&self, token: &str) -> Option<Identity> {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        self.tokens.get(&digest).map(|who| Identity {
+            dn: who.clone(),
+            admin: self.is_admin(who),
+            via: Via::Token,
+        })
+    }
+}
+
+/// The service's TLS: its host credential, TLS 1.2 or later, and a client certificate asked
+/// for but not required (token callers have none). OpenSSL's own check is bypassed so that
+/// legacy proxies get through the handshake; [`Auth::peer_of`] then verifies the chain.
+pub fn acceptor(host: &Credential) -> Result<SslAcceptor, ServiceError> {
+    let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls())?;
+    b.set_min_proto_version(Some(SslVersion::TLS1_2))?;
+    b.set_certificate(&host.cert)?;
+    b.set_private_key(&host.key)?;
+    for c in &host.chain {
+        b.add_extra_chain_cert(c.clone())?;
+    }
+    b.check_private_key()?;
+    b.set_verify_callback(SslVerifyMode::PEER, |_, _| true);
+    // Resumed sessions would skip the certificate; every connection proves itself.
+    b.set_session_cache_mode(openssl::ssl::SslSessionCacheMode::OFF);
+    b.set_options(openssl::ssl::SslOptions::NO_TICKET);
+    Ok(b.build())
+}
+
+impl From<openssl::error::ErrorStack> for ServiceError {
+    fn from(e: openssl::error::ErrorStack) -> Self {
+        ServiceError::Tls(e.to_string())
+    }
+}

@@ -1,0 +1,230 @@
+//! The service's client side, for `ferry submit`, `ferry jobs`, `ferry job`, `ferry cancel` and
+//! `gcp --queue`: HTTPS with the user's proxy as client certificate (or a bearer token), the
+//! server checked against the grid CAs and by host name, and delegation as FTS3's client does
+//! it (a new proxy only when less than two hours remain).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use ferry_gsi::{Credential, TrustStore};
+use http_body_util::{BodyExt, Full, Limited};
+pub use hyper::Method;
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use openssl::ssl::{SslConnector, SslMethod, SslVerifyMode};
+use serde_json::Value;
+
+use crate::ServiceError;
+
+/// Biggest answer read.
+const MAX_ANSWER: usize = 256 << 20;
+/// A delegated proxy is renewed when it has less than this left (FTS3's client's rule).
+pub const RENEW_BELOW: Duration = Duration::from_secs(2 * 3600);
+/// How long a new delegated proxy lives.
+pub const DELEGATED_LIFETIME: Duration = Duration::from_secs(12 * 3600);
+
+/// A connection setting for one service.
+pub struct ServiceClient {
+    host: String,
+    port: u16,
+    prefix: String,
+    connector: SslConnector,
+    token: Option<String>,
+    credential: Option<Credential>,
+}
+
+impl ServiceClient {
+    /// A client of the service at `url` (`https://host:port[/prefix]`), trusting the CAs of
+    /// `trust`, proving itself with `credential` (a proxy) or `token`.
+    pub fn new(
+        url: &str,
+        trust: &TrustStore,
+        credential: Option<Credential>,
+        token: Option<String>,
+    ) -> Result<ServiceClient, ServiceError> {
+        let rest = url.strip_prefix("https://").ok_or_else(|| {
+            ServiceError::Config(format!("the service URL '{url}' must start with https://"))
+        })?;
+        let (authority, prefix) = match rest.find('/') {
+            Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
+            None => (rest, ""),
+        };
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => (
+                h.trim_start_matches('[').trim_end_matches(']').to_owned(),
+                p.parse::<u16>().map_err(|_| {
+                    ServiceError::Config(format!("the service URL '{url}' has a bad port"))
+                })?,
+            ),
+            _ => (authority.to_owned(), 8446),
+        };
+        let mut b = SslConnector::builder(SslMethod::tls())?;
+        b.set_cert_store(
+            trust
+                .x509_store()
+                .map_err(|e| ServiceError::Config(e.to_string()))?,
+        );
+        b.set_verify(SslVerifyMode::PEER);
+        if let Some(c) = &credential {
+            b.set_certificate(&c.cert)?;
+            b.set_private_key(&c.key)?;
+            for x in &c.chain {
+                b.add_extra_chain_cert(x.clone())?;
+            }
+        }
+        Ok(ServiceClient {
+            host,
+            port,
+            prefix: prefix.to_owned(),
+            connector: b.build(),
+            token,
+            credential,
+        })
+    }
+
+    /// One request; the status and the body.
+    pub async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<(Vec<u8>, &str)>,
+    ) -> Result<(u16, Vec<u8>), ServiceError> {
+        let tcp = tokio::time::timeout(
+            Duration::from_secs(20),
+            tokio::net::TcpStream::connect((self.host.as_str(), self.port)),
+        )
+        .await
+        .map_err(|_| {
+            ServiceError::Http(format!("{}:{}: connection timed out", self.host, self.port))
+        })?
+        .map_err(|e| {
+            ServiceError::Http(format!(
+                "cannot reach the service at {}:{}: {e}",
+                self.host, self.port
+            ))
+        })?;
+        let ssl = self.connector.configure()?.into_ssl(&self.host)?;
+        let mut tls = tokio_openssl::SslStream::new(ssl, tcp)?;
+        std::pin::Pin::new(&mut tls).connect().await.map_err(|e| {
+            ServiceError::Http(format!("TLS with the service at {}: {e}", self.host))
+        })?;
+        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| ServiceError::Http(e.to_string()))?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let mut req = Request::builder()
+            .method(method)
+            .uri(format!("{}{}", self.prefix, path))
+            .header(hyper::header::HOST, format!("{}:{}", self.host, self.port))
+            .header(hyper::header::ACCEPT, "application/json");
+        if let Some(t) = &self.token {
+            req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        let body = match body {
+            Some((b, ct)) => {
+                req = req.header(hyper::header::CONTENT_TYPE, ct);
+                Full::new(Bytes::from(b))
+            }
+            None => Full::new(Bytes::new()),
+        };
+        let req = req
+            .body(body)
+            .map_err(|e| ServiceError::Http(e.to_string()))?;
+        let resp = tokio::time::timeout(Duration::from_secs(120), send.send_request(req))
+            .await
+            .map_err(|_| ServiceError::Http("the service did not answer in 120 s".into()))?
+            .map_err(|e| ServiceError::Http(e.to_string()))?;
+        let status = resp.status().as_u16();
+        let bytes = Limited::new(resp.into_body(), MAX_ANSWER)
+            .collect()
+            .await
+            .map_err(|e| ServiceError::Http(format!("reading the answer: {e}")))?
+            .to_bytes();
+        Ok((status, bytes.to_vec()))
+    }
+
+    /// A request whose answer is JSON; an error status becomes the service's message.
+    pub async fn json(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, ServiceError> {
+        let body = body.map(|b| (b.to_string().into_bytes(), "application/json"));
+        let (status, bytes) = self.request(method, path, body).await?;
+        check(status, &bytes)?;
+        serde_json::from_slice(&bytes)
+            .map_err(|e| ServiceError::Http(format!("the service's answer is not JSON: {e}")))
+    }
+
+    /// Delegates a proxy when the service has none for the caller or it has less than
+    /// [`RENEW_BELOW`] left. Returns whether it delegated.
+    pub async fn delegate_if_needed(&self) -> Result<bool, ServiceError> {
+        let Some(cred) = &self.credential else {
+            return Ok(false);
+        };
+        let me = self.json(Method::GET, "/whoami", None).await?;
+        let id = me["delegation_id"]
+            .as_str()
+            .ok_or_else(|| ServiceError::Http("whoami has no delegation_id".into()))?
+            .to_owned();
+        let current = self
+            .json(Method::GET, &format!("/delegation/{id}"), None)
+            .await?;
+        if let Some(t) = current["termination_time"].as_str() {
+            let fmt =
+                time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]");
+            if let Ok(t) = time::PrimitiveDateTime::parse(t, &fmt) {
+                let left = t.assume_utc().unix_timestamp() - crate::now();
+                if left > RENEW_BELOW.as_secs() as i64 {
+                    return Ok(false);
+                }
+            }
+        }
+        let (status, request) = self
+            .request(Method::GET, &format!("/delegation/{id}/request"), None)
+            .await?;
+        check(status, &request)?;
+        let cred = cred.clone();
+        let signed = tokio::task::spawn_blocking(move || {
+            crate::delegation::sign_request(&cred, &request, DELEGATED_LIFETIME)
+        })
+        .await
+        .map_err(|e| ServiceError::Tls(e.to_string()))??;
+        let (status, answer) = self
+            .request(
+                Method::PUT,
+                &format!("/delegation/{id}/credential"),
+                Some((signed, "application/x-pem-file")),
+            )
+            .await?;
+        check(status, &answer)?;
+        Ok(true)
+    }
+}
+
+fn check(status: u16, body: &[u8]) -> Result<(), ServiceError> {
+    if (200..300).contains(&status) {
+        return Ok(());
+    }
+    let message = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v["message"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    Err(match status {
+        400 => ServiceError::BadRequest(message),
+        401 => ServiceError::Unauthorized(message),
+        403 => ServiceError::Forbidden(message),
+        404 => ServiceError::NotFound(message),
+        409 => ServiceError::Conflict(message),
+        _ => ServiceError::Http(format!("the service answered {status}: {message}")),
+    })
+}
+
+impl From<openssl::ssl::Error> for ServiceError {
+    fn from(e: openssl::ssl::Error) -> Self {
+        ServiceError::Tls(e.to_string())
+    }
+}

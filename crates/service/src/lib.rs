@@ -1,0 +1,215 @@
+//! ferry's reliable transfer service: a queue of copy jobs kept in SQLite, FTS3's REST API
+//! over HTTPS (X.509 certificates and proxies, or bearer tokens), delegation so the service
+//! acts as each user, and a scheduler that runs files through the resumable copy API and
+//! keeps their restart ranges, so nothing stored is sent twice after any failure.
+#![deny(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod api;
+pub mod auth;
+pub mod client;
+pub mod db;
+pub mod delegation;
+pub mod scheduler;
+pub mod states;
+pub mod submit;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferry_gsi::{Credential, TrustStore};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub use scheduler::Limits;
+pub use submit::Defaults;
+
+/// The OpenAPI document of the REST API, served at `/openapi.json`.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// What goes wrong, each kind its own HTTP status.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// Malformed or wrong request (400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// No or bad credentials (401).
+    #[error("{0}")]
+    Unauthorized(String),
+    /// Not allowed for this caller (403).
+    #[error("{0}")]
+    Forbidden(String),
+    /// No such thing, or not the caller's (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// Taken by something else (409).
+    #[error("{0}")]
+    Conflict(String),
+    /// The database.
+    #[error("database: {0}")]
+    Database(String),
+    /// TLS or key handling.
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// The service's own settings.
+    #[error("{0}")]
+    Config(String),
+    /// Talking to a service (the client side).
+    #[error("{0}")]
+    Http(String),
+}
+
+/// Seconds since the epoch.
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// How `ferry service` is set up.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where HTTPS listens.
+    pub listen: SocketAddr,
+    /// The SQLite file.
+    pub database: PathBuf,
+    /// The service's certificate (host certificate).
+    pub host_cert: PathBuf,
+    /// Its key.
+    pub host_key: PathBuf,
+    /// Trusted CAs (`/etc/grid-security/certificates`).
+    pub cert_dir: PathBuf,
+    /// `TOKEN IDENTITY` lines.
+    pub token_file: Option<PathBuf>,
+    /// DNs (or token identities) that see every job.
+    pub admins: Vec<String>,
+    /// Concurrency.
+    pub limits: Limits,
+    /// Job defaults.
+    pub defaults: Defaults,
+    /// Whether jobs may name paths on this host.
+    pub allow_local: bool,
+}
+
+/// A service bound to its port, not yet serving.
+pub struct Service {
+    listener: TcpListener,
+    state: Arc<api::AppState>,
+    acceptor: openssl::ssl::SslAcceptor,
+}
+
+impl Service {
+    /// Opens the database, loads the credential and CAs and binds the port.
+    pub async fn bind(config: &Config) -> Result<Service, ServiceError> {
+        let host = Credential::load_cert_key(&config.host_cert, &config.host_key, None)
+            .map_err(|e| ServiceError::Config(format!("the service's certificate: {e}")))?;
+        let trust = Arc::new(TrustStore::load(&config.cert_dir).map_err(|e| {
+            ServiceError::Config(format!(
+                "the CA directory {}: {e}",
+                config.cert_dir.display()
+            ))
+        })?);
+        let auth = Arc::new(auth::Auth::new(
+            Arc::clone(&trust),
+            config.token_file.as_deref(),
+            config.admins.clone(),
+        )?);
+        let acceptor = auth::acceptor(&host)?;
+        let db = db::Db::open(&config.database)?;
+        let scheduler = scheduler::Scheduler::new(db.clone(), config.limits, trust);
+        let listener = TcpListener::bind(config.listen).await.map_err(|e| {
+            ServiceError::Config(format!("cannot listen on {}: {e}", config.listen))
+        })?;
+        Ok(Service {
+            listener,
+            acceptor,
+            state: Arc::new(api::AppState {
+                db,
+                scheduler,
+                auth,
+                defaults: config.defaults,
+                allow_local: config.allow_local,
+            }),
+        })
+    }
+
+    /// Where it listens.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `stop` fires, then lets running transfers record how far they got.
+    pub async fn serve(self, stop: CancellationToken) -> Result<(), ServiceError> {
+        let scheduler = Arc::clone(&self.state.scheduler);
+        let sched_task = tokio::spawn(Arc::clone(&scheduler).run());
+        let router = api::router(Arc::clone(&self.state));
+        let acceptor = Arc::new(self.acceptor);
+        // Bounded: each connection holds a TLS session; a flood waits at accept.
+        let slots = Arc::new(tokio::sync::Semaphore::new(1024));
+        loop {
+            let permit = tokio::select! {
+                _ = stop.cancelled() => break,
+                p = Arc::clone(&slots).acquire_owned() => p.map_err(|e| ServiceError::Config(e.to_string()))?,
+            };
+            let (tcp, from) = tokio::select! {
+                _ = stop.cancelled() => break,
+                a = self.listener.accept() => match a {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+            };
+            let (acceptor, router, auth) = (
+                Arc::clone(&acceptor),
+                router.clone(),
+                Arc::clone(&self.state.auth),
+            );
+            tokio::spawn(async move {
+                let _permit = permit;
+                if let Err(e) = connection(tcp, &acceptor, router, auth).await {
+                    tracing::debug!(%from, error = %e, "connection ended");
+                }
+            });
+        }
+        scheduler.shut_down();
+        match sched_task.await {
+            Ok(r) => r,
+            Err(e) => Err(ServiceError::Database(format!("the scheduler failed: {e}"))),
+        }
+    }
+}
+
+async fn connection(
+    tcp: tokio::net::TcpStream,
+    acceptor: &openssl::ssl::SslAcceptor,
+    router: axum::Router,
+    auth: Arc<auth::Auth>,
+) -> Result<(), String> {
+    let _ = tcp.set_nodelay(true);
+    let ssl = openssl::ssl::Ssl::new(acceptor.context()).map_err(|e| e.to_string())?;
+    let mut tls = tokio_openssl::SslStream::new(ssl, tcp).map_err(|e| e.to_string())?;
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        std::pin::Pin::new(&mut tls).accept(),
+    )
+    .await
+    .map_err(|_| "TLS handshake timed out".to_owned())?
+    .map_err(|e| format!("TLS handshake: {e}"))?;
+    let peer = auth.peer_of(tls.ssl());
+    let app =
+        tower::ServiceExt::map_request(api::with_peer(router, peer, auth), api::collapse_slashes);
+    let service = hyper_util::service::TowerToHyperService::new(app);
+    hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(30))
+        .serve_connection(TokioIo::new(tls), service)
+        .await
+        .map_err(|e| e.to_string())
+}

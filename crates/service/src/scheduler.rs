@@ -1,0 +1,481 @@
+//! Takes files off the queue and runs them through the resumable copy API
+//! ([`ferry_client::FileCopy`]): at most `max_active` at once and `link_max` per link, most
+//! urgent first. Every checkpoint a transfer reports is written to the database as it comes,
+//! so a retry, or the service started again after a crash, sends only what the destination
+//! lacks.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ferry_client::{
+    CancellationToken, ClientError, FileCopy, FileCopyEvent, GsiOptions, GsiSetup, Location, Retry,
+    Sessions, Verify,
+};
+use ferry_gsi::{Credential, TrustStore};
+use ferry_proto::RangeSet;
+use ferry_storage::ChecksumAlgorithm;
+use tokio::sync::{mpsc, Notify};
+
+use crate::db::{Db, Ending, FileRow, JobRow};
+use crate::submit::JobOptions;
+use crate::{now, ServiceError};
+
+/// How much runs at once.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Transfers at once, in all.
+    pub max_active: usize,
+    /// Transfers at once between one pair of servers.
+    pub link_max: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_active: 16,
+            link_max: 4,
+        }
+    }
+}
+
+/// A transfer running now, for the API and the dashboard.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Live {
+    /// Bytes this attempt moved.
+    pub bytes: u64,
+    /// Seconds it has run.
+    pub seconds: f64,
+}
+
+/// The scheduler, shared with the API (which wakes it and cancels through it).
+pub struct Scheduler {
+    db: Db,
+    limits: Limits,
+    trust: Arc<TrustStore>,
+    wake: Notify,
+    state: Mutex<Running>,
+    /// Fires at shutdown: running attempts stop and go back to the queue.
+    shutdown: CancellationToken,
+}
+
+#[derive(Default)]
+struct Running {
+    files: HashMap<i64, (String, CancellationToken)>,
+    per_link: HashMap<String, usize>,
+    canceled: std::collections::HashSet<i64>,
+    live: HashMap<i64, Live>,
+}
+
+impl Scheduler {
+    /// A scheduler over `db`; nothing runs until [`Scheduler::run`].
+    pub fn new(db: Db, limits: Limits, trust: Arc<TrustStore>) -> Arc<Scheduler> {
+        Arc::new(Scheduler {
+            db,
+            limits,
+            trust,
+            wake: Notify::new(),
+            state: Mutex::new(Running::default()),
+            shutdown: CancellationToken::new(),
+        })
+    }
+
+    /// Something changed (a job came in): look at the queue now.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Stops every running attempt; they go back to the queue with what they stored.
+    pub fn shut_down(&self) {
+        self.shutdown.cancel();
+    }
+
+    /// Stops these files' attempts as cancelled by their owner.
+    pub fn cancel_files(&self, ids: &[i64]) {
+        if let Ok(mut s) = self.state.lock() {
+            for id in ids {
+                s.canceled.insert(*id);
+                if let Some((_, t)) = s.files.get(id) {
+                    t.cancel();
+                }
+            }
+        }
+    }
+
+    /// Progress of the transfers running now.
+    pub fn live(&self) -> HashMap<i64, Live> {
+        self.state
+            .lock()
+            .map(|s| s.live.clone())
+            .unwrap_or_default()
+    }
+
+    /// Transfers running now per link.
+    pub fn active_per_link(&self) -> HashMap<String, usize> {
+        self.state
+            .lock()
+            .map(|s| s.per_link.clone())
+            .unwrap_or_default()
+    }
+
+    /// Puts attempts a stopped service left ACTIVE back in the queue, then dispatches until
+    /// shutdown.
+    pub async fn run(self: Arc<Self>) -> Result<(), ServiceError> {
+        let resumed = self.db.recover(now()).await?;
+        if resumed > 0 {
+            tracing::info!(
+                resumed,
+                "files that were moving when the service stopped go on from their stored ranges"
+            );
+        }
+        loop {
+            if let Err(e) = Arc::clone(&self).dispatch().await {
+                tracing::error!(error = %e, "the scheduler could not read the queue");
+            }
+            tokio::select! {
+                _ = self.shutdown.cancelled() => break,
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            }
+        }
+        // Let the attempts record how far they got.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self
+            .state
+            .lock()
+            .map(|s| !s.files.is_empty())
+            .unwrap_or(false)
+            && Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
+    }
+
+    async fn dispatch(self: Arc<Self>) -> Result<(), ServiceError> {
+        let free = {
+            let s = self.state.lock().map_err(|_| poisoned())?;
+            self.limits.max_active.saturating_sub(s.files.len())
+        };
+        if free == 0 {
+            return Ok(());
+        }
+        let ready = self.db.ready_files(now(), 2000).await?;
+        for f in ready {
+            {
+                let s = self.state.lock().map_err(|_| poisoned())?;
+                if s.files.len() >= self.limits.max_active {
+                    break;
+                }
+                if s.per_link.get(&f.link).copied().unwrap_or(0) >= self.limits.link_max {
+                    continue;
+                }
+            }
+            let Some(row) = self.db.start_attempt(f.file_id, now()).await? else {
+                continue;
+            };
+            let Some(job) = self.db.job(row.job_id.clone()).await? else {
+                continue;
+            };
+            let token = self.shutdown.child_token();
+            {
+                let mut s = self.state.lock().map_err(|_| poisoned())?;
+                s.files
+                    .insert(row.file_id, (row.link.clone(), token.clone()));
+                *s.per_link.entry(row.link.clone()).or_default() += 1;
+                s.live.insert(
+                    row.file_id,
+                    Live {
+                        bytes: 0,
+                        seconds: 0.0,
+                    },
+                );
+            }
+            let me = Arc::clone(&self);
+            tokio::spawn(async move { me.attempt(row, job, token).await });
+        }
+        Ok(())
+    }
+
+    async fn attempt(self: Arc<Self>, row: FileRow, job: JobRow, token: CancellationToken) {
+        let file_id = row.file_id;
+        let ending = self.run_attempt(&row, &job, &token).await;
+        let user_cancel = self
+            .state
+            .lock()
+            .map(|s| s.canceled.contains(&file_id))
+            .unwrap_or(false);
+        let ending = match ending {
+            _ if user_cancel => Ending::Canceled,
+            Outcome::Ended(e) => e,
+            Outcome::Stopped { stored } => Ending::Retry {
+                error: "the service stopped during this attempt".into(),
+                stored,
+                delay: 0,
+                counted: false,
+            },
+        };
+        if let Ending::Failed { error, .. } | Ending::Retry { error, .. } = &ending {
+            tracing::warn!(job = %job.job_id, file = file_id, source = %row.source, error = %error, "transfer failed");
+        }
+        if let Err(e) = self.db.end_attempt(file_id, ending, now()).await {
+            tracing::error!(file = file_id, error = %e, "could not record the end of an attempt; it is resumed at the next start");
+        }
+        if let Ok(mut s) = self.state.lock() {
+            s.files.remove(&file_id);
+            s.canceled.remove(&file_id);
+            s.live.remove(&file_id);
+            if let Some(n) = s.per_link.get_mut(&row.link) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    s.per_link.remove(&row.link);
+                }
+            }
+        }
+        self.wake();
+    }
+
+    async fn run_attempt(&self, row: &FileRow, job: &JobRow, token: &CancellationToken) -> Outcome {
+        let failed = |error: String| {
+            Outcome::Ended(Ending::Failed {
+                error,
+                retryable: false,
+            })
+        };
+        let (src, dst) = match (Location::parse(&row.source), Location::parse(&row.dest)) {
+            (Ok(s), Ok(d)) => (s, d),
+            (Err(e), _) | (_, Err(e)) => return failed(e.to_string()),
+        };
+        let options: JobOptions = serde_json::from_str(&job.options).unwrap_or_default();
+        let stored = RangeSet::parse(&row.stored).unwrap_or_default();
+        let mut sessions = match self.sessions_for(job, &src, &dst).await {
+            Ok(s) => s,
+            Err(e) => return failed(e),
+        };
+
+        // FTS3's overwrite = false: a destination that is there before the first attempt
+        // stays untouched. Later attempts resume into what earlier ones wrote.
+        if !job.overwrite && row.attempts == 1 && stored.is_empty() {
+            match exists(&mut sessions, &dst).await {
+                Ok(true) => {
+                    return failed(format!(
+                        "the destination {} exists; submit with overwrite to replace it",
+                        row.dest
+                    ))
+                }
+                Ok(false) => {}
+                Err(e) => return self.after_error(job, row, e, RangeSet::new()),
+            }
+        }
+
+        // The size chooses the streams and says how much is there at the end (a third-party
+        // copy moves nothing through the service to count).
+        let size = match row.filesize {
+            Some(n) => Some(n as u64),
+            None => size_of(&mut sessions, &src).await,
+        };
+        let mut copy = FileCopy::new(src, dst);
+        copy.size = size;
+        copy.stored = stored.clone();
+        copy.request.parallelism = options.nostreams.unwrap_or(0);
+        copy.request.tcp_buffer = options.buffer_size;
+        copy.verify = verify_for(&job.verify, row.checksum.as_deref());
+
+        // Checkpoints go to the database in order, off the transfer's path.
+        let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+        let db = self.db.clone();
+        let file_id = row.file_id;
+        let writer = tokio::spawn(async move {
+            while let Some(ranges) = rx.recv().await {
+                if let Err(e) = db.store_ranges(file_id, ranges).await {
+                    tracing::error!(file = file_id, error = %e, "could not store a checkpoint");
+                }
+            }
+        });
+        let live_state = &self.state;
+        let mut verified = None;
+        let mut on_event = |ev: FileCopyEvent| match ev {
+            FileCopyEvent::Checksum { algorithm, value } => {
+                verified = Some(format!("{algorithm}:{value}"));
+            }
+            FileCopyEvent::Stored { ranges } => {
+                let _ = tx.send(ranges.to_string());
+            }
+            FileCopyEvent::Performance { bytes, seconds } => {
+                if let Ok(mut s) = live_state.lock() {
+                    s.live.insert(file_id, Live { bytes, seconds });
+                }
+            }
+            _ => {}
+        };
+        let run = copy.run(&mut sessions, token, &mut on_event);
+        let result = match options.timeout {
+            Some(t) => tokio::time::timeout(Duration::from_secs(t), run).await.ok(),
+            None => Some(run.await),
+        };
+        drop(tx);
+        let _ = writer.await;
+        match result {
+            None => {
+                let now_stored = self
+                    .db
+                    .file(file_id)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|f| RangeSet::parse(&f.stored).ok())
+                    .unwrap_or(stored);
+                self.after_error(
+                    job,
+                    row,
+                    ClientError::Network(format!(
+                        "the attempt took longer than the job's timeout of {} s",
+                        options.timeout.unwrap_or(0)
+                    )),
+                    now_stored,
+                )
+            }
+            Some(Ok(done)) => Outcome::Ended(Ending::Finished {
+                bytes: done.bytes as i64,
+                moved: done.moved as i64,
+                throughput: if done.seconds > 0.0 {
+                    done.moved as f64 / done.seconds
+                } else {
+                    0.0
+                },
+                checksum: verified.or(done.checksum),
+            }),
+            Some(Err(e)) if self.shutdown.is_cancelled() => Outcome::Stopped {
+                stored: e.stored.to_string(),
+            },
+            Some(Err(e)) => match e.retry() {
+                Retry::Resume => self.after_error(job, row, e.error, e.stored),
+                Retry::FromScratch | Retry::No => failed(e.error.to_string()),
+            },
+        }
+    }
+
+    /// A transient failure: again after the job's delay while retries remain.
+    fn after_error(
+        &self,
+        job: &JobRow,
+        row: &FileRow,
+        error: ClientError,
+        stored: RangeSet,
+    ) -> Outcome {
+        if error.class() != ferry_client::ErrorClass::Network {
+            return Outcome::Ended(Ending::Failed {
+                error: error.to_string(),
+                retryable: false,
+            });
+        }
+        if row.failures < job.retry {
+            Outcome::Ended(Ending::Retry {
+                error: error.to_string(),
+                stored: stored.to_string(),
+                delay: job.retry_delay,
+                counted: true,
+            })
+        } else {
+            Outcome::Ended(Ending::Failed {
+                error: match job.retry {
+                    0 => error.to_string(),
+                    n => format!("{error} (after {n} retries)"),
+                },
+                retryable: true,
+            })
+        }
+    }
+
+    /// Sessions that act as the job's owner: the proxy they delegated, for `gsiftp://` ends.
+    async fn sessions_for(
+        &self,
+        job: &JobRow,
+        src: &Location,
+        dst: &Location,
+    ) -> Result<Sessions, String> {
+        let gsi = [src, dst].iter().any(
+            |l| matches!(l, Location::Remote(r) if r.scheme == ferry_client::url::Scheme::GsiFtp),
+        );
+        if !gsi {
+            return Ok(Sessions::new());
+        }
+        let id = crate::delegation::id_for(&job.user_dn);
+        let row = self.db.delegation(id).await.map_err(|e| e.to_string())?;
+        let Some(proxy) = row.and_then(|r| r.proxy.map(|p| (p, r.termination))) else {
+            return Err(format!(
+                "no credential of {} is delegated to the service: delegate one (ferry submit does; fts-rest-delegate)",
+                job.user_dn
+            ));
+        };
+        let (pem, termination) = proxy;
+        if termination.unwrap_or(0) <= now() {
+            return Err(format!(
+                "the credential {} delegated to the service has expired: delegate a new one",
+                job.user_dn
+            ));
+        }
+        let credential = Credential::from_proxy_pem(pem.as_bytes())
+            .map_err(|e| format!("the delegated credential cannot be read: {e}"))?;
+        let setup =
+            GsiSetup::with_credential(GsiOptions::default(), credential, Arc::clone(&self.trust))
+                .map_err(|e| e.to_string())?;
+        Ok(Sessions::with_gsi(Arc::new(setup)))
+    }
+}
+
+enum Outcome {
+    Ended(Ending),
+    /// The service is stopping: back to the queue with these ranges.
+    Stopped {
+        stored: String,
+    },
+}
+
+fn poisoned() -> ServiceError {
+    ServiceError::Database("the scheduler's state lock is poisoned".into())
+}
+
+/// How a job's checksum mode and a file's `ALG[:VALUE]` become the copy's verification.
+/// `auto` (no mode given) is ferry's default: ADLER32 where both ends can answer.
+pub fn verify_for(mode: &str, checksum: Option<&str>) -> Option<Verify> {
+    let (alg, value) = match checksum {
+        Some(c) => match c.split_once(':') {
+            Some((a, v)) => (ChecksumAlgorithm::from_name(a), Some(v.to_owned())),
+            None => (ChecksumAlgorithm::from_name(c), None),
+        },
+        None => (None, None),
+    };
+    match mode {
+        "none" => None,
+        "auto" if value.is_none() => Some(Verify {
+            algorithm: alg.unwrap_or(ChecksumAlgorithm::Adler32),
+            ..Verify::by_default()
+        }),
+        _ => Some(Verify {
+            algorithm: alg.unwrap_or(ChecksumAlgorithm::Adler32),
+            expected: value,
+            required: true,
+        }),
+    }
+}
+
+/// The source's size, when it can be had; the copy itself reports a missing source.
+async fn size_of(sessions: &mut Sessions, src: &Location) -> Option<u64> {
+    match src {
+        Location::Local(p) => std::fs::metadata(p).ok().map(|m| m.len()),
+        Location::Remote(r) => sessions.get(r).await.ok()?.size(&r.path).await.ok(),
+    }
+}
+
+/// Whether the destination is there.
+async fn exists(sessions: &mut Sessions, dst: &Location) -> Result<bool, ClientError> {
+    match dst {
+        Location::Local(p) => Ok(p.exists()),
+        Location::Remote(r) => match sessions.get(r).await?.stat(&r.path).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.class() == ferry_client::ErrorClass::NotFound => Ok(false),
+            Err(e) => Err(e),
+        },
+    }
+}
