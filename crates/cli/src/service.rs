@@ -305,7 +305,8 @@ pub(crate) fn submission(args: &SubmitArgs) -> Result<Value, ServiceError> {
     Ok(json!({
         "files": files,
         "params": {
-            "retry": args.retry,
+            // FTS3 reads 0 as "the service's default" and a negative number as none.
+            "retry": args.retry.map(|n| if n == 0 { -1 } else { i64::from(n) }),
             "retry_delay": args.retry_delay,
             "priority": args.priority,
             "overwrite": args.overwrite,
@@ -605,7 +606,7 @@ pub(crate) fn queue(job: &crate::copy::CopyJob, service: &str, dry_run: bool) ->
         let body = json!({
             "files": files,
             "params": {
-                "retry": job.options.retries,
+                "retry": if job.options.retries == 0 { -1 } else { i64::from(job.options.retries) },
                 "retry_delay": job.options.retry_wait.as_secs().max(1),
                 "overwrite": true,
                 "verify_checksum": verify,

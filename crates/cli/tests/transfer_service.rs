@@ -430,3 +430,105 @@ fn gcp_queue_lists_a_tree_and_the_service_copies_every_file() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("on this host"));
 }
+
+/// Where scripts/install-deps puts FTS3's command-line client (PyPI `fts3`).
+const FTS3_BIN: &str = "/opt/ferry-test/fts3/bin";
+
+impl Site {
+    fn fts(&self, tool: &str, args: &[&str]) -> Output {
+        let url = format!("https://localhost:{}", self.service_port);
+        Command::new(Path::new(FTS3_BIN).join(tool))
+            .arg("-s")
+            .arg(&url)
+            .args(args)
+            .env("X509_CERT_DIR", self.path("ca/certificates"))
+            .env("X509_USER_PROXY", self.path("proxy.pem"))
+            .output()
+            .unwrap()
+    }
+
+    fn fts_ok(&self, tool: &str, args: &[&str]) -> String {
+        let out = self.fts(tool, args);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success() && !text.contains("Traceback"),
+            "{tool} {args:?}: {:?}\n{text}\nservice log:\n{}",
+            out.status,
+            std::fs::read_to_string(self.path("service.log")).unwrap_or_default()
+        );
+        text
+    }
+}
+
+fn job_id_of(submit_output: &str) -> String {
+    submit_output
+        .lines()
+        .find_map(|l| l.strip_prefix("Job id: "))
+        .unwrap_or_else(|| panic!("no job id in {submit_output}"))
+        .trim()
+        .to_owned()
+}
+
+#[test]
+fn fts3s_own_client_whoami_delegate_submit_status_list_and_cancel_work_unchanged() {
+    if !Path::new(FTS3_BIN).join("fts-rest-whoami").exists() {
+        // CI runs as root after install-deps: there a missing client is a failure, not a skip.
+        assert!(
+            std::env::var_os("FERRY_REQUIRE_FTPD").is_none(),
+            "FTS3's client is not in {FTS3_BIN}, though scripts/install-deps ran as root"
+        );
+        eprintln!("skipping: FTS3's client is not in {FTS3_BIN} (bash scripts/install-deps as root installs it)");
+        return;
+    }
+    let site = Site::start();
+    let data = random_bytes(5 << 20, 11);
+    write_file(&site.path("root/in.bin"), &data);
+
+    let me = site.fts_ok("fts-rest-whoami", &[]);
+    assert!(me.contains("User DN: /O=Grid/"), "{me}");
+    assert!(me.contains("CN=Alice"), "{me}");
+    site.fts_ok("fts-rest-delegate", &[]);
+    let out = site.fts_ok(
+        "fts-rest-transfer-submit",
+        &[&site.url("in.bin"), &site.url("out.bin")],
+    );
+    let id = job_id_of(&out);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = site.fts_ok("fts-rest-transfer-status", &[&id]);
+        if status.contains("Status: FINISHED") {
+            break;
+        }
+        assert!(
+            !status.contains("Status: FAILED") && Instant::now() < deadline,
+            "{status}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    same_file(&site.path("root/in.bin"), &site.path("root/out.bin"));
+    let json = site.fts_ok("fts-rest-transfer-status", &["--json", &id]);
+    assert!(json.contains("\"job_state\": \"FINISHED\""), "{json}");
+    // FTS3's client sends fields ferry does not act on; the job says which.
+    assert!(json.contains("ignored_fields"), "{json}");
+
+    // A job that waits for a retry: listed as unfinished, then cancelled.
+    let out = site.fts_ok(
+        "fts-rest-transfer-submit",
+        &["--retry", "5", "ftp://127.0.0.1:1/x", "ftp://127.0.0.1:1/y"],
+    );
+    let waiting = job_id_of(&out);
+    let listed = site.fts_ok("fts-rest-transfer-list", &[]);
+    assert!(listed.contains(&waiting), "{listed}");
+    assert!(
+        !listed.contains(&id),
+        "finished jobs are not listed: {listed}"
+    );
+    let cancelled = site.fts_ok("fts-rest-transfer-cancel", &[&waiting]);
+    assert!(cancelled.contains("CANCELED"), "{cancelled}");
+    let status = site.fts_ok("fts-rest-transfer-status", &[&waiting]);
+    assert!(status.contains("Status: CANCELED"), "{status}");
+}

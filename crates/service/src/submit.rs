@@ -114,13 +114,18 @@ pub fn parse(
         Some(_) => return Err(bad("\"params\" must be an object")),
     };
     for key in params.keys() {
-        if !PARAM_FIELDS.contains(&key.as_str()) && !params[key].is_null() {
+        if !PARAM_FIELDS.contains(&key.as_str()) && !is_unset(&params[key]) {
             ignored.push(format!("params.{key}"));
         }
     }
 
     let verify = verify_mode(params.get("verify_checksum"))?;
-    let retry = int_in(params, "retry", 0, 100)?.unwrap_or(defaults.retry);
+    // FTS3: 0 means the service's default, a negative number no retries.
+    let retry = match int_in(params, "retry", i64::MIN, 100)? {
+        None | Some(0) => defaults.retry,
+        Some(n) if n < 0 => 0,
+        Some(n) => n,
+    };
     let retry_delay = int_in(params, "retry_delay", 0, 86_400)?.unwrap_or(defaults.retry_delay);
     let priority = int_in(params, "priority", 1, 5)?.unwrap_or(3);
     let overwrite = bool_field(params, "overwrite")?.unwrap_or(false);
@@ -156,7 +161,7 @@ pub fn parse(
         for key in f.keys() {
             let unused =
                 FILE_IGNORED.contains(&key.as_str()) || !FILE_FIELDS.contains(&key.as_str());
-            if unused && !f[key].is_null() {
+            if unused && !is_unset(&f[key]) {
                 let name = format!("files[].{key}");
                 if !ignored.contains(&name) {
                     ignored.push(name);
@@ -223,6 +228,11 @@ pub fn parse(
         files: out,
     };
     Ok((job, options))
+}
+
+/// A field FTS3's client sends with nothing asked for: null or false.
+fn is_unset(v: &Value) -> bool {
+    matches!(v, Value::Null | Value::Bool(false))
 }
 
 fn bad(msg: &str) -> ServiceError {
@@ -397,7 +407,7 @@ mod tests {
         });
         let (j, o) = job(body).unwrap();
         assert_eq!(j.verify, "none");
-        assert_eq!(j.retry, 0);
+        assert_eq!(j.retry, 3, "FTS3's 0: the service's default");
         assert_eq!(j.priority, 3);
         assert_eq!(o, JobOptions::default());
         assert_eq!(
@@ -407,9 +417,6 @@ mod tests {
         assert_eq!(j.files[0].checksum.as_deref(), Some("ADLER32"));
         for f in [
             "params.copy_pin_lifetime",
-            "params.s3alternate",
-            "params.multihop",
-            "params.unmanaged_tokens",
             "files[].selection_strategy",
             "files[].activity",
         ] {
@@ -419,10 +426,16 @@ mod tests {
                 j.ignored
             );
         }
-        assert!(
-            !j.ignored.iter().any(|f| f.contains("reuse")),
-            "nulls are not listed"
-        );
+        for f in ["reuse", "s3alternate", "multihop"] {
+            assert!(
+                !j.ignored.iter().any(|i| i.contains(f)),
+                "null and false are not asked for: {:?}",
+                j.ignored
+            );
+        }
+        let body = json!({"files": [{"sources": ["gsiftp://a/x"], "destinations": ["gsiftp://b/y"]}],
+                          "params": {"retry": -1}});
+        assert_eq!(job(body).unwrap().0.retry, 0, "negative: no retries");
     }
 
     #[test]

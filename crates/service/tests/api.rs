@@ -97,8 +97,9 @@ impl Site {
     }
 }
 
-/// A job whose file goes to a closed port: it fails at once with a network error.
-fn doomed(retry: u32, delay: u32) -> Value {
+/// A job whose file goes to a closed port: it fails at once with a network error. `retry` as
+/// FTS3 spells it (negative: none).
+fn doomed(retry: i32, delay: u32) -> Value {
     json!({"files": [{"sources": ["ftp://127.0.0.1:1/x"], "destinations": ["ftp://127.0.0.1:1/y"]}],
            "params": {"retry": retry, "retry_delay": delay}})
 }
@@ -153,7 +154,7 @@ async fn fts3_calls_work_with_a_proxy_and_each_user_sees_only_their_jobs() {
 
     // A job, failing (closed port) with its reason and its attempt recorded.
     let job = alice
-        .json(Method::POST, "/jobs", Some(&doomed(0, 0)))
+        .json(Method::POST, "/jobs", Some(&doomed(-1, 0)))
         .await
         .unwrap();
     let job_id = job["job_id"].as_str().unwrap().to_owned();
@@ -225,7 +226,7 @@ async fn fts3_calls_work_with_a_proxy_and_each_user_sees_only_their_jobs() {
     );
 
     // A client-chosen id makes a re-submission harmless; another body under it is refused.
-    let mut body = doomed(0, 0);
+    let mut body = doomed(-1, 0);
     body["params"]["job_id"] = json!("alice-run-7");
     let a = alice
         .json(Method::POST, "/jobs", Some(&body))
@@ -359,7 +360,7 @@ async fn bad_requests_get_a_clear_4xx_and_nothing_is_stored() {
             "/jobs",
             Some(&json!({"files": [{"sources": [nasty], "destinations": ["ftp://127.0.0.1:1/\" OR 1=1 --"],
                                     "metadata": {"k": "'; DELETE FROM files; --"}}],
-                         "params": {"retry": 0, "job_metadata": "1; DROP TABLE delegations"}})),
+                         "params": {"retry": -1, "job_metadata": "1; DROP TABLE delegations"}})),
         )
         .await
         .unwrap();
