@@ -50,9 +50,22 @@ pub(crate) struct ServiceArgs {
     /// Transfers at once, in all.
     #[arg(long, default_value_t = Limits::default().max_active)]
     max_active: usize,
-    /// Transfers at once between one pair of servers.
+    /// Transfers each link (source server → destination server) starts with and keeps at
+    /// least.
+    #[arg(long, default_value_t = Limits::default().link_min)]
+    link_min: usize,
+    /// Transfers a link may reach when the optimizer measures that more pay.
     #[arg(long, default_value_t = Limits::default().link_max)]
     link_max: usize,
+    /// Transfers at once touching one server, over all its links.
+    #[arg(long, default_value_t = Limits::default().endpoint_max)]
+    endpoint_max: usize,
+    /// Seconds between the optimizer's judgements of each link.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    optimizer_interval: u64,
+    /// Serve Prometheus /metrics and /healthz on this address (plain HTTP; keep it private).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
     /// Retries of a transient failure when a job does not say.
     #[arg(long, default_value_t = Defaults::default().retry)]
     retry: i64,
@@ -188,18 +201,25 @@ pub(crate) fn serve(args: ServiceArgs) -> anyhow::Result<()> {
         admins: args.admin,
         limits: Limits {
             max_active: args.max_active.max(1),
-            link_max: args.link_max.max(1),
+            link_min: args.link_min.max(1),
+            link_max: args.link_max.max(args.link_min.max(1)),
+            endpoint_max: args.endpoint_max.max(1),
+            interval: Duration::from_secs(args.optimizer_interval.max(1)),
         },
         defaults: Defaults {
             retry: args.retry.clamp(0, 100),
             retry_delay: args.retry_delay.clamp(0, 86_400),
         },
         allow_local: args.allow_local,
+        metrics: args.metrics,
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let service = ferry_service::Service::bind(&config).await?;
         let addr = service.local_addr()?;
+        if let Some(m) = service.metrics_addr() {
+            eprintln!("ferry service: metrics on http://{m}/metrics");
+        }
         tracing::info!(%addr, database = %config.database.display(), "transfer service listening (https)");
         eprintln!("ferry service: listening on https://{addr}");
         let stop = ferry_client::CancellationToken::new();

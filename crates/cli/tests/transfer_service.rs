@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 use common::{adler32, random_bytes, write_file};
 use serde_json::Value;
 
+/// The bearer token of an admin identity the dashboard test signs in with.
+const DASHBOARD_TOKEN: &str = "dashboard-token-0123456789abcdef";
+
 /// A CA, a user proxy, a GSI ferry server and the transfer service.
 struct Site {
     dir: tempfile::TempDir,
@@ -20,6 +23,7 @@ struct Site {
     server_port: u16,
     service: Option<Child>,
     service_port: u16,
+    metrics_port: u16,
 }
 
 impl Drop for Site {
@@ -127,6 +131,7 @@ impl Site {
             server_port,
             service: None,
             service_port: free_port(),
+            metrics_port: free_port(),
         };
         site.start_service();
         site
@@ -144,13 +149,20 @@ impl Site {
             .append(true)
             .open(self.path("service.log"))
             .unwrap();
+        let tokens = self.path("tokens");
+        std::fs::write(&tokens, format!("{DASHBOARD_TOKEN} dashboard-robot\n")).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_ferry"))
             .args([
                 "service",
                 "--listen",
                 &format!("127.0.0.1:{}", self.service_port),
-                "--database",
             ])
+            .arg("--tokens")
+            .arg(&tokens)
+            .args(["--admin", "dashboard-robot", "--optimizer-interval", "2"])
+            .arg("--metrics")
+            .arg(format!("127.0.0.1:{}", self.metrics_port))
+            .arg("--database")
             .arg(self.path("queue.db"))
             .arg("--host-cert")
             .arg(host.join("hostcert.pem"))
@@ -531,4 +543,93 @@ fn fts3s_own_client_whoami_delegate_submit_status_list_and_cancel_work_unchanged
     assert!(cancelled.contains("CANCELED"), "{cancelled}");
     let status = site.fts_ok("fts-rest-transfer-status", &[&waiting]);
     assert!(status.contains("Status: CANCELED"), "{status}");
+}
+
+/// Where scripts/install-deps puts playwright-core (npm), which drives Debian's Chromium.
+const PLAYWRIGHT: &str = "/opt/ferry-test/playwright";
+
+#[test]
+fn the_dashboard_shows_a_job_go_active_and_finish_live_in_chromium() {
+    let have = Path::new(PLAYWRIGHT)
+        .join("node_modules/playwright-core")
+        .exists()
+        && Path::new("/usr/bin/chromium").exists()
+        && Command::new("node").arg("--version").output().is_ok();
+    if !have {
+        assert!(
+            std::env::var_os("FERRY_REQUIRE_FTPD").is_none(),
+            "Chromium, node or playwright-core is missing, though scripts/install-deps ran as root"
+        );
+        eprintln!("skipping: needs /usr/bin/chromium, node and {PLAYWRIGHT}/node_modules/playwright-core (bash scripts/install-deps as root)");
+        return;
+    }
+    let site = Site::start();
+    // Slow enough (one stream, small TCP buffers) that the page sees it ACTIVE.
+    common::write_marked_pattern_file(&site.path("root/big.bin"), 512, 3);
+    let out = site.ferry(&[
+        "submit",
+        &site.url("big.bin"),
+        &site.url("big-copy.bin"),
+        "--streams",
+        "1",
+        "--tcp-bs",
+        "4096",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let job = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("test-artifacts");
+    std::fs::create_dir_all(&shots).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/dashboard.mjs");
+    let run = Command::new("node")
+        .arg(&script)
+        .env(
+            "FERRY_URL",
+            format!("https://localhost:{}", site.service_port),
+        )
+        .env("FERRY_TOKEN", DASHBOARD_TOKEN)
+        .env("FERRY_JOB", &job)
+        .env("FERRY_SHOTS", &shots)
+        .env("PLAYWRIGHT", PLAYWRIGHT)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}\n{}\nservice log:\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr),
+        std::fs::read_to_string(site.path("service.log")).unwrap_or_default()
+    );
+    assert!(shots.join("dashboard-finished.png").exists());
+    eprintln!("screenshots: {}", shots.display());
+    same_file(&site.path("root/big.bin"), &site.path("root/big-copy.bin"));
+    // Prometheus' view of the same: the bytes moved and the finished attempt.
+    let metrics = http_get(site.metrics_port, "/metrics");
+    let moved = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("ferry_service_moved_bytes_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no moved bytes in\n{metrics}"));
+    assert_eq!(moved as u64, 512 << 20, "{metrics}");
+    assert!(
+        metrics.contains("ferry_service_attempts_total{result=\"finished\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("ferry_service_files{state=\"FINISHED\"} 1"),
+        "{metrics}"
+    );
+}
+
+/// A plain HTTP GET on loopback (the metrics endpoint).
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
 }

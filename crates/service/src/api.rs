@@ -36,7 +36,7 @@ pub struct AppState {
     pub allow_local: bool,
 }
 
-type Shared = State<Arc<AppState>>;
+pub(crate) type Shared = State<Arc<AppState>>;
 
 /// The routes.
 pub fn router(state: Arc<AppState>) -> Router {
@@ -55,6 +55,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/jobs/{id}/files/{file_id}/retries", get(file_retries))
         .route("/jobs/{id}/dm", get(job_dm))
         .route("/openapi.json", get(openapi))
+        .route("/dashboard", get(crate::dashboard::page))
+        .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
+        .route("/dashboard/session", post(crate::dashboard::session))
+        .route("/dashboard/state", get(crate::dashboard::state))
+        .route("/dashboard/events", get(crate::dashboard::events))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
 }
@@ -94,6 +99,9 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
         if let Peer::Verified(id) = &peer {
             return Ok(Caller(id.clone()));
         }
+        if let Some(id) = session_cookie(parts).and_then(|c| auth.as_ref()?.session(&c)) {
+            return Ok(Caller(id));
+        }
         if let Some(value) = parts.headers.get(header::AUTHORIZATION) {
             let token = value
                 .to_str()
@@ -118,6 +126,17 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
             _ => "present an X.509 certificate or proxy, or a bearer token".into(),
         }))
     }
+}
+
+/// The dashboard's session cookie, if the request has one.
+fn session_cookie(parts: &Parts) -> Option<String> {
+    parts
+        .headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|c| c.trim().strip_prefix("ferry_session=").map(str::to_owned))
 }
 
 async fn root() -> Json<Value> {

@@ -50,7 +50,12 @@ pub struct Auth {
     /// SHA-256 of each token → the identity it stands for.
     tokens: HashMap<[u8; 32], String>,
     admins: Vec<String>,
+    /// Dashboard sessions: SHA-256 of the cookie → who and until when (unix seconds).
+    sessions: std::sync::Mutex<HashMap<[u8; 32], (Identity, i64)>>,
 }
+
+/// How long a dashboard session lasts.
+pub const SESSION_SECONDS: i64 = 12 * 3600;
 
 impl Auth {
     /// Rules from the CAs in `trust`, a token file (`TOKEN IDENTITY` per line, `#` comments)
@@ -98,6 +103,7 @@ impl Auth {
             trust,
             tokens,
             admins,
+            sessions: std::sync::Mutex::new(HashMap::new()),
         })
     }
 
@@ -138,6 +144,32 @@ impl Auth {
             admin: self.is_admin(who),
             via: Via::Token,
         })
+    }
+}
+
+impl Auth {
+    /// A new dashboard session for `who`: the cookie value to set. Only its hash is kept.
+    pub fn new_session(&self, who: Identity) -> String {
+        let secret: [u8; 32] = rand::random();
+        let value = hex::encode(secret);
+        let now = crate::now();
+        if let Ok(mut s) = self.sessions.lock() {
+            s.retain(|_, (_, until)| *until > now);
+            s.insert(
+                Sha256::digest(value.as_bytes()).into(),
+                (who, now + SESSION_SECONDS),
+            );
+        }
+        value
+    }
+
+    /// Who a session cookie stands for, while it lasts.
+    pub fn session(&self, value: &str) -> Option<Identity> {
+        let digest: [u8; 32] = Sha256::digest(value.as_bytes()).into();
+        let s = self.sessions.lock().ok()?;
+        s.get(&digest)
+            .filter(|(_, until)| *until > crate::now())
+            .map(|(who, _)| who.clone())
     }
 }
 

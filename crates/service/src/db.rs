@@ -12,8 +12,9 @@ use rusqlite::{params, Connection, OptionalExtension};
 use crate::states::{FileState, JobState};
 use crate::ServiceError;
 
-/// One script per schema version; index 0 takes an empty database to version 1.
-const MIGRATIONS: &[&str] = &[r#"
+/// One script per schema version; index N takes a database from version N to N + 1.
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE jobs (
     job_id        TEXT PRIMARY KEY,
     user_dn       TEXT NOT NULL,
@@ -74,7 +75,21 @@ CREATE TABLE delegations (
     proxy         TEXT,
     termination   INTEGER
 );
-"#];
+"#,
+    // 2: the optimizer's decisions, each with its reason.
+    r#"
+CREATE TABLE decisions (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    link          TEXT NOT NULL,
+    time          INTEGER NOT NULL,
+    from_active   INTEGER NOT NULL,
+    to_active     INTEGER NOT NULL,
+    throughput    REAL NOT NULL,
+    reason        TEXT NOT NULL
+);
+CREATE INDEX decisions_time ON decisions(time);
+"#,
+];
 
 /// The database, shared by the API and the scheduler.
 #[derive(Clone)]
@@ -637,6 +652,18 @@ impl Db {
         .await
     }
 
+    /// Records a file's size, once learnt from its source.
+    pub async fn set_filesize(&self, file_id: i64, size: i64) -> Result<(), ServiceError> {
+        self.call(move |c| {
+            c.execute(
+                "UPDATE files SET filesize = ?2 WHERE file_id = ?1 AND filesize IS NULL",
+                params![file_id, size],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
     /// Records a checkpoint: the ranges the destination holds now.
     pub async fn store_ranges(&self, file_id: i64, ranges: String) -> Result<(), ServiceError> {
         self.call(move |c| {
@@ -861,6 +888,131 @@ impl Db {
                 c.prepare("SELECT link, state, COUNT(*) FROM files GROUP BY link, state")?;
             let rows = st
                 .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })
+        .await
+    }
+}
+
+/// A decision of the optimizer, as kept.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DecisionRow {
+    /// The link.
+    pub link: String,
+    /// Unix seconds.
+    pub time: i64,
+    /// Concurrency before.
+    pub from: i64,
+    /// After.
+    pub to: i64,
+    /// Bytes per second in the window it judged.
+    pub throughput: f64,
+    /// Why.
+    pub reason: String,
+}
+
+impl Db {
+    /// Keeps a decision of the optimizer.
+    pub async fn insert_decision(&self, d: DecisionRow) -> Result<(), ServiceError> {
+        self.call(move |c| {
+            c.execute(
+                "INSERT INTO decisions (link, time, from_active, to_active, throughput, reason) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![d.link, d.time, d.from, d.to, d.throughput, d.reason],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// The newest decisions, newest first.
+    pub async fn decisions(&self, limit: i64) -> Result<Vec<DecisionRow>, ServiceError> {
+        self.call(move |c| {
+            let mut st = c.prepare(
+                "SELECT link, time, from_active, to_active, throughput, reason FROM decisions \
+                 ORDER BY id DESC LIMIT ?1",
+            )?;
+            let rows = st
+                .query_map([limit], |r| {
+                    Ok(DecisionRow {
+                        link: r.get(0)?,
+                        time: r.get(1)?,
+                        from: r.get(2)?,
+                        to: r.get(3)?,
+                        throughput: r.get(4)?,
+                        reason: r.get(5)?,
+                    })
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })
+        .await
+    }
+
+    /// The newest files of the jobs `user` may see (every job's for `None`), newest first.
+    pub async fn recent_files(
+        &self,
+        user: Option<String>,
+        limit: i64,
+    ) -> Result<Vec<FileRow>, ServiceError> {
+        self.call(move |c| {
+            let cols = FILE_COLUMNS
+                .split(", ")
+                .map(|c| format!("f.{}", c.trim()))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let sql = format!(
+                "SELECT {cols} FROM files f JOIN jobs j ON j.job_id = f.job_id \
+                 WHERE (?1 IS NULL OR j.user_dn = ?1) ORDER BY f.file_id DESC LIMIT ?2"
+            );
+            let mut st = c.prepare(&sql)?;
+            let rows = st
+                .query_map(params![user, limit], file_row)?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })
+        .await
+    }
+
+    /// The newest jobs `user` may see (every job's for `None`) with their files' counts per
+    /// state, newest first.
+    pub async fn job_summaries(
+        &self,
+        user: Option<String>,
+        limit: i64,
+    ) -> Result<Vec<(JobRow, Vec<(String, i64)>)>, ServiceError> {
+        self.call(move |c| {
+            let jobs = {
+                let mut st = c.prepare(&format!(
+                    "SELECT {JOB_COLUMNS} FROM jobs WHERE (?1 IS NULL OR user_dn = ?1) \
+                     ORDER BY submit_time DESC, rowid DESC LIMIT ?2"
+                ))?;
+                let rows = st
+                    .query_map(params![user, limit], job_row)?
+                    .collect::<Result<Vec<_>, _>>()?;
+                rows
+            };
+            let mut st =
+                c.prepare("SELECT state, COUNT(*) FROM files WHERE job_id = ?1 GROUP BY state")?;
+            let mut out = Vec::with_capacity(jobs.len());
+            for j in jobs {
+                let counts = st
+                    .query_map([&j.job_id], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<Result<Vec<_>, _>>()?;
+                out.push((j, counts));
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// Counts of files per state in all.
+    pub async fn state_counts(&self) -> Result<Vec<(String, i64)>, ServiceError> {
+        self.call(|c| {
+            let mut st = c.prepare("SELECT state, COUNT(*) FROM files GROUP BY state")?;
+            let rows = st
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(rows)
         })

@@ -8,8 +8,11 @@
 pub mod api;
 pub mod auth;
 pub mod client;
+pub mod dashboard;
 pub mod db;
 pub mod delegation;
+pub mod metrics;
+pub mod optimizer;
 pub mod scheduler;
 pub mod states;
 pub mod submit;
@@ -93,11 +96,14 @@ pub struct Config {
     pub defaults: Defaults,
     /// Whether jobs may name paths on this host.
     pub allow_local: bool,
+    /// Where Prometheus scrapes `/metrics` and `/healthz` (plain HTTP), if anywhere.
+    pub metrics: Option<SocketAddr>,
 }
 
 /// A service bound to its port, not yet serving.
 pub struct Service {
     listener: TcpListener,
+    metrics_endpoint: Option<ferry_metrics::Endpoint>,
     state: Arc<api::AppState>,
     acceptor: openssl::ssl::SslAcceptor,
 }
@@ -120,13 +126,37 @@ impl Service {
         )?);
         let acceptor = auth::acceptor(&host)?;
         let db = db::Db::open(&config.database)?;
-        let scheduler = scheduler::Scheduler::new(db.clone(), config.limits, trust);
+        let metrics = Arc::new(metrics::Metrics::default());
+        let scheduler =
+            scheduler::Scheduler::new(db.clone(), config.limits, trust, Arc::clone(&metrics));
+        let metrics_endpoint = match config.metrics {
+            Some(addr) => {
+                let mut registry = ferry_metrics::prometheus_client::registry::Registry::default();
+                metrics.register(&mut registry);
+                registry.register_collector(Box::new(ferry_metrics::ProcessCollector));
+                let health: ferry_metrics::HealthCheck = Arc::new(|| ferry_metrics::Health {
+                    ok: true,
+                    body: serde_json::json!({"service": "ferry transfer service"}),
+                });
+                Some(
+                    ferry_metrics::Endpoint::bind(addr, Arc::new(registry), health)
+                        .await
+                        .map_err(|e| {
+                            ServiceError::Config(format!(
+                                "cannot listen on {addr} for metrics: {e}"
+                            ))
+                        })?,
+                )
+            }
+            None => None,
+        };
         let listener = TcpListener::bind(config.listen).await.map_err(|e| {
             ServiceError::Config(format!("cannot listen on {}: {e}", config.listen))
         })?;
         Ok(Service {
             listener,
             acceptor,
+            metrics_endpoint,
             state: Arc::new(api::AppState {
                 db,
                 scheduler,
@@ -142,8 +172,18 @@ impl Service {
         self.listener.local_addr()
     }
 
+    /// Where `/metrics` is served, when it is.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_endpoint
+            .as_ref()
+            .and_then(|m| m.local_addr().ok())
+    }
+
     /// Serves until `stop` fires, then lets running transfers record how far they got.
-    pub async fn serve(self, stop: CancellationToken) -> Result<(), ServiceError> {
+    pub async fn serve(mut self, stop: CancellationToken) -> Result<(), ServiceError> {
+        if let Some(m) = self.metrics_endpoint.take() {
+            tokio::spawn(m.serve());
+        }
         let scheduler = Arc::clone(&self.state.scheduler);
         let sched_task = tokio::spawn(Arc::clone(&scheduler).run());
         let router = api::router(Arc::clone(&self.state));

@@ -1,10 +1,10 @@
 //! Takes files off the queue and runs them through the resumable copy API
-//! ([`ferry_client::FileCopy`]): at most `max_active` at once and `link_max` per link, most
-//! urgent first. Every checkpoint a transfer reports is written to the database as it comes,
-//! so a retry, or the service started again after a crash, sends only what the destination
-//! lacks.
+//! ([`ferry_client::FileCopy`]): at most `max_active` at once, as many per link as its
+//! optimizer allows ([`crate::optimizer`]), at most `endpoint_max` per server, most urgent
+//! first. Every checkpoint a transfer reports is written to the database as it comes, so a
+//! retry, or the service started again after a crash, sends only what the destination lacks.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,7 +17,9 @@ use ferry_proto::RangeSet;
 use ferry_storage::ChecksumAlgorithm;
 use tokio::sync::{mpsc, Notify};
 
-use crate::db::{Db, Ending, FileRow, JobRow};
+use crate::db::{Db, DecisionRow, Ending, FileRow, JobRow};
+use crate::metrics::{LinkLabel, Metrics, ResultLabel, StateLabel};
+use crate::optimizer::{LinkOptimizer, Window};
 use crate::submit::JobOptions;
 use crate::{now, ServiceError};
 
@@ -26,18 +28,30 @@ use crate::{now, ServiceError};
 pub struct Limits {
     /// Transfers at once, in all.
     pub max_active: usize,
-    /// Transfers at once between one pair of servers.
+    /// Transfers a link (source server → destination server) starts with and never goes below.
+    pub link_min: usize,
+    /// Transfers a link may reach when the optimizer finds more pay.
     pub link_max: usize,
+    /// Transfers at once touching one server, over all its links.
+    pub endpoint_max: usize,
+    /// How often the optimizer judges each link.
+    pub interval: Duration,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_active: 16,
-            link_max: 4,
+            max_active: 64,
+            link_min: 2,
+            link_max: 16,
+            endpoint_max: 32,
+            interval: Duration::from_secs(10),
         }
     }
 }
+
+/// Seconds of throughput history kept for the dashboard (one sample a second).
+pub const HISTORY: usize = 600;
 
 /// A transfer running now, for the API and the dashboard.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
@@ -55,25 +69,69 @@ pub struct Scheduler {
     trust: Arc<TrustStore>,
     wake: Notify,
     state: Mutex<Running>,
+    metrics: Arc<Metrics>,
     /// Fires at shutdown: running attempts stop and go back to the queue.
     shutdown: CancellationToken,
 }
 
+struct Attempt {
+    link: String,
+    endpoints: [String; 2],
+    token: CancellationToken,
+    /// Bytes this attempt has counted into its link so far.
+    counted: u64,
+}
+
 #[derive(Default)]
 struct Running {
-    files: HashMap<i64, (String, CancellationToken)>,
+    files: HashMap<i64, Attempt>,
     per_link: HashMap<String, usize>,
+    per_endpoint: HashMap<String, usize>,
     canceled: std::collections::HashSet<i64>,
     live: HashMap<i64, Live>,
+    optimizers: HashMap<String, LinkOptimizer>,
+    /// Bytes moved per link since the start, and at the last window.
+    link_bytes: HashMap<String, (u64, u64)>,
+    /// Attempts ended per link since the last window: (finished, failed).
+    link_ended: HashMap<String, (u64, u64)>,
+    /// Bytes per second per link over the last window.
+    link_throughput: HashMap<String, f64>,
+    /// (unix seconds, bytes per second in all), one a second.
+    history: VecDeque<(i64, f64)>,
+    total_bytes: u64,
+    history_mark: u64,
+}
+
+/// What the dashboard shows of the scheduler, beside what the database says.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Snapshot {
+    /// Per link: (running, allowed, bytes per second over the last window).
+    pub links: HashMap<String, (usize, u32, f64)>,
+    /// (unix seconds, bytes per second).
+    pub history: Vec<(i64, f64)>,
+}
+
+/// The two servers of a link (`A → B`).
+fn endpoints_of(link: &str) -> [String; 2] {
+    match link.split_once(" → ") {
+        Some((a, b)) => [a.to_owned(), b.to_owned()],
+        None => [link.to_owned(), link.to_owned()],
+    }
 }
 
 impl Scheduler {
     /// A scheduler over `db`; nothing runs until [`Scheduler::run`].
-    pub fn new(db: Db, limits: Limits, trust: Arc<TrustStore>) -> Arc<Scheduler> {
+    pub fn new(
+        db: Db,
+        limits: Limits,
+        trust: Arc<TrustStore>,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Scheduler> {
         Arc::new(Scheduler {
             db,
             limits,
             trust,
+            metrics,
             wake: Notify::new(),
             state: Mutex::new(Running::default()),
             shutdown: CancellationToken::new(),
@@ -95,8 +153,8 @@ impl Scheduler {
         if let Ok(mut s) = self.state.lock() {
             for id in ids {
                 s.canceled.insert(*id);
-                if let Some((_, t)) = s.files.get(id) {
-                    t.cancel();
+                if let Some(a) = s.files.get(id) {
+                    a.token.cancel();
                 }
             }
         }
@@ -110,12 +168,26 @@ impl Scheduler {
             .unwrap_or_default()
     }
 
-    /// Transfers running now per link.
-    pub fn active_per_link(&self) -> HashMap<String, usize> {
-        self.state
-            .lock()
-            .map(|s| s.per_link.clone())
-            .unwrap_or_default()
+    /// Links, their concurrency and throughput, and the throughput history.
+    pub fn snapshot(&self) -> Snapshot {
+        let Ok(s) = self.state.lock() else {
+            return Snapshot::default();
+        };
+        let mut links = HashMap::new();
+        for (link, o) in &s.optimizers {
+            links.insert(
+                link.clone(),
+                (
+                    s.per_link.get(link).copied().unwrap_or(0),
+                    o.target(),
+                    s.link_throughput.get(link).copied().unwrap_or(0.0),
+                ),
+            );
+        }
+        Snapshot {
+            links,
+            history: s.history.iter().copied().collect(),
+        }
     }
 
     /// Puts attempts a stopped service left ACTIVE back in the queue, then dispatches until
@@ -128,6 +200,11 @@ impl Scheduler {
                 "files that were moving when the service stopped go on from their stored ranges"
             );
         }
+        let mut second = tokio::time::interval(Duration::from_secs(1));
+        second.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut window = tokio::time::interval(self.limits.interval);
+        window.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        window.tick().await;
         loop {
             if let Err(e) = Arc::clone(&self).dispatch().await {
                 tracing::error!(error = %e, "the scheduler could not read the queue");
@@ -135,6 +212,8 @@ impl Scheduler {
             tokio::select! {
                 _ = self.shutdown.cancelled() => break,
                 _ = self.wake.notified() => {}
+                _ = second.tick() => self.sample().await,
+                _ = window.tick() => self.optimize().await,
                 _ = tokio::time::sleep(Duration::from_millis(500)) => {}
             }
         }
@@ -167,7 +246,18 @@ impl Scheduler {
                 if s.files.len() >= self.limits.max_active {
                     break;
                 }
-                if s.per_link.get(&f.link).copied().unwrap_or(0) >= self.limits.link_max {
+                let target = s
+                    .optimizers
+                    .get(&f.link)
+                    .map(|o| o.target() as usize)
+                    .unwrap_or(self.limits.link_min);
+                if s.per_link.get(&f.link).copied().unwrap_or(0) >= target {
+                    continue;
+                }
+                let busy = endpoints_of(&f.link).iter().any(|e| {
+                    s.per_endpoint.get(e).copied().unwrap_or(0) >= self.limits.endpoint_max
+                });
+                if busy {
                     continue;
                 }
             }
@@ -180,9 +270,24 @@ impl Scheduler {
             let token = self.shutdown.child_token();
             {
                 let mut s = self.state.lock().map_err(|_| poisoned())?;
-                s.files
-                    .insert(row.file_id, (row.link.clone(), token.clone()));
+                let endpoints = endpoints_of(&row.link);
+                for e in &endpoints {
+                    *s.per_endpoint.entry(e.clone()).or_default() += 1;
+                }
+                s.files.insert(
+                    row.file_id,
+                    Attempt {
+                        link: row.link.clone(),
+                        endpoints,
+                        token: token.clone(),
+                        counted: 0,
+                    },
+                );
                 *s.per_link.entry(row.link.clone()).or_default() += 1;
+                let (min, max) = (self.limits.link_min as u32, self.limits.link_max as u32);
+                s.optimizers
+                    .entry(row.link.clone())
+                    .or_insert_with(|| LinkOptimizer::new(min, max));
                 s.live.insert(
                     row.file_id,
                     Live {
@@ -218,18 +323,171 @@ impl Scheduler {
         if let Ending::Failed { error, .. } | Ending::Retry { error, .. } = &ending {
             tracing::warn!(job = %job.job_id, file = file_id, source = %row.source, error = %error, "transfer failed");
         }
+        let result = match &ending {
+            Ending::Finished { bytes, moved, .. } => {
+                // A third-party copy moves nothing through the service: what the destination
+                // gained is what moved.
+                let resumed = RangeSet::parse(&row.stored).map(|r| r.total()).unwrap_or(0);
+                let gained = (*bytes as u64).saturating_sub(resumed).max(*moved as u64);
+                self.count_bytes(file_id, gained);
+                "finished"
+            }
+            Ending::Retry { counted: false, .. } => "stopped",
+            Ending::Retry { .. } => "retry",
+            Ending::Failed { .. } => "failed",
+            Ending::Canceled => "canceled",
+        };
+        self.metrics
+            .attempts
+            .get_or_create(&ResultLabel { result })
+            .inc();
         if let Err(e) = self.db.end_attempt(file_id, ending, now()).await {
             tracing::error!(file = file_id, error = %e, "could not record the end of an attempt; it is resumed at the next start");
         }
         if let Ok(mut s) = self.state.lock() {
-            s.files.remove(&file_id);
+            if let Some(a) = s.files.remove(&file_id) {
+                for e in &a.endpoints {
+                    if let Some(n) = s.per_endpoint.get_mut(e) {
+                        *n = n.saturating_sub(1);
+                    }
+                }
+                s.per_endpoint.retain(|_, n| *n > 0);
+            }
             s.canceled.remove(&file_id);
             s.live.remove(&file_id);
             if let Some(n) = s.per_link.get_mut(&row.link) {
                 *n = n.saturating_sub(1);
-                if *n == 0 {
-                    s.per_link.remove(&row.link);
+            }
+            s.per_link.retain(|_, n| *n > 0);
+            let ended = s.link_ended.entry(row.link.clone()).or_default();
+            match result {
+                "finished" => ended.0 += 1,
+                "retry" | "failed" => ended.1 += 1,
+                _ => {}
+            }
+        }
+        self.wake();
+    }
+
+    /// Counts what an attempt has moved so far (its total) into its link and the service.
+    fn count_bytes(&self, file_id: i64, total: u64) {
+        let Ok(mut s) = self.state.lock() else {
+            return;
+        };
+        let Some(a) = s.files.get_mut(&file_id) else {
+            return;
+        };
+        let delta = total.saturating_sub(a.counted);
+        if delta == 0 {
+            return;
+        }
+        a.counted = total;
+        let link = a.link.clone();
+        s.link_bytes.entry(link).or_default().0 += delta;
+        s.total_bytes += delta;
+        self.metrics.bytes.inc_by(delta);
+    }
+
+    /// Once a second: the throughput history and the gauges.
+    async fn sample(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            let rate = (s.total_bytes - s.history_mark) as f64;
+            s.history_mark = s.total_bytes;
+            s.history.push_back((now(), rate));
+            while s.history.len() > HISTORY {
+                s.history.pop_front();
+            }
+            for (link, o) in &s.optimizers {
+                let label = LinkLabel { link: link.clone() };
+                self.metrics
+                    .link_active
+                    .get_or_create(&label)
+                    .set(s.per_link.get(link).copied().unwrap_or(0) as i64);
+                self.metrics
+                    .link_target
+                    .get_or_create(&label)
+                    .set(i64::from(o.target()));
+            }
+        }
+        if let Ok(counts) = self.db.state_counts().await {
+            for state in [
+                "SUBMITTED",
+                "READY",
+                "ACTIVE",
+                "FINISHED",
+                "FAILED",
+                "CANCELED",
+            ] {
+                let n = counts
+                    .iter()
+                    .find(|(s, _)| s == state)
+                    .map_or(0, |(_, n)| *n);
+                self.metrics
+                    .files
+                    .get_or_create(&StateLabel {
+                        state: state.into(),
+                    })
+                    .set(n);
+            }
+        }
+    }
+
+    /// Once a window: each link's optimizer judges what the link did.
+    async fn optimize(&self) {
+        let Ok(counts) = self.db.link_counts().await else {
+            return;
+        };
+        let secs = self.limits.interval.as_secs_f64().max(0.001);
+        let mut decisions = Vec::new();
+        if let Ok(mut s) = self.state.lock() {
+            let links: Vec<String> = s.optimizers.keys().cloned().collect();
+            for link in links {
+                let waiting: i64 = counts
+                    .iter()
+                    .filter(|(l, st, _)| *l == link && (st == "READY" || st == "SUBMITTED"))
+                    .map(|(_, _, n)| *n)
+                    .sum();
+                let (total, mark) = s.link_bytes.get(&link).copied().unwrap_or((0, 0));
+                s.link_bytes.insert(link.clone(), (total, total));
+                let throughput = (total - mark) as f64 / secs;
+                s.link_throughput.insert(link.clone(), throughput);
+                let (finished, failed) = s.link_ended.remove(&link).unwrap_or((0, 0));
+                let active = s.per_link.get(&link).copied().unwrap_or(0) as u64;
+                let window = Window {
+                    throughput,
+                    finished,
+                    failed,
+                    waiting: waiting.max(0) as u64,
+                    active,
+                };
+                self.metrics
+                    .link_throughput
+                    .get_or_create(&LinkLabel { link: link.clone() })
+                    .set(throughput);
+                if let Some(o) = s.optimizers.get_mut(&link) {
+                    if let Some(d) = o.evaluate(window) {
+                        decisions.push(DecisionRow {
+                            link: link.clone(),
+                            time: now(),
+                            from: i64::from(d.from),
+                            to: i64::from(d.to),
+                            throughput,
+                            reason: d.reason,
+                        });
+                    }
                 }
+                // A link with nothing left forgets what it learnt (its next files may differ).
+                if waiting == 0 && active == 0 {
+                    s.optimizers.remove(&link);
+                    s.link_throughput.remove(&link);
+                }
+            }
+        }
+        for d in decisions {
+            tracing::info!(link = %d.link, from = d.from, to = d.to, reason = %d.reason, "optimizer");
+            self.metrics.decisions.inc();
+            if let Err(e) = self.db.insert_decision(d).await {
+                tracing::warn!(error = %e, "could not record an optimizer decision");
             }
         }
         self.wake();
@@ -272,8 +530,18 @@ impl Scheduler {
         // copy moves nothing through the service to count).
         let size = match row.filesize {
             Some(n) => Some(n as u64),
-            None => size_of(&mut sessions, &src).await,
+            None => {
+                let size = size_of(&mut sessions, &src).await;
+                if let Some(n) = size {
+                    if let Err(e) = self.db.set_filesize(row.file_id, n as i64).await {
+                        tracing::warn!(file = row.file_id, error = %e, "could not record a file's size");
+                    }
+                }
+                size
+            }
         };
+        let resumed = stored.total();
+        let started = Instant::now();
         let mut copy = FileCopy::new(src, dst);
         copy.size = size;
         copy.stored = stored.clone();
@@ -300,11 +568,23 @@ impl Scheduler {
             }
             FileCopyEvent::Stored { ranges } => {
                 let _ = tx.send(ranges.to_string());
+                // A third-party copy's progress is what its destination holds.
+                let gained = ranges.total().saturating_sub(resumed);
+                if let Ok(mut s) = live_state.lock() {
+                    let seconds = started.elapsed().as_secs_f64();
+                    let live = s.live.entry(file_id).or_insert(Live { bytes: 0, seconds });
+                    live.bytes = live.bytes.max(gained);
+                    live.seconds = seconds;
+                }
+                self.count_bytes(file_id, gained);
             }
             FileCopyEvent::Performance { bytes, seconds } => {
                 if let Ok(mut s) = live_state.lock() {
-                    s.live.insert(file_id, Live { bytes, seconds });
+                    let live = s.live.entry(file_id).or_insert(Live { bytes, seconds });
+                    live.bytes = live.bytes.max(bytes);
+                    live.seconds = seconds;
                 }
+                self.count_bytes(file_id, bytes);
             }
             _ => {}
         };

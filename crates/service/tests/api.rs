@@ -69,6 +69,7 @@ async fn site() -> Site {
         limits: Limits::default(),
         defaults: Defaults::default(),
         allow_local: false,
+        metrics: Some("127.0.0.1:0".parse().unwrap()),
     };
     let service = Service::bind(&config).await.unwrap();
     let port = service.local_addr().unwrap().port();
