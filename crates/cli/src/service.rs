@@ -15,6 +15,16 @@ use serde_json::{json, Value};
 
 use crate::exit;
 
+/// `println!` that ends the program quietly when stdout is closed (`ferry jobs | head`).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if writeln!(std::io::stdout(), $($arg)*).is_err() {
+            std::process::exit(0);
+        }
+    }};
+}
+
 /// `ferry service`.
 #[derive(Debug, Args)]
 pub(crate) struct ServiceArgs {
@@ -349,9 +359,9 @@ pub(crate) fn submit(args: SubmitArgs) -> u8 {
         let answer = c.json(Method::POST, "/jobs", Some(&body)).await?;
         let id = answer["job_id"].as_str().unwrap_or_default().to_owned();
         if args.conn.json && !args.wait {
-            println!("{answer}");
+            out!("{answer}");
         } else {
-            println!("{id}");
+            out!("{id}");
         }
         if !args.wait {
             return Ok(exit::OK);
@@ -376,7 +386,7 @@ async fn wait(c: &ServiceClient, id: &str, json_out: bool) -> Result<u8, Service
         }
         if !matches!(state.as_str(), "SUBMITTED" | "ACTIVE") {
             if json_out {
-                println!("{}", json!({"job": job, "files": files}));
+                out!("{}", json!({"job": job, "files": files}));
             } else if let Some(r) = job["reason"].as_str() {
                 eprintln!("{id}: {state}: {r}");
             }
@@ -420,7 +430,7 @@ pub(crate) fn jobs(args: JobsArgs) -> u8 {
             .json(Method::GET, &format!("/jobs?{}", q.join("&")), None)
             .await?;
         if args.conn.json {
-            println!("{list}");
+            out!("{list}");
             return Ok(exit::OK);
         }
         let jobs = list.as_array().cloned().unwrap_or_default();
@@ -428,7 +438,7 @@ pub(crate) fn jobs(args: JobsArgs) -> u8 {
             eprintln!("no jobs");
         }
         for j in jobs {
-            println!(
+            out!(
                 "{:<36}  {:<13}  {}  {}",
                 j["job_id"].as_str().unwrap_or(""),
                 j["job_state"].as_str().unwrap_or(""),
@@ -474,10 +484,10 @@ pub(crate) fn job(args: JobArgs) -> u8 {
             if args.attempts {
                 out["attempts"] = Value::Array(attempts);
             }
-            println!("{out}");
+            out!("{out}");
             return Ok(exit::OK);
         }
-        println!(
+        out!(
             "{}  {}  submitted {}  by {}",
             job["job_id"].as_str().unwrap_or(""),
             job["job_state"].as_str().unwrap_or(""),
@@ -485,14 +495,14 @@ pub(crate) fn job(args: JobArgs) -> u8 {
             job["user_dn"].as_str().unwrap_or("")
         );
         if let Some(r) = job["reason"].as_str() {
-            println!("  {r}");
+            out!("  {r}");
         }
         if let Some(ig) = job["ignored_fields"].as_array().filter(|a| !a.is_empty()) {
             let names: Vec<&str> = ig.iter().filter_map(Value::as_str).collect();
-            println!("  accepted but not acted on: {}", names.join(", "));
+            out!("  accepted but not acted on: {}", names.join(", "));
         }
         for (i, f) in files.as_array().into_iter().flatten().enumerate() {
-            println!(
+            out!(
                 "  {:<9} {} → {}  {}{}",
                 f["file_state"].as_str().unwrap_or(""),
                 f["source_surl"].as_str().unwrap_or(""),
@@ -508,11 +518,11 @@ pub(crate) fn job(args: JobArgs) -> u8 {
                     .unwrap_or_default(),
             );
             if let Some(r) = f["reason"].as_str() {
-                println!("            {r}");
+                out!("            {r}");
             }
             if let Some(list) = attempts.get(i).and_then(Value::as_array) {
                 for a in list {
-                    println!(
+                    out!(
                         "            attempt {}: resumed at {} bytes{}",
                         a["attempt"],
                         a["resumed_bytes"],
@@ -537,7 +547,7 @@ pub(crate) fn cancel(args: CancelArgs) -> u8 {
             .json(Method::DELETE, &format!("/jobs/{}", ids.join(",")), None)
             .await?;
         if args.conn.json {
-            println!("{answer}");
+            out!("{answer}");
             return Ok(exit::OK);
         }
         let list = match answer {
@@ -545,7 +555,7 @@ pub(crate) fn cancel(args: CancelArgs) -> u8 {
             one => vec![one],
         };
         for j in list {
-            println!(
+            out!(
                 "{}  {}",
                 j["job_id"].as_str().unwrap_or(""),
                 j["job_state"].as_str().unwrap_or("")
@@ -597,7 +607,7 @@ pub(crate) fn queue(job: &crate::copy::CopyJob, service: &str, dry_run: bool) ->
         };
         if dry_run {
             for j in &plan.jobs {
-                println!("{} -> {}", url(&j.src), url(&j.dst));
+                out!("{} -> {}", url(&j.src), url(&j.dst));
             }
             return exit::OK;
         }
@@ -645,7 +655,7 @@ pub(crate) fn queue(job: &crate::copy::CopyJob, service: &str, dry_run: bool) ->
         };
         match submitted.await {
             Ok(answer) => {
-                println!("{}", answer["job_id"].as_str().unwrap_or_default());
+                out!("{}", answer["job_id"].as_str().unwrap_or_default());
                 eprintln!(
                     "gcp: queued {} file(s) on {service}; follow with: ferry job ID",
                     plan.jobs.len()

@@ -42,7 +42,8 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_active: 64,
-            link_min: 2,
+            // As many as ferry copy's workers: small files need several in flight from the start.
+            link_min: 4,
             link_max: 16,
             endpoint_max: 32,
             interval: Duration::from_secs(10),
@@ -70,9 +71,23 @@ pub struct Scheduler {
     wake: Notify,
     state: Mutex<Running>,
     metrics: Arc<Metrics>,
+    /// Logged-in sessions between transfers, per (owner, link): the next file of a link goes
+    /// on without a login, as `ferry copy`'s workers do.
+    pool: Mutex<HashMap<(String, String), Vec<Pooled>>>,
     /// Fires at shutdown: running attempts stop and go back to the queue.
     shutdown: CancellationToken,
 }
+
+/// Sessions waiting for the next file of their link.
+struct Pooled {
+    sessions: Sessions,
+    /// When the credential they logged in with ends (unix seconds).
+    until: i64,
+    idle_since: Instant,
+}
+
+/// Sessions idle longer than this are logged out.
+const POOL_IDLE: Duration = Duration::from_secs(30);
 
 struct Attempt {
     link: String,
@@ -132,6 +147,7 @@ impl Scheduler {
             limits,
             trust,
             metrics,
+            pool: Mutex::new(HashMap::new()),
             wake: Notify::new(),
             state: Mutex::new(Running::default()),
             shutdown: CancellationToken::new(),
@@ -239,7 +255,11 @@ impl Scheduler {
         if free == 0 {
             return Ok(());
         }
-        let ready = self.db.ready_files(now(), 2000).await?;
+        // Enough candidates to fill the free slots even when some links are full.
+        let ready = self
+            .db
+            .ready_files(now(), (free * 8).max(64) as i64)
+            .await?;
         for f in ready {
             {
                 let s = self.state.lock().map_err(|_| poisoned())?;
@@ -390,6 +410,7 @@ impl Scheduler {
 
     /// Once a second: the throughput history and the gauges.
     async fn sample(&self) {
+        self.sweep_pool();
         if let Ok(mut s) = self.state.lock() {
             let rate = (s.total_bytes - s.history_mark) as f64;
             s.history_mark = s.total_bytes;
@@ -506,7 +527,7 @@ impl Scheduler {
         };
         let options: JobOptions = serde_json::from_str(&job.options).unwrap_or_default();
         let stored = RangeSet::parse(&row.stored).unwrap_or_default();
-        let mut sessions = match self.sessions_for(job, &src, &dst).await {
+        let (mut sessions, until) = match self.sessions_for(job, &row.link, &src, &dst).await {
             Ok(s) => s,
             Err(e) => return failed(e),
         };
@@ -615,16 +636,19 @@ impl Scheduler {
                     now_stored,
                 )
             }
-            Some(Ok(done)) => Outcome::Ended(Ending::Finished {
-                bytes: done.bytes as i64,
-                moved: done.moved as i64,
-                throughput: if done.seconds > 0.0 {
-                    done.moved as f64 / done.seconds
-                } else {
-                    0.0
-                },
-                checksum: verified.or(done.checksum),
-            }),
+            Some(Ok(done)) => {
+                self.give_back(job, &row.link, sessions, until);
+                Outcome::Ended(Ending::Finished {
+                    bytes: done.bytes as i64,
+                    moved: done.moved as i64,
+                    throughput: if done.seconds > 0.0 {
+                        (done.bytes.saturating_sub(resumed)).max(done.moved) as f64 / done.seconds
+                    } else {
+                        0.0
+                    },
+                    checksum: verified.or(done.checksum),
+                })
+            }
             Some(Err(e)) if self.shutdown.is_cancelled() => Outcome::Stopped {
                 stored: e.stored.to_string(),
             },
@@ -667,18 +691,31 @@ impl Scheduler {
         }
     }
 
-    /// Sessions that act as the job's owner: the proxy they delegated, for `gsiftp://` ends.
+    /// Sessions that act as the job's owner (the proxy they delegated, for `gsiftp://` ends),
+    /// from the pool when some wait for this link; with when their credential ends.
     async fn sessions_for(
         &self,
         job: &JobRow,
+        link: &str,
         src: &Location,
         dst: &Location,
-    ) -> Result<Sessions, String> {
+    ) -> Result<(Sessions, i64), String> {
+        let key = (job.user_dn.clone(), link.to_owned());
+        if let Ok(mut pool) = self.pool.lock() {
+            if let Some(list) = pool.get_mut(&key) {
+                while let Some(p) = list.pop() {
+                    // A minute of credential left at least: a transfer should not outlive it.
+                    if p.until > now() + 60 {
+                        return Ok((p.sessions, p.until));
+                    }
+                }
+            }
+        }
         let gsi = [src, dst].iter().any(
             |l| matches!(l, Location::Remote(r) if r.scheme == ferry_client::url::Scheme::GsiFtp),
         );
         if !gsi {
-            return Ok(Sessions::new());
+            return Ok((Sessions::new(), i64::MAX));
         }
         let id = crate::delegation::id_for(&job.user_dn);
         let row = self.db.delegation(id).await.map_err(|e| e.to_string())?;
@@ -689,7 +726,8 @@ impl Scheduler {
             ));
         };
         let (pem, termination) = proxy;
-        if termination.unwrap_or(0) <= now() {
+        let until = termination.unwrap_or(0);
+        if until <= now() {
             return Err(format!(
                 "the credential {} delegated to the service has expired: delegate a new one",
                 job.user_dn
@@ -700,7 +738,33 @@ impl Scheduler {
         let setup =
             GsiSetup::with_credential(GsiOptions::default(), credential, Arc::clone(&self.trust))
                 .map_err(|e| e.to_string())?;
-        Ok(Sessions::with_gsi(Arc::new(setup)))
+        Ok((Sessions::with_gsi(Arc::new(setup)), until))
+    }
+
+    /// Sessions whose transfer finished wait for the link's next file.
+    fn give_back(&self, job: &JobRow, link: &str, sessions: Sessions, until: i64) {
+        if let Ok(mut pool) = self.pool.lock() {
+            let list = pool
+                .entry((job.user_dn.clone(), link.to_owned()))
+                .or_default();
+            if list.len() < self.limits.link_max {
+                list.push(Pooled {
+                    sessions,
+                    until,
+                    idle_since: Instant::now(),
+                });
+            }
+        }
+    }
+
+    /// Logs out sessions idle for [`POOL_IDLE`].
+    fn sweep_pool(&self) {
+        if let Ok(mut pool) = self.pool.lock() {
+            for list in pool.values_mut() {
+                list.retain(|p| p.idle_since.elapsed() < POOL_IDLE);
+            }
+            pool.retain(|_, l| !l.is_empty());
+        }
     }
 }
 
