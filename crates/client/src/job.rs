@@ -416,6 +416,102 @@ impl FileCopy {
     }
 }
 
+impl FileCopy {
+    /// Whether this copy may run in a pipeline with others ([`run_pipelined`]): a whole small
+    /// file (one stream) read from a server, nothing of it stored yet.
+    pub fn pipelinable(&self) -> bool {
+        let r = &self.request;
+        matches!(self.src, Location::Remote(_))
+            && is_small(self.size)
+            && r.parallelism <= 1
+            && r.offset == 0
+            && r.length.is_none()
+            && r.stripe.is_none()
+            && self.stored.is_empty()
+    }
+
+    /// Whether two copies have the same two ends (servers, or local disk).
+    fn same_ends(&self, other: &FileCopy) -> bool {
+        let same = |x: &Location, y: &Location| match (x, y) {
+            (Location::Remote(x), Location::Remote(y)) => x.same_server(y),
+            (Location::Local(_), Location::Local(_)) => true,
+            _ => false,
+        };
+        same(&self.src, &other.src) && same(&self.dst, &other.dst)
+    }
+}
+
+/// Runs whole small files between the same two ends as one pipeline of transfer commands
+/// (globus-url-copy's `-pp`) on `sessions`, with the first file's request and verification,
+/// so each server starts the next file the moment the previous one ends. `on_done` hears of
+/// each file as it settles (verified, when asked). Returns how many settled: always a prefix
+/// of `files`; the rest must run one by one with [`FileCopy::run`] (a pipeline stops at its
+/// first failure, and a copy that is not [`FileCopy::pipelinable`] or has other ends is not
+/// taken at all). A cancelled run drops the sessions it used.
+pub async fn run_pipelined(
+    files: &[FileCopy],
+    sessions: &mut Sessions,
+    cancel: &CancellationToken,
+    on_done: &mut (dyn FnMut(usize, Result<FileCopied, FileCopyError>) + Send),
+) -> usize {
+    let Some(first) = files.first() else {
+        return 0;
+    };
+    let take = files
+        .iter()
+        .take_while(|f| f.pipelinable() && f.same_ends(first))
+        .count();
+    if take < 2 {
+        return 0;
+    }
+    let files = &files[..take];
+    let pairs: Vec<(&Location, &Location)> = files.iter().map(|f| (&f.src, &f.dst)).collect();
+    let mut settled = 0;
+    let mut on_start = |_: usize| {};
+    let mut on_result = |k: usize, r: crate::pipeline::Piped| {
+        settled = k + 1;
+        let f = &files[k];
+        on_done(
+            k,
+            match r {
+                Ok((o, checksum)) => Ok(FileCopied {
+                    bytes: f.size.unwrap_or(o.bytes).max(o.bytes),
+                    moved: o.bytes,
+                    streams: 1,
+                    seconds: o.duration.as_secs_f64(),
+                    checksum,
+                    tcp: o.tcp.clone(),
+                }),
+                Err(error) => Err(FileCopyError {
+                    // The bytes are there but differ, or could not be compared: the caller
+                    // decides by the class; nothing stored is to be trusted after a mismatch.
+                    error,
+                    stored: RangeSet::new(),
+                }),
+            },
+        );
+    };
+    let mut on_warning = |message: String| tracing::warn!("{message}");
+    let run = crate::pipeline::run_pairs(
+        &pairs,
+        sessions,
+        &first.request,
+        first.verify.as_ref(),
+        &mut on_start,
+        &mut on_result,
+        &mut on_warning,
+    );
+    let done = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => None,
+        r = run => Some(r),
+    };
+    if done.is_none() {
+        first.forget_sessions(sessions);
+    }
+    settled
+}
+
 /// A copy between two local paths: the whole file, or the requested range written at the same
 /// offset, skipping nothing (restart markers belong to network transfers).
 async fn local_copy(src: &Path, dst: &Path, req: &FileRequest) -> Result<(u64, u32), ClientError> {

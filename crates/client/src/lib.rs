@@ -33,7 +33,7 @@ pub use drive::Progress;
 pub use error::{ClientError, ErrorClass};
 pub use ferry_gsi::Delegation;
 pub use gsi::{GsiOptions, GsiSetup};
-pub use job::{FileCopied, FileCopy, FileCopyError, FileCopyEvent, Retry};
+pub use job::{run_pipelined, FileCopied, FileCopy, FileCopyError, FileCopyEvent, Retry};
 pub use oneshot::{get, put, TransferOptions};
 pub use ops::{parse_mlsx_line, EntryKind, RemoteEntry};
 pub use plan::{display, plan, Job, Plan};

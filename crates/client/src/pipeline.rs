@@ -14,6 +14,8 @@ use crate::plan::{display, Job};
 use crate::sessions::Sessions;
 use crate::third_party_pipelined;
 use crate::url::Location;
+use crate::ClientError;
+use ferry_dtp::TransferOutcome;
 
 /// Most files one pipeline takes from the queue, and most RETRs outstanding on it.
 const PIPELINE_BATCH: usize = 32;
@@ -80,30 +82,72 @@ pub(crate) async fn run_pipeline(
     events: &EventSink,
     summary: &Mutex<CopySummary>,
 ) -> (usize, usize) {
-    let mut req = opts.request.clone();
+    let pairs: Vec<(&Location, &Location)> = batch.iter().map(|(_, j)| (&j.src, &j.dst)).collect();
+    let mut on_start = |k: usize| started(events, batch[k].0, &batch[k].1);
+    let mut on_result = |k: usize, r: Result<(TransferOutcome, Option<String>), ClientError>| {
+        let (i, job) = &batch[k];
+        finished(
+            summary,
+            events,
+            *i,
+            r.map(|(o, c)| done_event(*i, job, &o, c)),
+        );
+    };
+    let mut on_warning = |message: String| events(CopyEvent::Warning { message });
+    run_pairs(
+        &pairs,
+        sessions,
+        &opts.request,
+        opts.verify.as_ref(),
+        &mut on_start,
+        &mut on_result,
+        &mut on_warning,
+    )
+    .await
+}
+
+/// A file's result in a pipeline: its transfer and the checksum both ends agreed on.
+pub(crate) type Piped = Result<(TransferOutcome, Option<String>), ClientError>;
+
+/// The pipeline itself, for `ferry copy` and the resumable copy API: whole files between the
+/// same two ends (a server to local disk, or two servers). `on_result` hears of each completed
+/// file (at once, or once verified when `verify` asks); returns how many completed (a prefix)
+/// and how many were started; the rest go one by one.
+pub(crate) async fn run_pairs(
+    pairs: &[(&Location, &Location)],
+    sessions: &mut Sessions,
+    request: &crate::request::FileRequest,
+    verify_with: Option<&crate::checks::Verify>,
+    on_start: &mut (dyn FnMut(usize) + Send),
+    on_result: &mut (dyn FnMut(usize, Piped) + Send),
+    on_warning: &mut (dyn FnMut(String) + Send),
+) -> (usize, usize) {
+    if pairs.is_empty() {
+        return (0, 0);
+    }
+    let mut req = request.clone();
     req.parallelism = 1;
-    req.checksums = opts.verify.iter().map(|v| v.algorithm).collect();
+    req.checksums = verify_with.iter().map(|v| v.algorithm).collect();
     let (mut done, mut began) = (0, 0);
     // With verification, files are reported once both ends' checksums agree.
-    let mut to_verify: Vec<(usize, ferry_dtp::TransferOutcome)> = Vec::new();
-    let mut on_start = |k: usize| {
+    let mut to_verify: Vec<(usize, TransferOutcome)> = Vec::new();
+    let mut on_start_k = |k: usize| {
         began = k + 1;
-        started(events, batch[k].0, &batch[k].1);
+        on_start(k);
     };
-    let mut on_done = |k: usize, o: ferry_dtp::TransferOutcome| {
+    let mut on_done = |k: usize, o: TransferOutcome| {
         done = k + 1;
-        if opts.verify.is_some() {
+        if verify_with.is_some() {
             to_verify.push((k, o));
             return;
         }
-        let (i, job) = &batch[k];
-        finished(summary, events, *i, Ok(done_event(*i, job, &o, None)));
+        on_result(k, Ok((o, None)));
     };
-    let r = match (&batch[0].1.src, &batch[0].1.dst) {
+    let r = match pairs[0] {
         (Location::Remote(server), Location::Local(_)) => {
-            let files: Vec<(&str, &Path)> = batch
+            let files: Vec<(&str, &Path)> = pairs
                 .iter()
-                .filter_map(|(_, j)| match (&j.src, &j.dst) {
+                .filter_map(|(s, d)| match (s, d) {
                     (Location::Remote(s), Location::Local(d)) => {
                         Some((s.path.as_str(), d.as_path()))
                     }
@@ -117,16 +161,16 @@ pub(crate) async fn run_pipeline(
                         return (0, 0);
                     }
                     session
-                        .get_pipelined(&files, &req, PIPELINE_WINDOW, &mut on_start, &mut on_done)
+                        .get_pipelined(&files, &req, PIPELINE_WINDOW, &mut on_start_k, &mut on_done)
                         .await
                 }
                 Err(e) => Err((0, e)),
             }
         }
         (Location::Remote(a), Location::Remote(b)) => {
-            let files: Vec<(&str, &str)> = batch
+            let files: Vec<(&str, &str)> = pairs
                 .iter()
-                .filter_map(|(_, j)| match (&j.src, &j.dst) {
+                .filter_map(|(s, d)| match (s, d) {
                     (Location::Remote(s), Location::Remote(d)) => {
                         Some((s.path.as_str(), d.path.as_str()))
                     }
@@ -146,7 +190,7 @@ pub(crate) async fn run_pipeline(
                         &files,
                         &req,
                         PIPELINE_WINDOW,
-                        &mut on_start,
+                        &mut on_start_k,
                         &mut on_done,
                     )
                     .await
@@ -157,32 +201,27 @@ pub(crate) async fn run_pipeline(
         _ => return (0, 0),
     };
     if let Err((k, e)) = r {
-        let at = display(&batch[k.min(batch.len() - 1)].1.src);
+        let at = display(pairs[k.min(pairs.len() - 1)].0);
         tracing::debug!("pipeline stopped at {at}: {e}; going on one file at a time");
     }
-    if let Some(v) = &opts.verify {
+    if let Some(v) = verify_with {
         for (k, o) in to_verify {
-            let (i, job) = &batch[k];
-            let r = match verify(&job.src, &job.dst, sessions, v, &req, &o.checksums).await {
-                Ok(Checked::Same(value)) => Ok(done_event(*i, job, &o, Some(value))),
+            let (src, dst) = pairs[k];
+            let r = match verify(src, dst, sessions, v, &req, &o.checksums).await {
+                Ok(Checked::Same(value)) => Ok((o, Some(value))),
                 Ok(Checked::Unverified(message)) => {
-                    events(CopyEvent::Warning { message });
-                    Ok(done_event(*i, job, &o, None))
+                    on_warning(message);
+                    Ok((o, None))
                 }
                 Err(e) => Err(e),
             };
-            finished(summary, events, *i, r);
+            on_result(k, r);
         }
     }
     (done, began)
 }
 
-fn done_event(
-    i: usize,
-    job: &Job,
-    o: &ferry_dtp::TransferOutcome,
-    checksum: Option<String>,
-) -> CopyEvent {
+fn done_event(i: usize, job: &Job, o: &TransferOutcome, checksum: Option<String>) -> CopyEvent {
     CopyEvent::Done {
         file: i,
         bytes: job.size.unwrap_or(o.bytes).max(o.bytes),

@@ -51,6 +51,14 @@ impl Default for Limits {
     }
 }
 
+/// Most small files one pipeline takes.
+const BATCH: usize = 32;
+
+/// Whether a waiting file may join a pipeline: small, whole, nothing stored.
+fn batchable(f: &FileRow) -> bool {
+    f.stored.is_empty() && f.filesize.is_some_and(|n| (0..16 << 20).contains(&n))
+}
+
 /// Seconds of throughput history kept for the dashboard (one sample a second).
 pub const HISTORY: usize = 600;
 
@@ -91,7 +99,6 @@ const POOL_IDLE: Duration = Duration::from_secs(30);
 
 struct Attempt {
     link: String,
-    endpoints: [String; 2],
     token: CancellationToken,
     /// Bytes this attempt has counted into its link so far.
     counted: u64,
@@ -99,6 +106,8 @@ struct Attempt {
 
 #[derive(Default)]
 struct Running {
+    /// Transfers and pipelines running (each holds one slot of its link and servers).
+    slots: usize,
     files: HashMap<i64, Attempt>,
     per_link: HashMap<String, usize>,
     per_endpoint: HashMap<String, usize>,
@@ -250,7 +259,7 @@ impl Scheduler {
     async fn dispatch(self: Arc<Self>) -> Result<(), ServiceError> {
         let free = {
             let s = self.state.lock().map_err(|_| poisoned())?;
-            self.limits.max_active.saturating_sub(s.files.len())
+            self.limits.max_active.saturating_sub(s.slots)
         };
         if free == 0 {
             return Ok(());
@@ -260,10 +269,14 @@ impl Scheduler {
             .db
             .ready_files(now(), (free * 8).max(64) as i64)
             .await?;
-        for f in ready {
+        let mut taken = std::collections::HashSet::new();
+        for f in &ready {
+            if taken.contains(&f.file_id) {
+                continue;
+            }
             {
                 let s = self.state.lock().map_err(|_| poisoned())?;
-                if s.files.len() >= self.limits.max_active {
+                if s.slots >= self.limits.max_active {
                     break;
                 }
                 let target = s
@@ -281,56 +294,215 @@ impl Scheduler {
                     continue;
                 }
             }
-            let Some(row) = self.db.start_attempt(f.file_id, now()).await? else {
-                continue;
-            };
-            let Some(job) = self.db.job(row.job_id.clone()).await? else {
+            // Small whole files of one job and link go together as one pipeline in one slot.
+            let mut members = vec![f];
+            if batchable(f) {
+                members.extend(
+                    ready
+                        .iter()
+                        .filter(|g| {
+                            g.file_id != f.file_id
+                                && g.job_id == f.job_id
+                                && g.link == f.link
+                                && batchable(g)
+                                && !taken.contains(&g.file_id)
+                        })
+                        .take(BATCH - 1),
+                );
+            }
+            let Some(job) = self.db.job(f.job_id.clone()).await? else {
                 continue;
             };
             let token = self.shutdown.child_token();
-            {
-                let mut s = self.state.lock().map_err(|_| poisoned())?;
-                let endpoints = endpoints_of(&row.link);
-                for e in &endpoints {
-                    *s.per_endpoint.entry(e.clone()).or_default() += 1;
+            let mut rows = Vec::with_capacity(members.len());
+            for m in members {
+                taken.insert(m.file_id);
+                if let Some(row) = self.db.start_attempt(m.file_id, now()).await? {
+                    self.register(&row, &token);
+                    rows.push(row);
                 }
-                s.files.insert(
-                    row.file_id,
-                    Attempt {
-                        link: row.link.clone(),
-                        endpoints,
-                        token: token.clone(),
-                        counted: 0,
-                    },
-                );
-                *s.per_link.entry(row.link.clone()).or_default() += 1;
-                let (min, max) = (self.limits.link_min as u32, self.limits.link_max as u32);
-                s.optimizers
-                    .entry(row.link.clone())
-                    .or_insert_with(|| LinkOptimizer::new(min, max));
-                s.live.insert(
-                    row.file_id,
-                    Live {
-                        bytes: 0,
-                        seconds: 0.0,
-                    },
-                );
             }
+            if rows.is_empty() {
+                continue;
+            }
+            self.claim_slot(&f.link);
             let me = Arc::clone(&self);
-            tokio::spawn(async move { me.attempt(row, job, token).await });
+            let link = f.link.clone();
+            tokio::spawn(async move {
+                if rows.len() == 1 {
+                    let outcome = me.run_attempt(&rows[0], &job, &token).await;
+                    me.conclude(&rows[0], &job, outcome).await;
+                } else {
+                    me.run_batch(rows, &job, &token).await;
+                }
+                me.release_slot(&link);
+                me.wake();
+            });
         }
         Ok(())
     }
 
-    async fn attempt(self: Arc<Self>, row: FileRow, job: JobRow, token: CancellationToken) {
+    /// A file whose attempt runs now: cancellable, its bytes counted into its link.
+    fn register(&self, row: &FileRow, token: &CancellationToken) {
+        if let Ok(mut s) = self.state.lock() {
+            s.files.insert(
+                row.file_id,
+                Attempt {
+                    link: row.link.clone(),
+                    token: token.clone(),
+                    counted: 0,
+                },
+            );
+            s.live.insert(
+                row.file_id,
+                Live {
+                    bytes: 0,
+                    seconds: 0.0,
+                },
+            );
+        }
+    }
+
+    /// One transfer (or pipeline) running on a link and its two servers.
+    fn claim_slot(&self, link: &str) {
+        if let Ok(mut s) = self.state.lock() {
+            s.slots += 1;
+            for e in endpoints_of(link) {
+                *s.per_endpoint.entry(e).or_default() += 1;
+            }
+            *s.per_link.entry(link.to_owned()).or_default() += 1;
+            let (min, max) = (self.limits.link_min as u32, self.limits.link_max as u32);
+            s.optimizers
+                .entry(link.to_owned())
+                .or_insert_with(|| LinkOptimizer::new(min, max));
+        }
+    }
+
+    fn release_slot(&self, link: &str) {
+        if let Ok(mut s) = self.state.lock() {
+            s.slots = s.slots.saturating_sub(1);
+            for e in endpoints_of(link) {
+                if let Some(n) = s.per_endpoint.get_mut(&e) {
+                    *n = n.saturating_sub(1);
+                }
+            }
+            s.per_endpoint.retain(|_, n| *n > 0);
+            if let Some(n) = s.per_link.get_mut(link) {
+                *n = n.saturating_sub(1);
+            }
+            s.per_link.retain(|_, n| *n > 0);
+        }
+    }
+
+    /// Small files of one job and link as one pipeline; what it leaves runs one by one.
+    async fn run_batch(&self, rows: Vec<FileRow>, job: &JobRow, token: &CancellationToken) {
+        let options: JobOptions = serde_json::from_str(&job.options).unwrap_or_default();
+        let mut copies = Vec::with_capacity(rows.len());
+        let mut kept = Vec::with_capacity(rows.len());
+        let (mut sessions, until) = match (
+            Location::parse(&rows[0].source),
+            Location::parse(&rows[0].dest),
+        ) {
+            (Ok(src), Ok(dst)) => match self.sessions_for(job, &rows[0].link, &src, &dst).await {
+                Ok(s) => s,
+                Err(e) => {
+                    for row in &rows {
+                        let failed = Outcome::Ended(Ending::Failed {
+                            error: e.clone(),
+                            retryable: false,
+                        });
+                        self.conclude(row, job, failed).await;
+                    }
+                    return;
+                }
+            },
+            _ => (Sessions::new(), i64::MAX),
+        };
+        for row in rows {
+            match (Location::parse(&row.source), Location::parse(&row.dest)) {
+                (Ok(src), Ok(dst)) => {
+                    if !job.overwrite && row.attempts == 1 {
+                        match exists(&mut sessions, &dst).await {
+                            Ok(true) => {
+                                let failed = Outcome::Ended(Ending::Failed {
+                                    error: format!("the destination {} exists; submit with overwrite to replace it", row.dest),
+                                    retryable: false,
+                                });
+                                self.conclude(&row, job, failed).await;
+                                continue;
+                            }
+                            Ok(false) => {}
+                            // The single attempt below says what is wrong.
+                            Err(_) => {}
+                        }
+                    }
+                    copies.push(self.copy_of(
+                        &row,
+                        job,
+                        &options,
+                        src,
+                        dst,
+                        row.filesize.map(|n| n as u64),
+                    ));
+                    kept.push(row);
+                }
+                (Err(e), _) | (_, Err(e)) => {
+                    let failed = Outcome::Ended(Ending::Failed {
+                        error: e.to_string(),
+                        retryable: false,
+                    });
+                    self.conclude(&row, job, failed).await;
+                }
+            }
+        }
+        let mut results = Vec::new();
+        let settled = ferry_client::run_pipelined(&copies, &mut sessions, token, &mut |k, r| {
+            results.push((k, r))
+        })
+        .await;
+        for (k, r) in results {
+            let outcome = match r {
+                Ok(done) => {
+                    let alg = copies[k].verify.as_ref().map(|v| v.algorithm.name());
+                    Outcome::Ended(finished_ending(&done, 0, alg))
+                }
+                Err(e) if e.retry() == Retry::Resume => {
+                    self.after_error(job, &kept[k], e.error, e.stored)
+                }
+                Err(e) => Outcome::Ended(Ending::Failed {
+                    error: e.error.to_string(),
+                    retryable: false,
+                }),
+            };
+            self.conclude(&kept[k], job, outcome).await;
+        }
+        if settled == kept.len() && !token.is_cancelled() {
+            self.give_back(job, &kept[0].link, sessions, until);
+        } else {
+            drop(sessions);
+        }
+        // What the pipeline left: one at a time, as any file.
+        for row in kept.iter().skip(settled) {
+            let outcome = if token.is_cancelled() {
+                Outcome::Stopped {
+                    stored: row.stored.clone(),
+                }
+            } else {
+                self.run_attempt(row, job, token).await
+            };
+            self.conclude(row, job, outcome).await;
+        }
+    }
+
+    /// Records how an attempt ended and forgets it.
+    async fn conclude(&self, row: &FileRow, job: &JobRow, outcome: Outcome) {
         let file_id = row.file_id;
-        let ending = self.run_attempt(&row, &job, &token).await;
         let user_cancel = self
             .state
             .lock()
             .map(|s| s.canceled.contains(&file_id))
             .unwrap_or(false);
-        let ending = match ending {
+        let ending = match outcome {
             _ if user_cancel => Ending::Canceled,
             Outcome::Ended(e) => e,
             Outcome::Stopped { stored } => Ending::Retry {
@@ -365,20 +537,9 @@ impl Scheduler {
             tracing::error!(file = file_id, error = %e, "could not record the end of an attempt; it is resumed at the next start");
         }
         if let Ok(mut s) = self.state.lock() {
-            if let Some(a) = s.files.remove(&file_id) {
-                for e in &a.endpoints {
-                    if let Some(n) = s.per_endpoint.get_mut(e) {
-                        *n = n.saturating_sub(1);
-                    }
-                }
-                s.per_endpoint.retain(|_, n| *n > 0);
-            }
+            s.files.remove(&file_id);
             s.canceled.remove(&file_id);
             s.live.remove(&file_id);
-            if let Some(n) = s.per_link.get_mut(&row.link) {
-                *n = n.saturating_sub(1);
-            }
-            s.per_link.retain(|_, n| *n > 0);
             let ended = s.link_ended.entry(row.link.clone()).or_default();
             match result {
                 "finished" => ended.0 += 1,
@@ -386,7 +547,6 @@ impl Scheduler {
                 _ => {}
             }
         }
-        self.wake();
     }
 
     /// Counts what an attempt has moved so far (its total) into its link and the service.
@@ -563,12 +723,7 @@ impl Scheduler {
         };
         let resumed = stored.total();
         let started = Instant::now();
-        let mut copy = FileCopy::new(src, dst);
-        copy.size = size;
-        copy.stored = stored.clone();
-        copy.request.parallelism = options.nostreams.unwrap_or(0);
-        copy.request.tcp_buffer = options.buffer_size;
-        copy.verify = verify_for(&job.verify, row.checksum.as_deref());
+        let copy = self.copy_of(row, job, &options, src, dst, size);
 
         // Checkpoints go to the database in order, off the transfer's path.
         let (tx, mut rx) = mpsc::unbounded_channel::<String>();
@@ -582,11 +737,7 @@ impl Scheduler {
             }
         });
         let live_state = &self.state;
-        let mut verified = None;
         let mut on_event = |ev: FileCopyEvent| match ev {
-            FileCopyEvent::Checksum { algorithm, value } => {
-                verified = Some(format!("{algorithm}:{value}"));
-            }
             FileCopyEvent::Stored { ranges } => {
                 let _ = tx.send(ranges.to_string());
                 // A third-party copy's progress is what its destination holds.
@@ -638,16 +789,8 @@ impl Scheduler {
             }
             Some(Ok(done)) => {
                 self.give_back(job, &row.link, sessions, until);
-                Outcome::Ended(Ending::Finished {
-                    bytes: done.bytes as i64,
-                    moved: done.moved as i64,
-                    throughput: if done.seconds > 0.0 {
-                        (done.bytes.saturating_sub(resumed)).max(done.moved) as f64 / done.seconds
-                    } else {
-                        0.0
-                    },
-                    checksum: verified.or(done.checksum),
-                })
+                let alg = copy.verify.as_ref().map(|v| v.algorithm.name());
+                Outcome::Ended(finished_ending(&done, resumed, alg))
             }
             Some(Err(e)) if self.shutdown.is_cancelled() => Outcome::Stopped {
                 stored: e.stored.to_string(),
@@ -765,6 +908,46 @@ impl Scheduler {
             }
             pool.retain(|_, l| !l.is_empty());
         }
+    }
+}
+
+impl Scheduler {
+    /// The copy of a file as its job asks.
+    fn copy_of(
+        &self,
+        row: &FileRow,
+        job: &JobRow,
+        options: &JobOptions,
+        src: Location,
+        dst: Location,
+        size: Option<u64>,
+    ) -> FileCopy {
+        let mut copy = FileCopy::new(src, dst);
+        copy.size = size;
+        copy.stored = RangeSet::parse(&row.stored).unwrap_or_default();
+        copy.request.parallelism = options.nostreams.unwrap_or(0);
+        copy.request.tcp_buffer = options.buffer_size;
+        copy.verify = verify_for(&job.verify, row.checksum.as_deref());
+        copy
+    }
+}
+
+/// A finished copy as the database keeps it: its checksum as `ALG:VALUE`, its throughput from
+/// what the destination gained (a third-party copy moves nothing through the service).
+fn finished_ending(done: &ferry_client::FileCopied, resumed: u64, alg: Option<&str>) -> Ending {
+    let gained = done.bytes.saturating_sub(resumed).max(done.moved);
+    Ending::Finished {
+        bytes: done.bytes as i64,
+        moved: done.moved as i64,
+        throughput: if done.seconds > 0.0 {
+            gained as f64 / done.seconds
+        } else {
+            0.0
+        },
+        checksum: done.checksum.as_ref().map(|v| match alg {
+            Some(a) => format!("{a}:{v}"),
+            None => v.clone(),
+        }),
     }
 }
 
