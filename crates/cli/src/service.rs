@@ -31,9 +31,20 @@ pub(crate) struct ServiceArgs {
     /// Address and port for HTTPS (FTS3's port is 8446).
     #[arg(long, default_value = "0.0.0.0:8446")]
     listen: SocketAddr,
-    /// The queue's SQLite file (created, mode 0600: it holds delegated proxies).
-    #[arg(long, value_name = "FILE", default_value = "/var/lib/ferry/service.db")]
-    database: PathBuf,
+    /// The queue: an SQLite file (created, mode 0600: it holds delegated proxies), or a
+    /// postgres://USER:PASSWORD@HOST/DB URL that several service hosts share.
+    #[arg(
+        long,
+        value_name = "FILE|URL",
+        default_value = "/var/lib/ferry/service.db",
+        env = "FERRY_DATABASE",
+        hide_env_values = true
+    )]
+    database: String,
+    /// This host's name in a shared queue (default: HOSTNAME:PORT); keep it the same across
+    /// restarts so the host takes back its own transfers at once.
+    #[arg(long, value_name = "NAME")]
+    host_id: Option<String>,
     /// The service's certificate.
     #[arg(
         long,
@@ -73,6 +84,10 @@ pub(crate) struct ServiceArgs {
     /// Seconds between the optimizer's judgements of each link.
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     optimizer_interval: u64,
+    /// Seconds without a heartbeat after which a host sharing the queue is taken for dead and
+    /// its transfers resume on the others.
+    #[arg(long, value_name = "SECONDS", default_value_t = ferry_service::db::HOST_TIMEOUT as u64)]
+    host_timeout: u64,
     /// Serve Prometheus /metrics and /healthz on this address (plain HTTP; keep it private).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<SocketAddr>,
@@ -199,9 +214,16 @@ pub(crate) fn serve(args: ServiceArgs) -> anyhow::Result<()> {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
+    let host_id = args.host_id.unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_else(|_| "localhost".into());
+        format!("{host}:{}", args.listen.port())
+    });
     let config = Config {
         listen: args.listen,
         database: args.database,
+        host_id,
         host_cert: args.host_cert,
         host_key: args.host_key,
         cert_dir: args
@@ -215,6 +237,7 @@ pub(crate) fn serve(args: ServiceArgs) -> anyhow::Result<()> {
             link_max: args.link_max.max(args.link_min.max(1)),
             endpoint_max: args.endpoint_max.max(1),
             interval: Duration::from_secs(args.optimizer_interval.max(1)),
+            host_timeout: Duration::from_secs(args.host_timeout.max(2)),
         },
         defaults: Defaults {
             retry: args.retry.clamp(0, 100),
@@ -230,15 +253,16 @@ pub(crate) fn serve(args: ServiceArgs) -> anyhow::Result<()> {
         if let Some(m) = service.metrics_addr() {
             eprintln!("ferry service: metrics on http://{m}/metrics");
         }
-        tracing::info!(%addr, database = %config.database.display(), "transfer service listening (https)");
+        tracing::info!(%addr, host = %config.host_id, "transfer service listening (https)");
         eprintln!("ferry service: listening on https://{addr}");
         let stop = ferry_client::CancellationToken::new();
         let on_signal = stop.clone();
         tokio::spawn(async move {
-            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => return,
-            };
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(s) => s,
+                    Err(_) => return,
+                };
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = term.recv() => {}

@@ -24,6 +24,8 @@ struct Site {
     service: Option<Child>,
     service_port: u16,
     metrics_port: u16,
+    /// A shared PostgreSQL queue instead of the SQLite file.
+    database: Option<String>,
 }
 
 impl Drop for Site {
@@ -36,6 +38,9 @@ impl Drop for Site {
         }
     }
 }
+
+#[path = "../../service/tests/pg/mod.rs"]
+mod pg;
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -55,6 +60,11 @@ fn wait_listening(port: u16, what: &str) {
 
 impl Site {
     fn start() -> Site {
+        Site::start_with(None)
+    }
+
+    /// A site whose service keeps its queue in `database` (a PostgreSQL URL).
+    fn start_with(database: Option<String>) -> Site {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path();
         let ca = p.join("ca");
@@ -132,6 +142,7 @@ impl Site {
             service: None,
             service_port: free_port(),
             metrics_port: free_port(),
+            database,
         };
         site.start_service();
         site
@@ -163,7 +174,12 @@ impl Site {
             .arg("--metrics")
             .arg(format!("127.0.0.1:{}", self.metrics_port))
             .arg("--database")
-            .arg(self.path("queue.db"))
+            .arg(
+                self.database
+                    .clone()
+                    .unwrap_or_else(|| self.path("queue.db").to_string_lossy().into_owned()),
+            )
+            .args(["--host-id", "host-a", "--host-timeout", "3"])
             .arg("--host-cert")
             .arg(host.join("hostcert.pem"))
             .arg("--host-key")
@@ -632,4 +648,150 @@ fn http_get(port: u16, path: &str) -> String {
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out
+}
+
+/// A second service host on the site's shared queue.
+fn second_host(site: &Site, port: u16) -> Child {
+    let host = site.path("ca/hosts/localhost");
+    let log = std::fs::File::create(site.path("service-b.log")).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .args(["service", "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--database")
+        .arg(site.database.as_deref().unwrap())
+        .args([
+            "--host-id",
+            "host-b",
+            "--host-timeout",
+            "3",
+            "--optimizer-interval",
+            "2",
+        ])
+        .arg("--host-cert")
+        .arg(host.join("hostcert.pem"))
+        .arg("--host-key")
+        .arg(host.join("hostkey.pem"))
+        .arg("--cert-dir")
+        .arg(site.path("ca/certificates"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    wait_listening(port, "the second ferry service");
+    child
+}
+
+#[test]
+fn two_service_hosts_share_a_postgres_queue_and_one_finishes_what_a_killed_one_was_moving() {
+    let Some(pg) = pg::or_skip() else { return };
+    let url = pg.database("ferry_two_hosts");
+    let mut site = Site::start_with(Some(url));
+    const FILES: usize = 10;
+    for i in 0..FILES {
+        common::write_marked_pattern_file(&site.path(&format!("root/f{i}")), 32, i as u64);
+    }
+    let list = site.path("list");
+    let lines: String = (0..FILES)
+        .map(|i| {
+            format!(
+                "{} {}\n",
+                site.url(&format!("f{i}")),
+                site.url(&format!("g{i}"))
+            )
+        })
+        .collect();
+    std::fs::write(&list, lines).unwrap();
+    // Slow (one stream, small buffers) so that host A is moving files when it dies.
+    let out = site.ferry(&[
+        "submit",
+        "--file",
+        list.to_str().unwrap(),
+        "--streams",
+        "1",
+        "--tcp-bs",
+        "4096",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    // A has claimed its first files; B joins, then A dies.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let j = site.job(&id);
+        let active = j["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["file_state"] == "ACTIVE")
+            .count();
+        if active > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "host A started nothing: {j}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let b_port = free_port();
+    let mut b = second_host(&site, b_port);
+    std::thread::sleep(Duration::from_millis(300));
+    site.kill_service();
+    // From now on host B answers: the client follows it.
+    let b_url = format!("https://localhost:{b_port}");
+    let ask_b = |args: &[&str]| {
+        let mut full = args.to_vec();
+        full.extend(["--service", &b_url]);
+        site.ok(&full)
+    };
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let j: serde_json::Value = loop {
+        let j: serde_json::Value =
+            serde_json::from_str(&ask_b(&["job", &id, "--attempts", "--json"])).unwrap();
+        let state = j["job"]["job_state"].as_str().unwrap_or("").to_owned();
+        if !matches!(state.as_str(), "SUBMITTED" | "ACTIVE") {
+            break j;
+        }
+        assert!(Instant::now() < deadline, "still {state}: {j}");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let _ = b.kill();
+    let _ = b.wait();
+    assert_eq!(j["job"]["job_state"], "FINISHED", "{j}");
+    for i in 0..FILES {
+        same_file(
+            &site.path(&format!("root/f{i}")),
+            &site.path(&format!("root/g{i}")),
+        );
+    }
+    // The files A was moving were taken back (after A's heartbeat stopped) and finished by B;
+    // no other file ran twice.
+    let attempts = j["attempts"].as_array().unwrap();
+    let taken_back = attempts
+        .iter()
+        .filter(|a| {
+            a[0]["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("service stopped"))
+        })
+        .count();
+    assert!(
+        taken_back >= 1,
+        "no file of the dead host was taken back: {j}"
+    );
+    for a in attempts {
+        let n = a.as_array().unwrap().len();
+        let first_died = a[0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("service stopped"));
+        assert!(
+            n == 1 || (n == 2 && first_died),
+            "a file ran twice without cause: {j}"
+        );
+    }
+    let log_b = std::fs::read_to_string(site.path("service-b.log")).unwrap_or_default();
+    assert!(
+        log_b.contains("took back the files of a service host that stopped"),
+        "{log_b}"
+    );
 }

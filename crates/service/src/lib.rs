@@ -78,8 +78,11 @@ pub fn now() -> i64 {
 pub struct Config {
     /// Where HTTPS listens.
     pub listen: SocketAddr,
-    /// The SQLite file.
-    pub database: PathBuf,
+    /// The queue: an SQLite file, or a `postgres://` URL that several service hosts share.
+    pub database: String,
+    /// This host's name in a shared queue (its claims and heartbeat); the same after a
+    /// restart, so it takes back its own claims at once.
+    pub host_id: String,
     /// The service's certificate (host certificate).
     pub host_cert: PathBuf,
     /// Its key.
@@ -125,7 +128,11 @@ impl Service {
             config.admins.clone(),
         )?);
         let acceptor = auth::acceptor(&host)?;
-        let db = db::Db::open(&config.database)?;
+        let database = config.database.clone();
+        let host_id = config.host_id.clone();
+        let db = tokio::task::spawn_blocking(move || db::Db::open(&database, &host_id))
+            .await
+            .map_err(|e| ServiceError::Database(e.to_string()))??;
         let metrics = Arc::new(metrics::Metrics::default());
         let scheduler =
             scheduler::Scheduler::new(db.clone(), config.limits, trust, Arc::clone(&metrics));

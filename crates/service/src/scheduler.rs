@@ -36,6 +36,8 @@ pub struct Limits {
     pub endpoint_max: usize,
     /// How often the optimizer judges each link.
     pub interval: Duration,
+    /// A service host silent this long (shared queue) loses its transfers to the others.
+    pub host_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -47,6 +49,7 @@ impl Default for Limits {
             link_max: 16,
             endpoint_max: 32,
             interval: Duration::from_secs(10),
+            host_timeout: Duration::from_secs(crate::db::HOST_TIMEOUT as u64),
         }
     }
 }
@@ -218,7 +221,9 @@ impl Scheduler {
     /// Puts attempts a stopped service left ACTIVE back in the queue, then dispatches until
     /// shutdown.
     pub async fn run(self: Arc<Self>) -> Result<(), ServiceError> {
-        let resumed = self.db.recover(now()).await?;
+        self.db.heartbeat(now()).await?;
+        let timeout = self.limits.host_timeout.as_secs() as i64;
+        let resumed = self.db.reclaim(now(), true, timeout).await?;
         if resumed > 0 {
             tracing::info!(
                 resumed,
@@ -533,8 +538,14 @@ impl Scheduler {
             .attempts
             .get_or_create(&ResultLabel { result })
             .inc();
-        if let Err(e) = self.db.end_attempt(file_id, ending, now()).await {
-            tracing::error!(file = file_id, error = %e, "could not record the end of an attempt; it is resumed at the next start");
+        match self.db.end_attempt(file_id, ending, now()).await {
+            Ok(()) => {}
+            Err(ServiceError::Conflict(why)) => {
+                tracing::warn!(file = file_id, "{why}; another host runs it now")
+            }
+            Err(e) => {
+                tracing::error!(file = file_id, error = %e, "could not record the end of an attempt; it is resumed at the next start")
+            }
         }
         if let Ok(mut s) = self.state.lock() {
             s.files.remove(&file_id);
@@ -568,9 +579,18 @@ impl Scheduler {
         self.metrics.bytes.inc_by(delta);
     }
 
-    /// Once a second: the throughput history and the gauges.
+    /// Once a second: the heartbeat, cancels asked on other hosts, the throughput history
+    /// and the gauges.
     async fn sample(&self) {
         self.sweep_pool();
+        if let Err(e) = self.db.heartbeat(now()).await {
+            tracing::warn!(error = %e, "heartbeat failed");
+        }
+        match self.db.canceled_here().await {
+            Ok(ids) if !ids.is_empty() => self.cancel_files(&ids),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "could not look for cancelled jobs"),
+        }
         if let Ok(mut s) = self.state.lock() {
             let rate = (s.total_bytes - s.history_mark) as f64;
             s.history_mark = s.total_bytes;
@@ -613,8 +633,17 @@ impl Scheduler {
         }
     }
 
-    /// Once a window: each link's optimizer judges what the link did.
+    /// Once a window: the claims of hosts gone silent come back to the queue, and each
+    /// link's optimizer judges what the link did.
     async fn optimize(&self) {
+        if self.db.shared() {
+            let timeout = self.limits.host_timeout.as_secs() as i64;
+            match self.db.reclaim(now(), false, timeout).await {
+                Ok(0) => {}
+                Ok(n) => tracing::warn!(files = n, "took back the files of a service host that stopped; they resume from their stored ranges"),
+                Err(e) => tracing::warn!(error = %e, "could not look for stopped hosts"),
+            }
+        }
         let Ok(counts) = self.db.link_counts().await else {
             return;
         };

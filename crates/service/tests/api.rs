@@ -60,7 +60,12 @@ async fn site() -> Site {
     .unwrap();
     let config = Config {
         listen: "127.0.0.1:0".parse().unwrap(),
-        database: dir.path().join("db/queue.db"),
+        database: dir
+            .path()
+            .join("db/queue.db")
+            .to_string_lossy()
+            .into_owned(),
+        host_id: "api-test".into(),
         host_cert: dir.path().join("hostcert.pem"),
         host_key: dir.path().join("hostkey.pem"),
         cert_dir: certs.clone(),

@@ -1,0 +1,236 @@
+//! Schema versions, one script per version and database. A database is brought forward from
+//! whatever version it has, each step in its own transaction; a newer database is refused.
+//! SQLite keeps its version in `PRAGMA user_version`; PostgreSQL in `ferry_schema`, changed
+//! under an advisory lock so that service hosts starting together migrate once.
+
+use super::sql::{Kind, Store};
+use crate::ServiceError;
+
+/// SQLite: index N takes a database from version N to N + 1.
+const SQLITE: &[&str] = &[
+    r#"
+CREATE TABLE jobs (
+    job_id        TEXT PRIMARY KEY,
+    user_dn       TEXT NOT NULL,
+    state         TEXT NOT NULL,
+    priority      INTEGER NOT NULL,
+    submit_time   INTEGER NOT NULL,
+    finish_time   INTEGER,
+    reason        TEXT,
+    canceled      INTEGER NOT NULL DEFAULT 0,
+    retry         INTEGER NOT NULL,
+    retry_delay   INTEGER NOT NULL,
+    verify        TEXT NOT NULL,
+    overwrite     INTEGER NOT NULL,
+    metadata      TEXT,
+    ignored       TEXT NOT NULL,
+    options       TEXT NOT NULL,
+    body_hash     TEXT NOT NULL
+);
+CREATE INDEX jobs_user ON jobs(user_dn, state);
+CREATE TABLE files (
+    file_id       INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id        TEXT NOT NULL REFERENCES jobs(job_id),
+    file_index    INTEGER NOT NULL,
+    source        TEXT NOT NULL,
+    dest          TEXT NOT NULL,
+    link          TEXT NOT NULL,
+    state         TEXT NOT NULL,
+    filesize      INTEGER,
+    checksum      TEXT,
+    metadata      TEXT,
+    reason        TEXT,
+    failures      INTEGER NOT NULL DEFAULT 0,
+    attempts      INTEGER NOT NULL DEFAULT 0,
+    stored        TEXT NOT NULL DEFAULT '',
+    next_try      INTEGER NOT NULL,
+    start_time    INTEGER,
+    finish_time   INTEGER,
+    bytes         INTEGER NOT NULL DEFAULT 0,
+    throughput    REAL
+);
+CREATE INDEX files_state ON files(state, next_try);
+CREATE INDEX files_job ON files(job_id);
+CREATE TABLE attempts (
+    file_id       INTEGER NOT NULL REFERENCES files(file_id),
+    attempt       INTEGER NOT NULL,
+    start_time    INTEGER NOT NULL,
+    end_time      INTEGER,
+    resumed_bytes INTEGER NOT NULL,
+    moved         INTEGER,
+    error         TEXT,
+    retryable     INTEGER,
+    PRIMARY KEY (file_id, attempt)
+);
+CREATE TABLE delegations (
+    delegation_id TEXT PRIMARY KEY,
+    user_dn       TEXT NOT NULL,
+    pending_key   TEXT,
+    proxy         TEXT,
+    termination   INTEGER
+);
+"#,
+    r#"
+CREATE TABLE decisions (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    link          TEXT NOT NULL,
+    time          INTEGER NOT NULL,
+    from_active   INTEGER NOT NULL,
+    to_active     INTEGER NOT NULL,
+    throughput    REAL NOT NULL,
+    reason        TEXT NOT NULL
+);
+CREATE INDEX decisions_time ON decisions(time);
+"#,
+    r#"
+ALTER TABLE files ADD COLUMN claimed_by TEXT;
+CREATE TABLE hosts (
+    host_id       TEXT PRIMARY KEY,
+    heartbeat     INTEGER NOT NULL
+);
+"#,
+];
+
+/// PostgreSQL: the same versions in its types.
+const POSTGRES: &[&str] = &[
+    r#"
+CREATE TABLE jobs (
+    job_id        TEXT PRIMARY KEY,
+    user_dn       TEXT NOT NULL,
+    state         TEXT NOT NULL,
+    priority      BIGINT NOT NULL,
+    submit_time   BIGINT NOT NULL,
+    finish_time   BIGINT,
+    reason        TEXT,
+    canceled      BIGINT NOT NULL DEFAULT 0,
+    retry         BIGINT NOT NULL,
+    retry_delay   BIGINT NOT NULL,
+    verify        TEXT NOT NULL,
+    overwrite     BIGINT NOT NULL,
+    metadata      TEXT,
+    ignored       TEXT NOT NULL,
+    options       TEXT NOT NULL,
+    body_hash     TEXT NOT NULL
+);
+CREATE INDEX jobs_user ON jobs(user_dn, state);
+CREATE TABLE files (
+    file_id       BIGSERIAL PRIMARY KEY,
+    job_id        TEXT NOT NULL REFERENCES jobs(job_id),
+    file_index    BIGINT NOT NULL,
+    source        TEXT NOT NULL,
+    dest          TEXT NOT NULL,
+    link          TEXT NOT NULL,
+    state         TEXT NOT NULL,
+    filesize      BIGINT,
+    checksum      TEXT,
+    metadata      TEXT,
+    reason        TEXT,
+    failures      BIGINT NOT NULL DEFAULT 0,
+    attempts      BIGINT NOT NULL DEFAULT 0,
+    stored        TEXT NOT NULL DEFAULT '',
+    next_try      BIGINT NOT NULL,
+    start_time    BIGINT,
+    finish_time   BIGINT,
+    bytes         BIGINT NOT NULL DEFAULT 0,
+    throughput    DOUBLE PRECISION
+);
+CREATE INDEX files_state ON files(state, next_try);
+CREATE INDEX files_job ON files(job_id);
+CREATE TABLE attempts (
+    file_id       BIGINT NOT NULL REFERENCES files(file_id),
+    attempt       BIGINT NOT NULL,
+    start_time    BIGINT NOT NULL,
+    end_time      BIGINT,
+    resumed_bytes BIGINT NOT NULL,
+    moved         BIGINT,
+    error         TEXT,
+    retryable     BIGINT,
+    PRIMARY KEY (file_id, attempt)
+);
+CREATE TABLE delegations (
+    delegation_id TEXT PRIMARY KEY,
+    user_dn       TEXT NOT NULL,
+    pending_key   TEXT,
+    proxy         TEXT,
+    termination   BIGINT
+);
+"#,
+    r#"
+CREATE TABLE decisions (
+    id            BIGSERIAL PRIMARY KEY,
+    link          TEXT NOT NULL,
+    time          BIGINT NOT NULL,
+    from_active   BIGINT NOT NULL,
+    to_active     BIGINT NOT NULL,
+    throughput    DOUBLE PRECISION NOT NULL,
+    reason        TEXT NOT NULL
+);
+CREATE INDEX decisions_time ON decisions(time);
+"#,
+    r#"
+ALTER TABLE files ADD COLUMN claimed_by TEXT;
+CREATE TABLE hosts (
+    host_id       TEXT PRIMARY KEY,
+    heartbeat     BIGINT NOT NULL
+);
+"#,
+];
+
+/// The newest version this ferry knows.
+pub(crate) const VERSION: i64 = SQLITE.len() as i64;
+
+/// Brings the database's schema up to [`VERSION`].
+pub(crate) fn migrate(store: &mut dyn Store) -> Result<(), ServiceError> {
+    let (scripts, kind) = match store.kind() {
+        Kind::Sqlite => (SQLITE, Kind::Sqlite),
+        Kind::Postgres => (POSTGRES, Kind::Postgres),
+    };
+    loop {
+        let mut tx = store.begin()?;
+        let version = match kind {
+            Kind::Sqlite => tx
+                .row("PRAGMA user_version", &[])?
+                .map(|r| r.i(0))
+                .transpose()?
+                .unwrap_or(0),
+            Kind::Postgres => {
+                // One host migrates; the others wait here and then find it done.
+                tx.rows("SELECT pg_advisory_xact_lock(7305469)::TEXT", &[])?;
+                tx.exec(
+                    "CREATE TABLE IF NOT EXISTS ferry_schema (version BIGINT NOT NULL)",
+                    &[],
+                )?;
+                match tx.row("SELECT version FROM ferry_schema", &[])? {
+                    Some(r) => r.i(0)?,
+                    None => {
+                        tx.exec("INSERT INTO ferry_schema (version) VALUES (0)", &[])?;
+                        0
+                    }
+                }
+            }
+        };
+        if version > VERSION {
+            return Err(ServiceError::Database(format!(
+                "the database has schema version {version}, newer than this ferry knows ({VERSION}): use a newer ferry"
+            )));
+        }
+        let Some(script) = scripts.get(version as usize) else {
+            return Ok(());
+        };
+        for statement in script.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+            tx.exec(statement, &[])?;
+        }
+        match kind {
+            Kind::Sqlite => {
+                tx.exec(&format!("PRAGMA user_version = {}", version + 1), &[])?;
+            }
+            Kind::Postgres => {
+                tx.exec(
+                    "UPDATE ferry_schema SET version = ?1",
+                    super::sql::vals![version + 1],
+                )?;
+            }
+        }
+        tx.commit()?;
+    }
+}

@@ -1,0 +1,345 @@
+//! The queue's rules on both databases: SQLite (always) and PostgreSQL (a throw-away server;
+//! skipped with a message where it is not installed, required in CI). Two "hosts" on one
+//! PostgreSQL queue claim each file once, and a silent host's claims come back.
+
+mod pg;
+
+use ferry_service::db::{Db, Ending, JobFilter, NewFile, NewJob, HOST_TIMEOUT};
+use ferry_service::states::{FileState, JobState};
+use ferry_service::ServiceError;
+
+fn job(id: &str, files: usize) -> NewJob {
+    NewJob {
+        job_id: id.into(),
+        user_dn: "/CN=alice".into(),
+        priority: 3,
+        retry: 2,
+        retry_delay: 5,
+        verify: "auto".into(),
+        overwrite: false,
+        metadata: None,
+        ignored: vec!["params.spacetoken".into()],
+        options: "{}".into(),
+        body_hash: format!("hash-{id}"),
+        files: (0..files)
+            .map(|i| NewFile {
+                source: format!("gsiftp://a/{i}"),
+                dest: format!("gsiftp://b/{i}"),
+                link: "gsiftp://a:2811 → gsiftp://b:2811".into(),
+                filesize: Some(10),
+                checksum: None,
+                metadata: None,
+            })
+            .collect(),
+    }
+}
+
+async fn state(db: &Db, id: &str) -> JobState {
+    db.job(id.into()).await.unwrap().unwrap().job_state
+}
+
+async fn retry_and_resume(db: Db) {
+    db.heartbeat(100).await.unwrap();
+    assert!(db.insert_job(job("j1", 2), 100).await.unwrap());
+    // The same submission again is the same job; another body under its id is refused.
+    assert!(!db.insert_job(job("j1", 2), 101).await.unwrap());
+    let mut other = job("j1", 2);
+    other.body_hash = "else".into();
+    assert!(matches!(
+        db.insert_job(other, 101).await,
+        Err(ServiceError::Conflict(_))
+    ));
+    assert_eq!(state(&db, "j1").await, JobState::Submitted);
+
+    let ready = db.ready_files(100, 10).await.unwrap();
+    assert_eq!(ready.len(), 2);
+    assert!(ready.iter().all(|f| f.file_state == FileState::Ready));
+    let f = db
+        .start_attempt(ready[0].file_id, 101)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((f.file_state, f.attempts), (FileState::Active, 1));
+    assert!(
+        db.start_attempt(ready[0].file_id, 101)
+            .await
+            .unwrap()
+            .is_none(),
+        "only once"
+    );
+    assert_eq!(state(&db, "j1").await, JobState::Active);
+
+    db.store_ranges(f.file_id, "0-4".into()).await.unwrap();
+    db.end_attempt(
+        f.file_id,
+        Ending::Retry {
+            error: "lost".into(),
+            stored: "0-4".into(),
+            delay: 5,
+            counted: true,
+        },
+        102,
+    )
+    .await
+    .unwrap();
+    let back = db.file(f.file_id).await.unwrap().unwrap();
+    assert_eq!(
+        (back.file_state, back.failures, back.next_try),
+        (FileState::Submitted, 1, 107)
+    );
+    assert_eq!(back.stored, "0-4");
+    // Not due before its delay.
+    assert!(db
+        .ready_files(106, 10)
+        .await
+        .unwrap()
+        .iter()
+        .all(|r| r.file_id != f.file_id));
+    assert!(db
+        .ready_files(107, 10)
+        .await
+        .unwrap()
+        .iter()
+        .any(|r| r.file_id == f.file_id));
+    let again = db.start_attempt(f.file_id, 108).await.unwrap().unwrap();
+    assert_eq!(again.attempts, 2);
+    let attempts = db.attempts(f.file_id).await.unwrap();
+    assert_eq!(attempts.len(), 2);
+    assert_eq!(attempts[0].error.as_deref(), Some("lost"));
+    assert_eq!(attempts[1].resumed_bytes, 4);
+
+    // A crash: the ACTIVE file waits again with its ranges, and the crash is not a failure.
+    assert_eq!(db.reclaim(200, true, HOST_TIMEOUT).await.unwrap(), 1);
+    let back = db.file(f.file_id).await.unwrap().unwrap();
+    assert_eq!(
+        (back.file_state, back.failures, back.stored.as_str()),
+        (FileState::Submitted, 1, "0-4")
+    );
+    // The claim is gone: an end the old attempt reports is refused.
+    let e = db
+        .end_attempt(f.file_id, Ending::Canceled, 201)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ServiceError::Conflict(_)), "{e}");
+
+    for file in db.ready_files(200, 10).await.unwrap() {
+        db.start_attempt(file.file_id, 201).await.unwrap().unwrap();
+        db.end_attempt(
+            file.file_id,
+            Ending::Finished {
+                bytes: 10,
+                moved: 6,
+                throughput: 1.0,
+                checksum: Some("ADLER32:1".into()),
+            },
+            202,
+        )
+        .await
+        .unwrap();
+    }
+    let j = db.job("j1".into()).await.unwrap().unwrap();
+    assert_eq!(
+        (j.job_state, j.finish_time),
+        (JobState::Finished, Some(202))
+    );
+    assert_eq!(j.ignored, vec!["params.spacetoken".to_owned()]);
+    let files = db.files("j1".into()).await.unwrap();
+    assert_eq!(files[0].checksum.as_deref(), Some("ADLER32:1"));
+}
+
+async fn cancel_and_list(db: Db) {
+    db.insert_job(job("j2", 3), 100).await.unwrap();
+    let ready = db.ready_files(100, 10).await.unwrap();
+    db.start_attempt(ready[0].file_id, 100).await.unwrap();
+    assert!(matches!(
+        db.cancel(vec!["j2".into()], Some("/CN=mallory".into()), 101)
+            .await,
+        Err(ServiceError::NotFound(_))
+    ));
+    assert!(matches!(
+        db.cancel(vec!["nope".into()], None, 101).await,
+        Err(ServiceError::NotFound(_))
+    ));
+    let active = db
+        .cancel(vec!["j2".into()], Some("/CN=alice".into()), 101)
+        .await
+        .unwrap();
+    assert_eq!(active, vec![ready[0].file_id]);
+    assert_eq!(db.canceled_here().await.unwrap(), vec![ready[0].file_id]);
+    assert_eq!(
+        state(&db, "j2").await,
+        JobState::Active,
+        "one file still moving"
+    );
+    db.end_attempt(ready[0].file_id, Ending::Canceled, 102)
+        .await
+        .unwrap();
+    assert_eq!(state(&db, "j2").await, JobState::Canceled);
+    let listed = |states: Vec<JobState>, user: Option<&str>| {
+        db.jobs(JobFilter {
+            user_dn: user.map(str::to_owned),
+            states,
+            limit: 10,
+        })
+    };
+    assert!(listed(vec![], Some("/CN=alice")).await.unwrap().is_empty());
+    assert_eq!(
+        listed(vec![JobState::Canceled], Some("/CN=alice"))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(listed(vec![JobState::Canceled], Some("/CN=bob"))
+        .await
+        .unwrap()
+        .is_empty());
+    let summaries = db.job_summaries(None, 10).await.unwrap();
+    assert_eq!(summaries[0].1.iter().map(|(_, n)| n).sum::<i64>(), 3);
+    assert_eq!(
+        db.recent_files(Some("/CN=bob".into()), 10)
+            .await
+            .unwrap()
+            .len(),
+        0
+    );
+    assert_eq!(
+        db.recent_files(Some("/CN=alice".into()), 10)
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+}
+
+#[tokio::test]
+async fn sqlite_runs_retries_resumes_and_cancels() {
+    retry_and_resume(Db::in_memory().unwrap()).await;
+    cancel_and_list(Db::in_memory().unwrap()).await;
+}
+
+#[tokio::test]
+async fn an_sqlite_file_is_migrated_once_kept_private_and_refused_when_newer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q/queue.db");
+    let spec = path.to_string_lossy().into_owned();
+    {
+        let db = Db::open(&spec, "h").unwrap();
+        db.insert_job(job("j3", 1), 1).await.unwrap();
+    }
+    let db = Db::open(&spec, "h").unwrap();
+    assert!(
+        db.job("j3".into()).await.unwrap().is_some(),
+        "kept across opens"
+    );
+    drop(db);
+    let c = rusqlite::Connection::open(&path).unwrap();
+    c.pragma_update(None, "user_version", 99).unwrap();
+    drop(c);
+    let e = Db::open(&spec, "h").err().unwrap();
+    assert!(e.to_string().contains("newer than this ferry knows"), "{e}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+}
+
+/// Blocking calls (the synchronous PostgreSQL client) from the async tests.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+fn pg_db(pg: &pg::Postgres, name: &str, host: &str) -> (String, Db) {
+    blocking(|| {
+        let url = pg.database(name);
+        let db = Db::open(&url, host).unwrap();
+        (url, db)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_runs_retries_resumes_and_cancels() {
+    let Some(pg) = blocking(pg::or_skip) else {
+        return;
+    };
+    let (_, db) = pg_db(&pg, "lifecycle", "h1");
+    retry_and_resume(db).await;
+    let (url, db) = pg_db(&pg, "cancels", "h1");
+    cancel_and_list(db).await;
+    // A second opening finds the schema done (and a second host migrating at once waits).
+    let again = blocking(|| Db::open(&url, "h2").unwrap());
+    assert!(again.job("j2".into()).await.unwrap().is_some());
+    let err = blocking(|| Db::open("postgres://ferry:secret@127.0.0.1:1/x", "h").unwrap_err());
+    assert!(
+        err.to_string().contains("ferry:***@"),
+        "the password is not shown: {err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hosts_on_one_postgres_queue_claim_each_file_once_and_take_back_a_silent_hosts() {
+    let Some(pg) = blocking(pg::or_skip) else {
+        return;
+    };
+    let (url, a) = pg_db(&pg, "shared", "host-a");
+    let b = blocking(|| Db::open(&url, "host-b").unwrap());
+    a.heartbeat(1000).await.unwrap();
+    b.heartbeat(1000).await.unwrap();
+    a.insert_job(job("big", 200), 1000).await.unwrap();
+    // Both hosts race for every file; each file goes to exactly one.
+    let (ra, rb) = (a.clone(), b.clone());
+    let take = |db: Db| async move {
+        let mut mine = Vec::new();
+        for f in db.ready_files(1000, 500).await.unwrap() {
+            if let Some(row) = db.start_attempt(f.file_id, 1001).await.unwrap() {
+                mine.push(row.file_id);
+            }
+        }
+        mine
+    };
+    let (got_a, got_b) = tokio::join!(take(ra), take(rb));
+    let mut all: Vec<i64> = got_a.iter().chain(&got_b).copied().collect();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 200, "every file claimed");
+    assert_eq!(got_a.len() + got_b.len(), 200, "and none twice");
+    // B cannot end A's attempts.
+    if let Some(f) = got_a.first() {
+        let e = b.end_attempt(*f, Ending::Canceled, 1002).await.unwrap_err();
+        assert!(matches!(e, ServiceError::Conflict(_)), "{e}");
+    }
+    // A goes silent; within the timeout nothing moves, after it B takes A's files back.
+    b.heartbeat(1000 + HOST_TIMEOUT).await.unwrap();
+    assert_eq!(
+        b.reclaim(1000 + HOST_TIMEOUT - 1, false, HOST_TIMEOUT)
+            .await
+            .unwrap(),
+        0
+    );
+    let back = b
+        .reclaim(1001 + HOST_TIMEOUT, false, HOST_TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(back, got_a.len(), "A's claims, not B's");
+    for f in &got_b {
+        assert_eq!(
+            b.file(*f).await.unwrap().unwrap().file_state,
+            FileState::Active
+        );
+    }
+    // A comes back and reports an end: refused, the file is B's to run now.
+    if let Some(f) = got_a.first() {
+        let e = a
+            .end_attempt(
+                *f,
+                Ending::Failed {
+                    error: "x".into(),
+                    retryable: false,
+                },
+                1040,
+            )
+            .await;
+        assert!(matches!(e, Err(ServiceError::Conflict(_))));
+        let again = b.ready_files(1100, 500).await.unwrap();
+        assert!(again.iter().any(|r| r.file_id == *f));
+    }
+}
