@@ -289,9 +289,10 @@ fn client(conn: &Conn) -> Result<ServiceClient, ServiceError> {
 
 fn code_of(e: &ServiceError) -> u8 {
     match e {
-        ServiceError::BadRequest(_) | ServiceError::Config(_) | ServiceError::Conflict(_) => {
-            exit::USAGE
-        }
+        ServiceError::BadRequest(_)
+        | ServiceError::Config(_)
+        | ServiceError::Conflict(_)
+        | ServiceError::TooLarge(_) => exit::USAGE,
         ServiceError::Unauthorized(_) | ServiceError::Forbidden(_) | ServiceError::Tls(_) => 3,
         ServiceError::NotFound(_) => 4,
         ServiceError::Http(_) => 5,

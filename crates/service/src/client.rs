@@ -219,6 +219,7 @@ fn check(status: u16, body: &[u8]) -> Result<(), ServiceError> {
         403 => ServiceError::Forbidden(message),
         404 => ServiceError::NotFound(message),
         409 => ServiceError::Conflict(message),
+        413 => ServiceError::TooLarge(message),
         _ => ServiceError::Http(format!("the service answered {status}: {message}")),
     })
 }

@@ -51,6 +51,9 @@ pub enum ServiceError {
     /// Taken by something else (409).
     #[error("{0}")]
     Conflict(String),
+    /// A request body over the limit (413).
+    #[error("{0}")]
+    TooLarge(String),
     /// The database.
     #[error("database: {0}")]
     Database(String),

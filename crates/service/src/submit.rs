@@ -13,6 +13,8 @@ use crate::ServiceError;
 
 /// Most files one job may carry (a bigger list is split by the client).
 pub const MAX_FILES: usize = 50_000;
+/// Largest file size a job may state (2^53 bytes, 8 PiB: exact in every JSON parser).
+const MAX_FILESIZE: i64 = 1 << 53;
 /// Longest URL accepted.
 const MAX_URL: usize = 4096;
 
@@ -173,18 +175,26 @@ pub fn parse(
         if sources.len() > 1 || dests.len() > 1 {
             extra_alternatives = true;
         }
+        // Every alternative must be a URL the service could use, though only the first of each
+        // list is copied.
+        for u in sources.iter().chain(&dests).skip(1) {
+            location(u, i, allow_local)?;
+        }
         let (src, dst) = (&sources[0], &dests[0]);
         let (src_loc, dst_loc) = (
             location(src, i, allow_local)?,
             location(dst, i, allow_local)?,
         );
-        let filesize =
-            match f.get("filesize") {
-                None | Some(Value::Null) => None,
-                Some(v) => Some(v.as_i64().filter(|n| *n >= 0).ok_or_else(|| {
-                    bad(&format!("files[{i}].filesize must be a number of bytes"))
-                })?),
-            };
+        let filesize = match f.get("filesize") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(
+                whole(v)
+                    .filter(|n| (0..=MAX_FILESIZE).contains(n))
+                    .ok_or_else(|| {
+                        bad(&format!("files[{i}].filesize must be a number of bytes"))
+                    })?,
+            ),
+        };
         let checksum = match f.get("checksum") {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) if s.is_empty() => None,
@@ -228,6 +238,16 @@ pub fn parse(
         files: out,
     };
     Ok((job, options))
+}
+
+/// A whole number, also when written as one with a fraction of zero (`1185.0`, which JSON
+/// Schema counts as an integer).
+fn whole(v: &Value) -> Option<i64> {
+    v.as_i64().or_else(|| {
+        v.as_f64()
+            .filter(|f| f.fract() == 0.0 && f.abs() <= 9.0e18)
+            .map(|f| f as i64)
+    })
 }
 
 /// A field FTS3's client sends with nothing asked for: null or false.
@@ -277,9 +297,7 @@ fn int_in(
         None | Some(Value::Null) => Ok(None),
         Some(v) => {
             // FTS3's client sends some numbers as strings.
-            let n = v
-                .as_i64()
-                .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()));
+            let n = whole(v).or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()));
             match n {
                 Some(n) if (lo..=hi).contains(&n) => Ok(Some(n)),
                 _ => Err(bad(&format!(
@@ -322,6 +340,17 @@ fn url_list(f: &Map<String, Value>, key: &str, i: usize) -> Result<Vec<String>, 
 
 fn location(url: &str, i: usize, allow_local: bool) -> Result<Location, ServiceError> {
     let loc = Location::parse(url).map_err(|e| bad(&format!("files[{i}]: {e}")))?;
+    if let Location::Remote(r) = &loc {
+        let name_ok = |c: char| c.is_ascii_alphanumeric() || c == '.' || c == '-';
+        let v6_ok = |c: char| c.is_ascii_hexdigit() || c == ':' || c == '.';
+        let host_ok =
+            r.host.chars().all(name_ok) || (r.host.contains(':') && r.host.chars().all(v6_ok));
+        if r.host.is_empty() || !host_ok || r.port == 0 {
+            return Err(bad(&format!(
+                "files[{i}]: '{url}' does not name a host (letters, digits, '.' and '-', or [IPv6]) and a port from 1"
+            )));
+        }
+    }
     if let Location::Local(_) = loc {
         if !allow_local {
             return Err(bad(&format!(

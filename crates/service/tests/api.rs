@@ -480,3 +480,40 @@ async fn expired_untrusted_and_mismatched_credentials_are_refused() {
         "{f}"
     );
 }
+
+/// Where scripts/install-deps puts schemathesis (PyPI).
+const SCHEMATHESIS: &str = "/opt/ferry-test/schemathesis/bin/st";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemathesis_finds_no_server_error_and_no_answer_outside_the_openapi_document() {
+    if !std::path::Path::new(SCHEMATHESIS).exists() {
+        assert!(
+            std::env::var_os("FERRY_REQUIRE_FTPD").is_none(),
+            "schemathesis is not in {SCHEMATHESIS}, though scripts/install-deps ran as root"
+        );
+        eprintln!(
+            "skipping: {SCHEMATHESIS} is missing (bash scripts/install-deps as root installs it)"
+        );
+        return;
+    }
+    let s = site().await;
+    let url = format!("{}/openapi.json", s.url);
+    // Every check but use_after_free: a cancelled job stays readable, as in FTS3 (DELETE
+    // /jobs/ID cancels; it does not remove).
+    let out = tokio::process::Command::new(SCHEMATHESIS)
+        .args(["run", &url, "--tls-verify", "false", "--checks", "all"])
+        .args(["--exclude-checks", "use_after_free", "--max-examples", "25"])
+        .args(["-H", &format!("Authorization: Bearer {ADMIN_TOKEN}")])
+        .args(["--seed", "20261126"])
+        .env("NO_COLOR", "1")
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "schemathesis found problems:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("passed"), "{text}");
+}
