@@ -35,6 +35,8 @@ class Options:
     small_dirs: int = 20
     small_dir: str = "/dev/shm/ferry-bench-small"
     restart_tries: int = 20
+    service_kill_files: int = 1000
+    service_kills: int = 10
     restart_size: int = 512 << 20
     restart_seed: int | None = None
     restart_tcp_bs: str = "auto"
@@ -98,6 +100,8 @@ def parse_options(argv, scenario_names) -> Options:
                         "a tmpfs, so the per-file protocol cost is measured rather than the file system's; "
                         "without /dev/shm, DIR/small)")
     p.add_argument("--restart-tries", type=int, help="restart: kills per direction (default 20; quick 3)")
+    p.add_argument("--service-kill-files", type=int, help="service: files of the killed job (default 1000; quick 100)")
+    p.add_argument("--service-kills", type=int, help="service: SIGKILLs of the service during it (default 10; quick 3)")
     p.add_argument("--restart-size", type=parse_size, help="restart: file size (default 512M; quick 128M)")
     p.add_argument("--restart-seed", type=int, help="restart: seed of the kill delays (default: drawn, printed in the report)")
     p.add_argument("--restart-tcp-bs", type=_tcp_bs, default="auto",
@@ -128,6 +132,8 @@ def parse_options(argv, scenario_names) -> Options:
         small_dirs=a.small_dirs,
         small_dir=os.path.abspath(a.small_dir or os.path.join(a.dir, "small")),
         restart_tries=a.restart_tries if a.restart_tries is not None else (3 if q else 20),
+        service_kill_files=a.service_kill_files if a.service_kill_files is not None else (100 if q else 1000),
+        service_kills=a.service_kills if a.service_kills is not None else (3 if q else 10),
         restart_size=a.restart_size if a.restart_size is not None else parse_size("128M" if q else "512M"),
         restart_seed=a.restart_seed,
         restart_tcp_bs=a.restart_tcp_bs,
