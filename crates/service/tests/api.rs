@@ -404,17 +404,16 @@ async fn expired_untrusted_and_mismatched_credentials_are_refused() {
     spec.not_after = -60;
     let old = s.ca.issue(&spec).unwrap();
     let key = PKey::from_rsa(Rsa::generate(2048).unwrap()).unwrap();
-    // sign_proxy keeps the proxy within its issuer's life: sign by hand-built options anyway.
+    // sign_proxy keeps the proxy within its issuer's life: it is as expired as its user's.
     let expired = ferry_gsi::proxy::sign_proxy(&old, &key, &ferry_gsi::ProxyOptions::default())
-        .map(|c| Credential::new(c, key, vec![old.cert.clone()]).unwrap());
-    if let Ok(expired) = expired {
-        let c = ServiceClient::new(&s.url, &s.trust, Some(expired), None).unwrap();
-        let e = c.json(Method::GET, "/whoami", None).await.unwrap_err();
-        assert!(
-            matches!(e, ServiceError::Unauthorized(ref m) if m.contains("not accepted")),
-            "{e}"
-        );
-    }
+        .expect("a proxy of an expired certificate");
+    let expired = Credential::new(expired, key, vec![old.cert.clone()]).unwrap();
+    let c = ServiceClient::new(&s.url, &s.trust, Some(expired), None).unwrap();
+    let e = c.json(Method::GET, "/whoami", None).await.unwrap_err();
+    assert!(
+        matches!(e, ServiceError::Unauthorized(ref m) if m.contains("not accepted")),
+        "{e}"
+    );
     // A CA the service does not trust.
     let other = CertificateAuthority::create("/O=Else/CN=Else CA", 2, 2048).unwrap();
     let stranger = other
