@@ -497,6 +497,22 @@ pub fn job_json(j: &JobRow) -> Value {
     })
 }
 
+/// A URL as shown: a password in it (`ftp://user:secret@host/…`, kept for the transfer) is
+/// shown as `***`, to its owner as to admins.
+pub fn without_password(url: &str) -> String {
+    let Some(start) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let end = url[start..].find('/').map_or(url.len(), |i| start + i);
+    match url[start..end].rfind('@') {
+        Some(at) => match url[start..start + at].find(':') {
+            Some(colon) => format!("{}***{}", &url[..start + colon + 1], &url[start + at..]),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
 /// A file as FTS3 shows it (`throughput` in MB/s), with ferry's stored ranges and attempts.
 pub fn file_json(f: &FileRow, live: Option<&crate::scheduler::Live>) -> Value {
     json!({
@@ -504,8 +520,8 @@ pub fn file_json(f: &FileRow, live: Option<&crate::scheduler::Live>) -> Value {
         "job_id": f.job_id,
         "file_index": f.file_index,
         "file_state": f.file_state,
-        "source_surl": f.source,
-        "dest_surl": f.dest,
+        "source_surl": without_password(&f.source),
+        "dest_surl": without_password(&f.dest),
         "link": f.link,
         "filesize": f.filesize,
         "checksum": f.checksum,
@@ -550,4 +566,35 @@ pub fn collapse_slashes<B>(mut req: axum::http::Request<B>) -> axum::http::Reque
         }
     }
     req
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_in_urls_are_not_shown() {
+        assert_eq!(
+            without_password("ftp://alice:s3cret@host:21/a/b"),
+            "ftp://alice:***@host:21/a/b"
+        );
+        assert_eq!(
+            without_password("ftp://alice@host/a@b"),
+            "ftp://alice@host/a@b"
+        );
+        assert_eq!(
+            without_password("gsiftp://host/x:y@z"),
+            "gsiftp://host/x:y@z"
+        );
+        assert_eq!(without_password("/local/path"), "/local/path");
+    }
+
+    #[test]
+    fn repeated_slashes_in_a_path_count_as_one() {
+        let req = axum::http::Request::builder()
+            .uri("//whoami?x=1")
+            .body(())
+            .unwrap();
+        assert_eq!(collapse_slashes(req).uri().to_string(), "/whoami?x=1");
+    }
 }
