@@ -1064,13 +1064,41 @@ impl Db {
     }
 }
 
-/// Sets a job's state (and finish time) from its files' states.
+/// Sets a job's state (and finish time) from its files' states. While the job runs this is
+/// two index probes (`files(job_id, state)`), not a count of its files, so a job of many files
+/// costs the same per transition as a job of one; the files are counted once, when it ends.
 fn refresh_job_state(tx: &mut dyn Tx, job_id: &str, now: i64) -> Result<(), ServiceError> {
-    let canceled = tx
-        .row("SELECT canceled FROM jobs WHERE job_id = ?1", vals![job_id])?
-        .map(|r| r.i(0))
-        .transpose()?
-        .unwrap_or(0);
+    let Some(job) = tx.row(
+        "SELECT canceled, state FROM jobs WHERE job_id = ?1",
+        vals![job_id],
+    )?
+    else {
+        return Ok(());
+    };
+    let (canceled, current) = (job.i(0)? != 0, job.t(1)?);
+    let any = |tx: &mut dyn Tx, states: &str| -> Result<bool, ServiceError> {
+        Ok(tx
+            .row(
+                &format!("SELECT 1 FROM files WHERE job_id = ?1 AND state IN ({states}) LIMIT 1"),
+                vals![job_id],
+            )?
+            .is_some())
+    };
+    if any(tx, "'SUBMITTED', 'READY', 'ACTIVE'")? {
+        let started = any(tx, "'ACTIVE', 'FINISHED', 'FAILED', 'CANCELED'")?;
+        let state = if started {
+            JobState::Active
+        } else {
+            JobState::Submitted
+        };
+        if current != state.as_str() {
+            tx.exec(
+                "UPDATE jobs SET state = ?2, reason = NULL WHERE job_id = ?1",
+                vals![job_id, state.as_str()],
+            )?;
+        }
+        return Ok(());
+    }
     let mut counts = crate::states::FileCounts::default();
     for r in tx.rows(
         "SELECT state, COUNT(*) FROM files WHERE job_id = ?1 GROUP BY state",
@@ -1080,19 +1108,12 @@ fn refresh_job_state(tx: &mut dyn Tx, job_id: &str, now: i64) -> Result<(), Serv
             counts.add(s, r.i(1)?);
         }
     }
-    let state = counts.job_state(canceled != 0);
-    let reason = counts.reason(canceled != 0);
-    if state.is_terminal() {
-        tx.exec(
-            "UPDATE jobs SET state = ?2, reason = ?3, finish_time = COALESCE(finish_time, ?4) WHERE job_id = ?1",
-            vals![job_id, state.as_str(), reason, now],
-        )?;
-    } else {
-        tx.exec(
-            "UPDATE jobs SET state = ?2, reason = NULL WHERE job_id = ?1",
-            vals![job_id, state.as_str()],
-        )?;
-    }
+    let state = counts.job_state(canceled);
+    let reason = counts.reason(canceled);
+    tx.exec(
+        "UPDATE jobs SET state = ?2, reason = ?3, finish_time = COALESCE(finish_time, ?4) WHERE job_id = ?1",
+        vals![job_id, state.as_str(), reason, now],
+    )?;
     Ok(())
 }
 

@@ -89,6 +89,9 @@ CREATE TABLE hosts (
     heartbeat     INTEGER NOT NULL
 );
 "#,
+    r#"
+CREATE INDEX files_job_state ON files(job_id, state);
+"#,
 ];
 
 /// PostgreSQL: the same versions in its types.
@@ -173,6 +176,9 @@ CREATE TABLE hosts (
     host_id       TEXT PRIMARY KEY,
     heartbeat     BIGINT NOT NULL
 );
+"#,
+    r#"
+CREATE INDEX files_job_state ON files(job_id, state);
 "#,
 ];
 
