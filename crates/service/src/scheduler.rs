@@ -57,9 +57,14 @@ impl Default for Limits {
 /// Most small files one pipeline takes.
 const BATCH: usize = 32;
 
-/// Whether a waiting file may join a pipeline: small, whole, nothing stored.
+/// Whether a waiting file may join a pipeline: whole, nothing stored, read from a server,
+/// small or of a size not known yet (a pipeline lists its sources' directories first and
+/// leaves the large ones to run alone).
 fn batchable(f: &FileRow) -> bool {
-    f.stored.is_empty() && f.filesize.is_some_and(|n| (0..16 << 20).contains(&n))
+    f.stored.is_empty()
+        && f.filesize.is_none_or(|n| (0..16 << 20).contains(&n))
+        && f.source.contains("://")
+        && !f.source.starts_with("file://")
 }
 
 /// Seconds of throughput history kept for the dashboard (one sample a second).
@@ -423,6 +428,7 @@ impl Scheduler {
             },
             _ => (Sessions::new(), i64::MAX),
         };
+        let rows = self.learn_sizes(rows, &mut sessions).await;
         for row in rows {
             match (Location::parse(&row.source), Location::parse(&row.dest)) {
                 (Ok(src), Ok(dst)) => {
@@ -497,6 +503,58 @@ impl Scheduler {
             };
             self.conclude(row, job, outcome).await;
         }
+    }
+
+    /// Sizes of files the job did not give, from one listing of each source directory (a
+    /// round trip per directory, not per file); recorded, and the files that can go in a
+    /// pipeline put first. A directory that cannot be listed leaves its files' sizes unknown:
+    /// they run alone and say what is wrong.
+    async fn learn_sizes(&self, mut rows: Vec<FileRow>, sessions: &mut Sessions) -> Vec<FileRow> {
+        let mut dirs: HashMap<String, Vec<usize>> = HashMap::new();
+        for (k, row) in rows.iter().enumerate() {
+            if row.filesize.is_none() {
+                if let Ok(Location::Remote(r)) = Location::parse(&row.source) {
+                    let dir = match r.path.rfind('/') {
+                        Some(0) => "/".to_owned(),
+                        Some(i) => r.path[..i].to_owned(),
+                        None => ".".to_owned(),
+                    };
+                    dirs.entry(dir).or_default().push(k);
+                }
+            }
+        }
+        for (dir, members) in dirs {
+            let Ok(Location::Remote(r)) = Location::parse(&rows[members[0]].source) else {
+                continue;
+            };
+            let listed = async { sessions.get(&r).await?.list(&dir).await }.await;
+            let Ok(entries) = listed else {
+                continue;
+            };
+            let sizes: HashMap<&str, u64> = entries
+                .iter()
+                .filter(|e| e.kind == ferry_client::EntryKind::File)
+                .filter_map(|e| {
+                    let name = e.name.rsplit('/').next().unwrap_or(&e.name);
+                    e.size.map(|n| (name, n))
+                })
+                .collect();
+            for k in members {
+                let name = match Location::parse(&rows[k].source) {
+                    Ok(Location::Remote(r)) => r.path.rsplit('/').next().unwrap_or("").to_owned(),
+                    _ => continue,
+                };
+                if let Some(&n) = sizes.get(name.as_str()) {
+                    rows[k].filesize = Some(n as i64);
+                    if let Err(e) = self.db.set_filesize(rows[k].file_id, n as i64).await {
+                        tracing::warn!(file = rows[k].file_id, error = %e, "could not record a file's size");
+                    }
+                }
+            }
+        }
+        // Small ones first: the pipeline takes a prefix.
+        rows.sort_by_key(|r| !r.filesize.is_some_and(|n| n < 16 << 20));
+        rows
     }
 
     /// Records how an attempt ended and forgets it.
