@@ -324,13 +324,11 @@ impl Scheduler {
                 continue;
             };
             let token = self.shutdown.child_token();
-            let mut rows = Vec::with_capacity(members.len());
-            for m in members {
-                taken.insert(m.file_id);
-                if let Some(row) = self.db.start_attempt(m.file_id, now()).await? {
-                    self.register(&row, &token);
-                    rows.push(row);
-                }
+            let ids: Vec<i64> = members.iter().map(|m| m.file_id).collect();
+            taken.extend(ids.iter().copied());
+            let rows = self.db.start_attempts(ids, now()).await?;
+            for row in &rows {
+                self.register(row, &token);
             }
             if rows.is_empty() {
                 continue;
@@ -428,12 +426,18 @@ impl Scheduler {
             },
             _ => (Sessions::new(), i64::MAX),
         };
-        let rows = self.learn_sizes(rows, &mut sessions).await;
+        let rows = self.learn_sizes(job, rows, &mut sessions).await;
+        let existing = self.existing(job, &rows, &mut sessions).await;
         for row in rows {
             match (Location::parse(&row.source), Location::parse(&row.dest)) {
                 (Ok(src), Ok(dst)) => {
                     if !job.overwrite && row.attempts == 1 {
-                        match exists(&mut sessions, &dst).await {
+                        let known = existing.as_ref().and_then(|e| e.get(&row.file_id).copied());
+                        let there = match known {
+                            Some(b) => Ok(b),
+                            None => exists(&mut sessions, &dst).await,
+                        };
+                        match there {
                             Ok(true) => {
                                 let failed = Outcome::Ended(Ending::Failed {
                                     error: format!("the destination {} exists; submit with overwrite to replace it", row.dest),
@@ -471,6 +475,7 @@ impl Scheduler {
             results.push((k, r))
         })
         .await;
+        let mut ended = Vec::with_capacity(results.len());
         for (k, r) in results {
             let outcome = match r {
                 Ok(done) => {
@@ -485,8 +490,9 @@ impl Scheduler {
                     retryable: false,
                 }),
             };
-            self.conclude(&kept[k], job, outcome).await;
+            ended.push((&kept[k], outcome));
         }
+        self.conclude_many(job, ended).await;
         if settled == kept.len() && !token.is_cancelled() {
             self.give_back(job, &kept[0].link, sessions, until);
         } else {
@@ -506,114 +512,160 @@ impl Scheduler {
     }
 
     /// Sizes of files the job did not give, from one listing of each source directory (a
-    /// round trip per directory, not per file); recorded, and the files that can go in a
-    /// pipeline put first. A directory that cannot be listed leaves its files' sizes unknown:
-    /// they run alone and say what is wrong.
-    async fn learn_sizes(&self, mut rows: Vec<FileRow>, sessions: &mut Sessions) -> Vec<FileRow> {
+    /// round trip per directory, not per file), kept for the job's later pipelines too; the
+    /// files that can go in a pipeline put first. A directory that cannot be listed leaves its
+    /// files' sizes unknown: they run alone and say what is wrong.
+    async fn learn_sizes(
+        &self,
+        job: &JobRow,
+        mut rows: Vec<FileRow>,
+        sessions: &mut Sessions,
+    ) -> Vec<FileRow> {
         let mut dirs: HashMap<String, Vec<usize>> = HashMap::new();
         for (k, row) in rows.iter().enumerate() {
             if row.filesize.is_none() {
                 if let Ok(Location::Remote(r)) = Location::parse(&row.source) {
-                    let dir = match r.path.rfind('/') {
-                        Some(0) => "/".to_owned(),
-                        Some(i) => r.path[..i].to_owned(),
-                        None => ".".to_owned(),
-                    };
-                    dirs.entry(dir).or_default().push(k);
+                    dirs.entry(parent_of(&r.path)).or_default().push(k);
                 }
             }
         }
         for (dir, members) in dirs {
-            let Ok(Location::Remote(r)) = Location::parse(&rows[members[0]].source) else {
+            let Ok(Location::Remote(server)) = Location::parse(&rows[members[0]].source) else {
                 continue;
             };
-            let listed = async { sessions.get(&r).await?.list(&dir).await }.await;
-            let Ok(entries) = listed else {
+            let Ok(sizes) = file_sizes(sessions, &server, &dir).await else {
                 continue;
             };
-            let sizes: HashMap<&str, u64> = entries
-                .iter()
-                .filter(|e| e.kind == ferry_client::EntryKind::File)
-                .filter_map(|e| {
-                    let name = e.name.rsplit('/').next().unwrap_or(&e.name);
-                    e.size.map(|n| (name, n))
-                })
-                .collect();
             for k in members {
-                let name = match Location::parse(&rows[k].source) {
-                    Ok(Location::Remote(r)) => r.path.rsplit('/').next().unwrap_or("").to_owned(),
-                    _ => continue,
-                };
-                if let Some(&n) = sizes.get(name.as_str()) {
-                    rows[k].filesize = Some(n as i64);
-                    if let Err(e) = self.db.set_filesize(rows[k].file_id, n as i64).await {
-                        tracing::warn!(file = rows[k].file_id, error = %e, "could not record a file's size");
-                    }
+                if let Ok(Location::Remote(r)) = Location::parse(&rows[k].source) {
+                    let name = r.path.rsplit('/').next().unwrap_or("");
+                    rows[k].filesize = sizes.get(name).map(|&n| n as i64);
                 }
+            }
+            let (db, id) = (self.db.clone(), job.job_id.clone());
+            if let Err(e) = db.set_sizes_in_dir(id, server, dir, sizes).await {
+                tracing::warn!(error = %e, "could not record files' sizes");
             }
         }
         // Small ones first: the pipeline takes a prefix.
-        rows.sort_by_key(|r| !r.filesize.is_some_and(|n| n < 16 << 20));
+        rows.sort_by_key(|r| r.filesize.is_none_or(|n| n >= 16 << 20));
         rows
     }
 
-    /// Records how an attempt ended and forgets it.
-    async fn conclude(&self, row: &FileRow, job: &JobRow, outcome: Outcome) {
-        let file_id = row.file_id;
-        let user_cancel = self
-            .state
-            .lock()
-            .map(|s| s.canceled.contains(&file_id))
-            .unwrap_or(false);
-        let ending = match outcome {
-            _ if user_cancel => Ending::Canceled,
-            Outcome::Ended(e) => e,
-            Outcome::Stopped { stored } => Ending::Retry {
-                error: "the service stopped during this attempt".into(),
-                stored,
-                delay: 0,
-                counted: false,
-            },
-        };
-        if let Ending::Failed { error, .. } | Ending::Retry { error, .. } = &ending {
-            tracing::warn!(job = %job.job_id, file = file_id, source = %row.source, error = %error, "transfer failed");
+    /// For the files whose destination must not be replaced (first attempt, no overwrite),
+    /// whether it is there, from one listing per destination directory; `None` where a
+    /// directory could not be listed (each file is then asked on its own). A directory that
+    /// does not exist holds nothing.
+    async fn existing(
+        &self,
+        job: &JobRow,
+        rows: &[FileRow],
+        sessions: &mut Sessions,
+    ) -> Option<HashMap<i64, bool>> {
+        if job.overwrite {
+            return None;
         }
-        let result = match &ending {
-            Ending::Finished { bytes, moved, .. } => {
-                // A third-party copy moves nothing through the service: what the destination
-                // gained is what moved.
-                let resumed = RangeSet::parse(&row.stored).map(|r| r.total()).unwrap_or(0);
-                let gained = (*bytes as u64).saturating_sub(resumed).max(*moved as u64);
-                self.count_bytes(file_id, gained);
-                "finished"
+        let mut out = HashMap::new();
+        let mut listed: HashMap<String, std::collections::HashSet<String>> = HashMap::new();
+        for row in rows.iter().filter(|r| r.attempts == 1) {
+            let Ok(Location::Remote(dst)) = Location::parse(&row.dest) else {
+                return None;
+            };
+            let dir = parent_of(&dst.path);
+            if !listed.contains_key(&dir) {
+                let names = match sessions.get(&dst).await {
+                    Ok(s) => match s.list(&dir).await {
+                        Ok(entries) => entries
+                            .into_iter()
+                            .map(|e| e.name.rsplit('/').next().unwrap_or(&e.name).to_owned())
+                            .collect(),
+                        Err(e) if e.class() == ferry_client::ErrorClass::NotFound => {
+                            Default::default()
+                        }
+                        Err(_) => return None,
+                    },
+                    Err(_) => return None,
+                };
+                listed.insert(dir.clone(), names);
             }
-            Ending::Retry { counted: false, .. } => "stopped",
-            Ending::Retry { .. } => "retry",
-            Ending::Failed { .. } => "failed",
-            Ending::Canceled => "canceled",
-        };
-        self.metrics
-            .attempts
-            .get_or_create(&ResultLabel { result })
-            .inc();
-        match self.db.end_attempt(file_id, ending, now()).await {
-            Ok(()) => {}
-            Err(ServiceError::Conflict(why)) => {
-                tracing::warn!(file = file_id, "{why}; another host runs it now")
+            let name = dst.path.rsplit('/').next().unwrap_or("");
+            out.insert(row.file_id, listed[&dir].contains(name));
+        }
+        Some(out)
+    }
+
+    async fn conclude(&self, row: &FileRow, job: &JobRow, outcome: Outcome) {
+        self.conclude_many(job, vec![(row, outcome)]).await;
+    }
+
+    /// [`Scheduler::conclude`] for several files of a job: one transaction.
+    async fn conclude_many(&self, job: &JobRow, ended: Vec<(&FileRow, Outcome)>) {
+        let mut endings = Vec::with_capacity(ended.len());
+        let mut results = Vec::with_capacity(ended.len());
+        for (row, outcome) in &ended {
+            let file_id = row.file_id;
+            let user_cancel = self
+                .state
+                .lock()
+                .map(|s| s.canceled.contains(&file_id))
+                .unwrap_or(false);
+            let ending = match outcome {
+                _ if user_cancel => Ending::Canceled,
+                Outcome::Ended(e) => e.clone(),
+                Outcome::Stopped { stored } => Ending::Retry {
+                    error: "the service stopped during this attempt".into(),
+                    stored: stored.clone(),
+                    delay: 0,
+                    counted: false,
+                },
+            };
+            if let Ending::Failed { error, .. } | Ending::Retry { error, .. } = &ending {
+                tracing::warn!(job = %job.job_id, file = file_id, source = %row.source, error = %error, "transfer failed");
+            }
+            let result = match &ending {
+                Ending::Finished { bytes, moved, .. } => {
+                    // A third-party copy moves nothing through the service: what the
+                    // destination gained is what moved.
+                    let resumed = RangeSet::parse(&row.stored).map(|r| r.total()).unwrap_or(0);
+                    let gained = (*bytes as u64).saturating_sub(resumed).max(*moved as u64);
+                    self.count_bytes(file_id, gained);
+                    "finished"
+                }
+                Ending::Retry { counted: false, .. } => "stopped",
+                Ending::Retry { .. } => "retry",
+                Ending::Failed { .. } => "failed",
+                Ending::Canceled => "canceled",
+            };
+            self.metrics
+                .attempts
+                .get_or_create(&ResultLabel { result })
+                .inc();
+            endings.push((file_id, ending));
+            results.push(result);
+        }
+        match self.db.end_attempts(endings, now()).await {
+            Ok(each) => {
+                for ((row, _), r) in ended.iter().zip(each) {
+                    if let Err(ServiceError::Conflict(why)) = r {
+                        tracing::warn!(file = row.file_id, "{why}; another host runs it now");
+                    }
+                }
             }
             Err(e) => {
-                tracing::error!(file = file_id, error = %e, "could not record the end of an attempt; it is resumed at the next start")
+                tracing::error!(error = %e, "could not record the end of attempts; they are resumed at the next start")
             }
         }
         if let Ok(mut s) = self.state.lock() {
-            s.files.remove(&file_id);
-            s.canceled.remove(&file_id);
-            s.live.remove(&file_id);
-            let ended = s.link_ended.entry(row.link.clone()).or_default();
-            match result {
-                "finished" => ended.0 += 1,
-                "retry" | "failed" => ended.1 += 1,
-                _ => {}
+            for ((row, _), result) in ended.iter().zip(results) {
+                s.files.remove(&row.file_id);
+                s.canceled.remove(&row.file_id);
+                s.live.remove(&row.file_id);
+                let e = s.link_ended.entry(row.link.clone()).or_default();
+                match result {
+                    "finished" => e.0 += 1,
+                    "retry" | "failed" => e.1 += 1,
+                    _ => {}
+                }
             }
         }
     }
@@ -1080,6 +1132,31 @@ async fn size_of(sessions: &mut Sessions, src: &Location) -> Option<u64> {
         Location::Local(p) => std::fs::metadata(p).ok().map(|m| m.len()),
         Location::Remote(r) => sessions.get(r).await.ok()?.size(&r.path).await.ok(),
     }
+}
+
+/// The directory of a path (`/` for a file at the top).
+fn parent_of(path: &str) -> String {
+    match path.rfind('/') {
+        Some(0) | None => "/".to_owned(),
+        Some(i) => path[..i].to_owned(),
+    }
+}
+
+/// The files of a directory with their sizes, from one listing.
+async fn file_sizes(
+    sessions: &mut Sessions,
+    server: &ferry_client::RemoteUrl,
+    dir: &str,
+) -> Result<HashMap<String, u64>, ClientError> {
+    let entries = sessions.get(server).await?.list(dir).await?;
+    Ok(entries
+        .into_iter()
+        .filter(|e| e.kind == ferry_client::EntryKind::File)
+        .filter_map(|e| {
+            let name = e.name.rsplit('/').next().unwrap_or(&e.name).to_owned();
+            e.size.map(|n| (name, n))
+        })
+        .collect())
 }
 
 /// Whether the destination is there.

@@ -12,6 +12,7 @@
 mod schema;
 pub(crate) mod sql;
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -618,45 +619,73 @@ impl Db {
         file_id: i64,
         now: i64,
     ) -> Result<Option<FileRow>, ServiceError> {
+        Ok(self
+            .start_attempts(vec![file_id], now)
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    /// [`Db::start_attempt`] for several files in one transaction; the ones it claimed.
+    pub async fn start_attempts(
+        &self,
+        file_ids: Vec<i64>,
+        now: i64,
+    ) -> Result<Vec<FileRow>, ServiceError> {
         self.tx(false, move |tx, kind, host| {
-            // PostgreSQL: a row another host is claiming is skipped, not waited for.
-            let pick = match kind {
-                Kind::Postgres => {
-                    "SELECT file_id FROM files WHERE file_id = ?1 AND state = 'READY' FOR UPDATE SKIP LOCKED"
+            let mut rows = Vec::with_capacity(file_ids.len());
+            for id in file_ids {
+                if let Some(row) = start_one(tx, kind, host, id, now)? {
+                    rows.push(row);
                 }
-                Kind::Sqlite => "SELECT file_id FROM files WHERE file_id = ?1 AND state = 'READY'",
-            };
-            if tx.row(pick, vals![file_id])?.is_none() {
-                return Ok(None);
             }
-            let n = tx.exec(
-                "UPDATE files SET state = 'ACTIVE', attempts = attempts + 1, start_time = ?2, \
-                 claimed_by = ?3 WHERE file_id = ?1 AND state = 'READY'",
-                vals![file_id, now, host],
-            )?;
-            if n == 0 {
-                return Ok(None);
+            let mut jobs: Vec<&str> = rows.iter().map(|r| r.job_id.as_str()).collect();
+            jobs.sort_unstable();
+            jobs.dedup();
+            for j in jobs {
+                refresh_job_state(tx, j, now)?;
             }
-            let Some(row) = tx
-                .row(
-                    &format!("SELECT {FILE_COLUMNS} FROM files WHERE file_id = ?1"),
-                    vals![file_id],
-                )?
-                .as_ref()
-                .map(file_row)
-                .transpose()?
-            else {
-                return Ok(None);
-            };
-            let resumed = ferry_proto::RangeSet::parse(&row.stored)
-                .map(|r| r.total())
-                .unwrap_or(0);
-            tx.exec(
-                "INSERT INTO attempts (file_id, attempt, start_time, resumed_bytes) VALUES (?1, ?2, ?3, ?4)",
-                vals![file_id, row.attempts, now, resumed as i64],
+            Ok(rows)
+        })
+        .await
+    }
+
+    /// Sizes of a job's files whose size was not given, from a listing of one source
+    /// directory (`dir` on the server of `server`, `sizes` by name), in one transaction: the
+    /// job's later pipelines need not list it again.
+    pub async fn set_sizes_in_dir(
+        &self,
+        job_id: String,
+        server: ferry_client::RemoteUrl,
+        dir: String,
+        sizes: HashMap<String, u64>,
+    ) -> Result<(), ServiceError> {
+        self.tx(false, move |tx, _, _| {
+            let unknown = tx.rows(
+                "SELECT file_id, source FROM files WHERE job_id = ?1 AND filesize IS NULL",
+                vals![job_id],
             )?;
-            refresh_job_state(tx, &row.job_id, now)?;
-            Ok(Some(row))
+            for r in unknown {
+                let Ok(ferry_client::Location::Remote(src)) =
+                    ferry_client::Location::parse(&r.t(1)?)
+                else {
+                    continue;
+                };
+                let Some((parent, name)) = src.path.rsplit_once('/') else {
+                    continue;
+                };
+                let parent = if parent.is_empty() { "/" } else { parent };
+                if !src.same_server(&server) || parent != dir {
+                    continue;
+                }
+                if let Some(&n) = sizes.get(name) {
+                    tx.exec(
+                        "UPDATE files SET filesize = ?2 WHERE file_id = ?1",
+                        vals![r.i(0)?, n as i64],
+                    )?;
+                }
+            }
+            Ok(())
         })
         .await
     }
@@ -695,69 +724,37 @@ impl Db {
         ending: Ending,
         now: i64,
     ) -> Result<(), ServiceError> {
+        self.end_attempts(vec![(file_id, ending)], now)
+            .await?
+            .into_iter()
+            .next()
+            .unwrap_or(Ok(()))
+    }
+
+    /// [`Db::end_attempt`] for several files in one transaction; each file's own result.
+    pub async fn end_attempts(
+        &self,
+        endings: Vec<(i64, Ending)>,
+        now: i64,
+    ) -> Result<Vec<Result<(), ServiceError>>, ServiceError> {
         self.tx(false, move |tx, _, host| {
-            let Some(r) = tx.row(
-                "SELECT job_id, attempts FROM files WHERE file_id = ?1 AND state = 'ACTIVE' AND claimed_by = ?2",
-                vals![file_id, host],
-            )?
-            else {
-                return Err(ServiceError::Conflict(format!(
-                    "file {file_id} is no longer this host's: its claim was taken back"
-                )));
-            };
-            let (job_id, attempt) = (r.t(0)?, r.i(1)?);
-            let (error, retryable, moved) = match &ending {
-                Ending::Finished {
-                    bytes,
-                    moved,
-                    throughput,
-                    checksum,
-                } => {
-                    tx.exec(
-                        "UPDATE files SET state = 'FINISHED', finish_time = ?2, bytes = ?3, \
-                         throughput = ?4, reason = NULL, checksum = COALESCE(?5, checksum), \
-                         stored = '', claimed_by = NULL WHERE file_id = ?1",
-                        vals![file_id, now, *bytes, *throughput, checksum.clone()],
-                    )?;
-                    (None, None, Some(*moved))
+            let mut out = Vec::with_capacity(endings.len());
+            let mut jobs = Vec::new();
+            for (file_id, ending) in endings {
+                match end_one(tx, host, file_id, ending, now)? {
+                    Ok(job) => {
+                        jobs.push(job);
+                        out.push(Ok(()));
+                    }
+                    Err(e) => out.push(Err(e)),
                 }
-                Ending::Retry {
-                    error,
-                    stored,
-                    delay,
-                    counted,
-                } => {
-                    tx.exec(
-                        "UPDATE files SET state = 'SUBMITTED', reason = ?2, stored = ?3, \
-                         next_try = ?4, failures = failures + ?5, claimed_by = NULL WHERE file_id = ?1",
-                        vals![file_id, error, stored, now + delay, *counted],
-                    )?;
-                    (Some(error.clone()), Some(true), None)
-                }
-                Ending::Failed { error, retryable } => {
-                    tx.exec(
-                        "UPDATE files SET state = 'FAILED', reason = ?2, finish_time = ?3, \
-                         claimed_by = NULL WHERE file_id = ?1",
-                        vals![file_id, error, now],
-                    )?;
-                    (Some(error.clone()), Some(*retryable), None)
-                }
-                Ending::Canceled => {
-                    tx.exec(
-                        "UPDATE files SET state = 'CANCELED', reason = 'canceled by its owner', \
-                         finish_time = ?2, claimed_by = NULL WHERE file_id = ?1",
-                        vals![file_id, now],
-                    )?;
-                    (Some("canceled".to_owned()), Some(false), None)
-                }
-            };
-            tx.exec(
-                "UPDATE attempts SET end_time = ?3, error = ?4, retryable = ?5, moved = ?6 \
-                 WHERE file_id = ?1 AND attempt = ?2",
-                vals![file_id, attempt, now, error, retryable, moved],
-            )?;
-            refresh_job_state(tx, &job_id, now)?;
-            Ok(())
+            }
+            jobs.sort_unstable();
+            jobs.dedup();
+            for j in jobs {
+                refresh_job_state(tx, &j, now)?;
+            }
+            Ok(out)
         })
         .await
     }
@@ -1062,6 +1059,125 @@ impl Db {
         })
         .await
     }
+}
+
+/// Ends one file's attempt (see [`Db::end_attempts`]); its job, or `Conflict` when this host
+/// no longer holds the claim. The caller refreshes the jobs.
+fn end_one(
+    tx: &mut dyn Tx,
+    host: &str,
+    file_id: i64,
+    ending: Ending,
+    now: i64,
+) -> Result<Result<String, ServiceError>, ServiceError> {
+    let Some(r) = tx.row(
+        "SELECT job_id, attempts FROM files WHERE file_id = ?1 AND state = 'ACTIVE' AND claimed_by = ?2",
+        vals![file_id, host],
+    )?
+    else {
+        return Ok(Err(ServiceError::Conflict(format!(
+            "file {file_id} is no longer this host's: its claim was taken back"
+        ))));
+    };
+    let (job_id, attempt) = (r.t(0)?, r.i(1)?);
+    let (error, retryable, moved) = match &ending {
+        Ending::Finished {
+            bytes,
+            moved,
+            throughput,
+            checksum,
+        } => {
+            tx.exec(
+                "UPDATE files SET state = 'FINISHED', finish_time = ?2, bytes = ?3, \
+                 throughput = ?4, reason = NULL, checksum = COALESCE(?5, checksum), \
+                 stored = '', claimed_by = NULL WHERE file_id = ?1",
+                vals![file_id, now, *bytes, *throughput, checksum.clone()],
+            )?;
+            (None, None, Some(*moved))
+        }
+        Ending::Retry {
+            error,
+            stored,
+            delay,
+            counted,
+        } => {
+            tx.exec(
+                "UPDATE files SET state = 'SUBMITTED', reason = ?2, stored = ?3, \
+                 next_try = ?4, failures = failures + ?5, claimed_by = NULL WHERE file_id = ?1",
+                vals![file_id, error, stored, now + delay, *counted],
+            )?;
+            (Some(error.clone()), Some(true), None)
+        }
+        Ending::Failed { error, retryable } => {
+            tx.exec(
+                "UPDATE files SET state = 'FAILED', reason = ?2, finish_time = ?3, \
+                 claimed_by = NULL WHERE file_id = ?1",
+                vals![file_id, error, now],
+            )?;
+            (Some(error.clone()), Some(*retryable), None)
+        }
+        Ending::Canceled => {
+            tx.exec(
+                "UPDATE files SET state = 'CANCELED', reason = 'canceled by its owner', \
+                 finish_time = ?2, claimed_by = NULL WHERE file_id = ?1",
+                vals![file_id, now],
+            )?;
+            (Some("canceled".to_owned()), Some(false), None)
+        }
+    };
+    tx.exec(
+        "UPDATE attempts SET end_time = ?3, error = ?4, retryable = ?5, moved = ?6 \
+         WHERE file_id = ?1 AND attempt = ?2",
+        vals![file_id, attempt, now, error, retryable, moved],
+    )?;
+    Ok(Ok(job_id))
+}
+
+/// Claims one READY file (see [`Db::start_attempts`]); the caller refreshes its job.
+fn start_one(
+    tx: &mut dyn Tx,
+    kind: Kind,
+    host: &str,
+    file_id: i64,
+    now: i64,
+) -> Result<Option<FileRow>, ServiceError> {
+    // PostgreSQL: a row another host is claiming is skipped, not waited for.
+    let pick = match kind {
+        Kind::Postgres => {
+            "SELECT file_id FROM files WHERE file_id = ?1 AND state = 'READY' FOR UPDATE SKIP LOCKED"
+        }
+        Kind::Sqlite => "SELECT file_id FROM files WHERE file_id = ?1 AND state = 'READY'",
+    };
+    if tx.row(pick, vals![file_id])?.is_none() {
+        return Ok(None);
+    }
+    let n = tx.exec(
+        "UPDATE files SET state = 'ACTIVE', attempts = attempts + 1, start_time = ?2, \
+         claimed_by = ?3 WHERE file_id = ?1 AND state = 'READY'",
+        vals![file_id, now, host],
+    )?;
+    if n == 0 {
+        return Ok(None);
+    }
+    let Some(row) = tx
+        .row(
+            &format!("SELECT {FILE_COLUMNS} FROM files WHERE file_id = ?1"),
+            vals![file_id],
+        )?
+        .as_ref()
+        .map(file_row)
+        .transpose()?
+    else {
+        return Ok(None);
+    };
+    let resumed = ferry_proto::RangeSet::parse(&row.stored)
+        .map(|r| r.total())
+        .unwrap_or(0);
+    tx.exec(
+        "INSERT INTO attempts (file_id, attempt, start_time, resumed_bytes) VALUES (?1, ?2, ?3, ?4)",
+        vals![file_id, row.attempts, now, resumed as i64],
+    )?;
+    Ok(Some(row))
 }
 
 /// Sets a job's state (and finish time) from its files' states. While the job runs this is
