@@ -396,9 +396,10 @@ pub(crate) fn submit(args: SubmitArgs) -> u8 {
 }
 
 /// Polls a job until it ends; its end state is the exit code (0 only for FINISHED). The job
-/// is asked every 0.2 s, its files (for the progress line) every 2 s and at the end, so that a
-/// job of many files is not slowed by being watched.
+/// is asked every 50 ms for its first 5 s, then every 0.25 s; its files (for the progress
+/// line) every 2 s and at the end, so that a job of many files is not slowed by being watched.
 async fn wait(c: &ServiceClient, id: &str, json_out: bool) -> Result<u8, ServiceError> {
+    let started = std::time::Instant::now();
     let mut last = String::new();
     let mut files_asked: Option<std::time::Instant> = None;
     loop {
@@ -425,7 +426,12 @@ async fn wait(c: &ServiceClient, id: &str, json_out: bool) -> Result<u8, Service
                 return Ok(if state == "FINISHED" { exit::OK } else { 1 });
             }
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        let pause = if started.elapsed() < Duration::from_secs(5) {
+            50
+        } else {
+            250
+        };
+        tokio::time::sleep(Duration::from_millis(pause)).await;
     }
 }
 

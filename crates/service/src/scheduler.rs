@@ -90,6 +90,9 @@ pub struct Scheduler {
     /// Logged-in sessions between transfers, per (owner, link): the next file of a link goes
     /// on without a login, as `ferry copy`'s workers do.
     pool: Mutex<HashMap<(String, String), Vec<Pooled>>>,
+    /// What destination directories held when a job first looked, per (job, directory URL):
+    /// later pipelines of the job ask this instead of listing a directory it keeps filling.
+    listed: Mutex<HashMap<(String, String), (Instant, Arc<std::collections::HashSet<String>>)>>,
     /// Fires at shutdown: running attempts stop and go back to the queue.
     shutdown: CancellationToken,
 }
@@ -101,6 +104,9 @@ struct Pooled {
     until: i64,
     idle_since: Instant,
 }
+
+/// How long a job trusts what a destination directory held when it first looked.
+const LISTED_FOR: Duration = Duration::from_secs(60);
 
 /// Sessions idle longer than this are logged out.
 const POOL_IDLE: Duration = Duration::from_secs(30);
@@ -165,6 +171,7 @@ impl Scheduler {
             trust,
             metrics,
             pool: Mutex::new(HashMap::new()),
+            listed: Mutex::new(HashMap::new()),
             wake: Notify::new(),
             state: Mutex::new(Running::default()),
             shutdown: CancellationToken::new(),
@@ -566,14 +573,25 @@ impl Scheduler {
             return None;
         }
         let mut out = HashMap::new();
-        let mut listed: HashMap<String, std::collections::HashSet<String>> = HashMap::new();
+        let mut listed: HashMap<String, Arc<std::collections::HashSet<String>>> = HashMap::new();
         for row in rows.iter().filter(|r| r.attempts == 1) {
             let Ok(Location::Remote(dst)) = Location::parse(&row.dest) else {
                 return None;
             };
             let dir = parent_of(&dst.path);
+            let key = (job.job_id.clone(), format!("{}{dir}", dst.authority()));
             if !listed.contains_key(&dir) {
-                let names = match sessions.get(&dst).await {
+                let cached = self.listed.lock().ok().and_then(|m| {
+                    m.get(&key)
+                        .filter(|(t, _)| t.elapsed() < LISTED_FOR)
+                        .map(|(_, names)| Arc::clone(names))
+                });
+                if let Some(names) = cached {
+                    listed.insert(dir.clone(), names);
+                }
+            }
+            if !listed.contains_key(&dir) {
+                let names: std::collections::HashSet<String> = match sessions.get(&dst).await {
                     Ok(s) => match s.list(&dir).await {
                         Ok(entries) => entries
                             .into_iter()
@@ -586,6 +604,11 @@ impl Scheduler {
                     },
                     Err(_) => return None,
                 };
+                let names = Arc::new(names);
+                if let Ok(mut m) = self.listed.lock() {
+                    m.retain(|_, (t, _)| t.elapsed() < LISTED_FOR);
+                    m.insert(key, (Instant::now(), Arc::clone(&names)));
+                }
                 listed.insert(dir.clone(), names);
             }
             let name = dst.path.rsplit('/').next().unwrap_or("");
