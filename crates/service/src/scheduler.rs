@@ -92,7 +92,7 @@ pub struct Scheduler {
     pool: Mutex<HashMap<(String, String), Vec<Pooled>>>,
     /// What destination directories held when a job first looked, per (job, directory URL):
     /// later pipelines of the job ask this instead of listing a directory it keeps filling.
-    listed: Mutex<HashMap<(String, String), (Instant, Arc<std::collections::HashSet<String>>)>>,
+    listed: Mutex<HashMap<(String, String), Listed>>,
     /// Fires at shutdown: running attempts stop and go back to the queue.
     shutdown: CancellationToken,
 }
@@ -104,6 +104,9 @@ struct Pooled {
     until: i64,
     idle_since: Instant,
 }
+
+/// What a destination directory held, and when it was listed.
+type Listed = (Instant, Arc<std::collections::HashSet<String>>);
 
 /// How long a job trusts what a destination directory held when it first looked.
 const LISTED_FOR: Duration = Duration::from_secs(60);
