@@ -597,17 +597,29 @@ impl Db {
                 "UPDATE files SET state = 'READY' WHERE state = 'SUBMITTED' AND next_try <= ?1",
                 vals![now],
             )?;
-            rows_of(
-                tx.rows(
+            // The unfinished jobs, most urgent first (few), then each one's READY files in
+            // order through the (job_id, state) index: the cost follows `limit`, not the queue.
+            let jobs = tx.rows(
+                "SELECT job_id FROM jobs WHERE state IN ('SUBMITTED', 'ACTIVE') \
+                 ORDER BY priority DESC, submit_time, job_id",
+                &[],
+            )?;
+            let mut out = Vec::new();
+            for j in jobs {
+                let left = limit - out.len() as i64;
+                if left <= 0 {
+                    break;
+                }
+                let rows = tx.rows(
                     &format!(
-                        "SELECT {} FROM files f JOIN jobs j ON j.job_id = f.job_id \
-                         WHERE f.state = 'READY' ORDER BY j.priority DESC, j.submit_time, f.file_id LIMIT ?1",
-                        file_columns_of_f()
+                        "SELECT {FILE_COLUMNS} FROM files WHERE job_id = ?1 AND state = 'READY' \
+                         ORDER BY file_id LIMIT ?2"
                     ),
-                    vals![limit],
-                )?,
-                file_row,
-            )
+                    vals![j.t(0)?, left],
+                )?;
+                out.extend(rows_of(rows, file_row)?);
+            }
+            Ok(out)
         })
         .await
     }
