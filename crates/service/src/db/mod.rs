@@ -1145,7 +1145,9 @@ fn end_one(
     Ok(Ok(job_id))
 }
 
-/// Claims one READY file (see [`Db::start_attempts`]); the caller refreshes its job.
+/// Claims one READY file (see [`Db::start_attempts`]); the caller refreshes its job. One
+/// `UPDATE … RETURNING` claims and reads it (PostgreSQL: a row another host is claiming is
+/// skipped, not waited for).
 fn start_one(
     tx: &mut dyn Tx,
     kind: Kind,
@@ -1153,28 +1155,20 @@ fn start_one(
     file_id: i64,
     now: i64,
 ) -> Result<Option<FileRow>, ServiceError> {
-    // PostgreSQL: a row another host is claiming is skipped, not waited for.
-    let pick = match kind {
+    let which = match kind {
         Kind::Postgres => {
-            "SELECT file_id FROM files WHERE file_id = ?1 AND state = 'READY' FOR UPDATE SKIP LOCKED"
+            "file_id = (SELECT file_id FROM files WHERE file_id = ?1 AND state = 'READY' \
+             FOR UPDATE SKIP LOCKED)"
         }
-        Kind::Sqlite => "SELECT file_id FROM files WHERE file_id = ?1 AND state = 'READY'",
+        Kind::Sqlite => "file_id = ?1 AND state = 'READY'",
     };
-    if tx.row(pick, vals![file_id])?.is_none() {
-        return Ok(None);
-    }
-    let n = tx.exec(
-        "UPDATE files SET state = 'ACTIVE', attempts = attempts + 1, start_time = ?2, \
-         claimed_by = ?3 WHERE file_id = ?1 AND state = 'READY'",
-        vals![file_id, now, host],
-    )?;
-    if n == 0 {
-        return Ok(None);
-    }
     let Some(row) = tx
         .row(
-            &format!("SELECT {FILE_COLUMNS} FROM files WHERE file_id = ?1"),
-            vals![file_id],
+            &format!(
+                "UPDATE files SET state = 'ACTIVE', attempts = attempts + 1, start_time = ?2, \
+                 claimed_by = ?3 WHERE {which} RETURNING {FILE_COLUMNS}"
+            ),
+            vals![file_id, now, host],
         )?
         .as_ref()
         .map(file_row)
