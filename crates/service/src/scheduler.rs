@@ -93,6 +93,9 @@ pub struct Scheduler {
     /// What destination directories held when a job first looked, per (job, directory URL):
     /// later pipelines of the job ask this instead of listing a directory it keeps filling.
     listed: Mutex<HashMap<(String, String), Listed>>,
+    /// Source directories' file sizes per (job, directory URL), listed once by the first
+    /// pipeline that needs them while the others wait.
+    sized: tokio::sync::Mutex<HashMap<(String, String), Sized>>,
     /// Fires at shutdown: running attempts stop and go back to the queue.
     shutdown: CancellationToken,
 }
@@ -104,6 +107,9 @@ struct Pooled {
     until: i64,
     idle_since: Instant,
 }
+
+/// A source directory's file sizes, and when it was listed.
+type Sized = (Instant, Arc<HashMap<String, u64>>);
 
 /// What a destination directory held, and when it was listed.
 type Listed = (Instant, Arc<std::collections::HashSet<String>>);
@@ -175,6 +181,7 @@ impl Scheduler {
             metrics,
             pool: Mutex::new(HashMap::new()),
             listed: Mutex::new(HashMap::new()),
+            sized: tokio::sync::Mutex::new(HashMap::new()),
             wake: Notify::new(),
             state: Mutex::new(Running::default()),
             shutdown: CancellationToken::new(),
@@ -543,18 +550,34 @@ impl Scheduler {
             let Ok(Location::Remote(server)) = Location::parse(&rows[members[0]].source) else {
                 continue;
             };
-            let Ok(sizes) = file_sizes(sessions, &server, &dir).await else {
-                continue;
+            let key = (job.job_id.clone(), format!("{}{dir}", server.authority()));
+            let mut cache = self.sized.lock().await;
+            cache.retain(|_, (t, _)| t.elapsed() < LISTED_FOR);
+            let sizes = match cache.get(&key) {
+                Some((_, sizes)) => Arc::clone(sizes),
+                None => {
+                    let Ok(sizes) = file_sizes(sessions, &server, &dir).await else {
+                        continue;
+                    };
+                    let sizes = Arc::new(sizes);
+                    cache.insert(key, (Instant::now(), Arc::clone(&sizes)));
+                    let (db, id) = (self.db.clone(), job.job_id.clone());
+                    let all = (*sizes).clone();
+                    if let Err(e) = db
+                        .set_sizes_in_dir(id, server.clone(), dir.clone(), all)
+                        .await
+                    {
+                        tracing::warn!(error = %e, "could not record files' sizes");
+                    }
+                    sizes
+                }
             };
+            drop(cache);
             for k in members {
                 if let Ok(Location::Remote(r)) = Location::parse(&rows[k].source) {
                     let name = r.path.rsplit('/').next().unwrap_or("");
                     rows[k].filesize = sizes.get(name).map(|&n| n as i64);
                 }
-            }
-            let (db, id) = (self.db.clone(), job.job_id.clone());
-            if let Err(e) = db.set_sizes_in_dir(id, server, dir, sizes).await {
-                tracing::warn!(error = %e, "could not record files' sizes");
             }
         }
         // Small ones first: the pipeline takes a prefix.
