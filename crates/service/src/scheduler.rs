@@ -561,14 +561,14 @@ impl Scheduler {
                     };
                     let sizes = Arc::new(sizes);
                     cache.insert(key, (Instant::now(), Arc::clone(&sizes)));
+                    // Stored in the background: the pipelines go on meanwhile.
                     let (db, id) = (self.db.clone(), job.job_id.clone());
-                    let all = (*sizes).clone();
-                    if let Err(e) = db
-                        .set_sizes_in_dir(id, server.clone(), dir.clone(), all)
-                        .await
-                    {
-                        tracing::warn!(error = %e, "could not record files' sizes");
-                    }
+                    let (all, server, dir) = ((*sizes).clone(), server.clone(), dir.clone());
+                    tokio::spawn(async move {
+                        if let Err(e) = db.set_sizes_in_dir(id, server, dir, all).await {
+                            tracing::warn!(error = %e, "could not record files' sizes");
+                        }
+                    });
                     sizes
                 }
             };
