@@ -284,17 +284,30 @@ impl Scheduler {
     }
 
     async fn dispatch(self: Arc<Self>) -> Result<(), ServiceError> {
-        let free = {
+        let (free, full) = {
             let s = self.state.lock().map_err(|_| poisoned())?;
-            self.limits.max_active.saturating_sub(s.slots)
+            let full: Vec<String> = s
+                .per_link
+                .iter()
+                .filter(|(link, n)| {
+                    let target = s
+                        .optimizers
+                        .get(*link)
+                        .map(|o| o.target() as usize)
+                        .unwrap_or(self.limits.link_min);
+                    **n >= target
+                })
+                .map(|(link, _)| link.clone())
+                .collect();
+            (self.limits.max_active.saturating_sub(s.slots), full)
         };
         if free == 0 {
             return Ok(());
         }
-        // Enough candidates to fill the free slots even when some links are full.
+        // Enough candidates to fill the free slots with pipelines.
         let ready = self
             .db
-            .ready_files(now(), (free * 8).max(64) as i64)
+            .ready_files_except(now(), (free * BATCH) as i64, full)
             .await?;
         let mut taken = std::collections::HashSet::new();
         for f in &ready {

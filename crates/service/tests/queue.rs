@@ -343,3 +343,27 @@ async fn two_hosts_on_one_postgres_queue_claim_each_file_once_and_take_back_a_si
         assert!(again.iter().any(|r| r.file_id == *f));
     }
 }
+
+#[tokio::test]
+async fn a_full_link_does_not_hide_the_files_of_other_links() {
+    let db = Db::in_memory().unwrap();
+    let busy = job("busy", 50);
+    let mut other = job("other", 2);
+    other.priority = 1; // less urgent than "busy"
+    for f in &mut other.files {
+        f.link = "gsiftp://c:2811 → gsiftp://d:2811".into();
+    }
+    db.insert_job(busy, 100).await.unwrap();
+    db.insert_job(other, 100).await.unwrap();
+    let top = db.ready_files(100, 10).await.unwrap();
+    assert!(
+        top.iter().all(|f| f.job_id == "busy"),
+        "the urgent job first"
+    );
+    let rest = db
+        .ready_files_except(100, 10, vec!["gsiftp://a:2811 → gsiftp://b:2811".into()])
+        .await
+        .unwrap();
+    assert_eq!(rest.len(), 2);
+    assert!(rest.iter().all(|f| f.job_id == "other"));
+}

@@ -372,6 +372,8 @@ impl Db {
 
     fn sqlite(conn: rusqlite::Connection, host: &str) -> Result<Db, ServiceError> {
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        // Every statement the service runs stays prepared (the default keeps 16).
+        conn.set_prepared_statement_cache_capacity(128);
         // WAL: readers never wait for the writer. NORMAL sync: every commit survives the
         // service's death (SIGKILL, a crash); what a client is told is stored (a job, a
         // delegation) is also synced before the answer ([`Store::set_durable`]), so it
@@ -592,6 +594,17 @@ impl Db {
     /// Files waiting whose time has come become READY; the READY ones come back, most urgent
     /// first (priority, then submission order).
     pub async fn ready_files(&self, now: i64, limit: i64) -> Result<Vec<FileRow>, ServiceError> {
+        self.ready_files_except(now, limit, Vec::new()).await
+    }
+
+    /// [`Db::ready_files`] leaving out the files of `full` links (no slot free there), so that
+    /// a long queue on one busy link does not hide the files of the others.
+    pub async fn ready_files_except(
+        &self,
+        now: i64,
+        limit: i64,
+        full: Vec<String>,
+    ) -> Result<Vec<FileRow>, ServiceError> {
         self.tx(false, move |tx, _, _| {
             tx.exec(
                 "UPDATE files SET state = 'READY' WHERE state = 'SUBMITTED' AND next_try <= ?1",
@@ -610,12 +623,19 @@ impl Db {
                 if left <= 0 {
                     break;
                 }
+                let mut args = vec![V::from(j.t(0)?), V::from(left)];
+                let skip = if full.is_empty() {
+                    String::new()
+                } else {
+                    args.extend(full.iter().map(V::from));
+                    format!(" AND link NOT IN ({})", marks(3, full.len()))
+                };
                 let rows = tx.rows(
                     &format!(
-                        "SELECT {FILE_COLUMNS} FROM files WHERE job_id = ?1 AND state = 'READY' \
+                        "SELECT {FILE_COLUMNS} FROM files WHERE job_id = ?1 AND state = 'READY'{skip} \
                          ORDER BY file_id LIMIT ?2"
                     ),
-                    vals![j.t(0)?, left],
+                    &args,
                 )?;
                 out.extend(rows_of(rows, file_row)?);
             }
