@@ -499,7 +499,10 @@ async fn schemathesis_finds_no_server_error_and_no_answer_outside_the_openapi_do
     let url = format!("{}/openapi.json", s.url);
     // Every check but use_after_free: a cancelled job stays readable, as in FTS3 (DELETE
     // /jobs/ID cancels; it does not remove).
+    // Its cache goes to the working directory: a temporary one, not the source tree.
+    let cwd = tempfile::tempdir().unwrap();
     let out = tokio::process::Command::new(SCHEMATHESIS)
+        .current_dir(cwd.path())
         .args(["run", &url, "--tls-verify", "false", "--checks", "all"])
         .args(["--exclude-checks", "use_after_free", "--max-examples", "25"])
         .args(["-H", &format!("Authorization: Bearer {ADMIN_TOKEN}")])
