@@ -307,7 +307,7 @@ impl Scheduler {
         // Enough candidates to fill the free slots with pipelines.
         let ready = self
             .db
-            .ready_files_except(now(), (free * BATCH) as i64, full)
+            .ready_files_except(now(), (free * BATCH).max(64) as i64, full)
             .await?;
         let mut taken = std::collections::HashSet::new();
         for f in &ready {
