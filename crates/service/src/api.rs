@@ -365,25 +365,41 @@ async fn visible_job(st: &AppState, caller: &Identity, id: &str) -> Result<JobRo
     }
 }
 
+/// The ids of a `/jobs/{ids}` path (comma-separated).
+fn id_list(ids: &str) -> Vec<String> {
+    ids.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The jobs of `ids` as the caller sees them: one object for one id, else a list (FTS3's
+/// answer).
+async fn jobs_answer(
+    st: &AppState,
+    caller: &Identity,
+    ids: &[String],
+) -> Result<Json<Value>, ServiceError> {
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        out.push(job_json(&visible_job(st, caller, id).await?));
+    }
+    Ok(Json(match (ids.len(), out.pop()) {
+        (1, Some(one)) => one,
+        (_, last) => {
+            out.extend(last);
+            Value::Array(out)
+        }
+    }))
+}
+
 async fn get_jobs(
     State(st): Shared,
     Caller(caller): Caller,
     Path(ids): Path<String>,
 ) -> Result<Json<Value>, ServiceError> {
-    let list: Vec<&str> = ids
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .collect();
-    let mut out = Vec::new();
-    for id in &list {
-        out.push(job_json(&visible_job(&st, &caller, id).await?));
-    }
-    Ok(Json(if list.len() == 1 {
-        out.pop().unwrap_or(Value::Null)
-    } else {
-        Value::Array(out)
-    }))
+    jobs_answer(&st, &caller, &id_list(&ids)).await
 }
 
 async fn cancel_jobs(
@@ -391,24 +407,11 @@ async fn cancel_jobs(
     Caller(caller): Caller,
     Path(ids): Path<String>,
 ) -> Result<Json<Value>, ServiceError> {
-    let list: Vec<String> = ids
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect();
+    let list = id_list(&ids);
     let user = (!caller.admin).then(|| caller.dn.clone());
     let active = st.db.cancel(list.clone(), user, now()).await?;
     st.scheduler.cancel_files(&active);
-    let mut out = Vec::new();
-    for id in &list {
-        out.push(job_json(&visible_job(&st, &caller, id).await?));
-    }
-    Ok(Json(if list.len() == 1 {
-        out.pop().unwrap_or(Value::Null)
-    } else {
-        Value::Array(out)
-    }))
+    jobs_answer(&st, &caller, &list).await
 }
 
 async fn job_files(

@@ -1,0 +1,340 @@
+//! `ferry service` (the transfer service) and its client commands `ferry submit`, `ferry jobs`,
+//! `ferry job` and `ferry cancel`. Argument parsing and presentation only: the work lives in
+//! `ferry-service`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use ferry_gsi::credential::process_env;
+use ferry_gsi::{Credential, TrustStore};
+use ferry_service::client::{Method, ServiceClient};
+use ferry_service::{Config, Defaults, Limits, ServiceError};
+use serde_json::{json, Value};
+
+use crate::exit;
+
+/// `println!` that ends the program quietly when stdout is closed (`ferry jobs | head`).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if writeln!(std::io::stdout(), $($arg)*).is_err() {
+            std::process::exit(0);
+        }
+    }};
+}
+
+mod commands;
+mod queue;
+
+pub(crate) use commands::{cancel, job, jobs, submit};
+pub(crate) use queue::queue;
+
+/// `ferry service`.
+#[derive(Debug, Args)]
+pub(crate) struct ServiceArgs {
+    /// Address and port for HTTPS (FTS3's port is 8446).
+    #[arg(long, default_value = "0.0.0.0:8446")]
+    listen: SocketAddr,
+    /// The queue: an SQLite file (created, mode 0600: it holds delegated proxies), or a
+    /// postgres://USER:PASSWORD@HOST/DB URL that several service hosts share.
+    #[arg(
+        long,
+        value_name = "FILE|URL",
+        default_value = "/var/lib/ferry/service.db",
+        env = "FERRY_DATABASE",
+        hide_env_values = true
+    )]
+    database: String,
+    /// This host's name in a shared queue (default: HOSTNAME:PORT); keep it the same across
+    /// restarts so the host takes back its own transfers at once.
+    #[arg(long, value_name = "NAME")]
+    host_id: Option<String>,
+    /// The service's certificate.
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/etc/grid-security/hostcert.pem"
+    )]
+    host_cert: PathBuf,
+    /// Its key.
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/etc/grid-security/hostkey.pem"
+    )]
+    host_key: PathBuf,
+    /// Trusted CAs (default: $X509_CERT_DIR, else /etc/grid-security/certificates).
+    #[arg(long, value_name = "DIR")]
+    cert_dir: Option<PathBuf>,
+    /// Bearer tokens: lines of `TOKEN IDENTITY` (a second way in besides certificates).
+    #[arg(long, value_name = "FILE")]
+    tokens: Option<PathBuf>,
+    /// A DN (or token identity) that sees and cancels every user's jobs; repeat for more.
+    #[arg(long, value_name = "DN")]
+    admin: Vec<String>,
+    /// Transfers at once, in all.
+    #[arg(long, default_value_t = Limits::default().max_active)]
+    max_active: usize,
+    /// Transfers each link (source server → destination server) starts with and keeps at
+    /// least.
+    #[arg(long, default_value_t = Limits::default().link_min)]
+    link_min: usize,
+    /// Transfers a link may reach when the optimizer measures that more pay.
+    #[arg(long, default_value_t = Limits::default().link_max)]
+    link_max: usize,
+    /// Transfers at once touching one server, over all its links.
+    #[arg(long, default_value_t = Limits::default().endpoint_max)]
+    endpoint_max: usize,
+    /// Seconds between the optimizer's judgements of each link.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    optimizer_interval: u64,
+    /// Seconds without a heartbeat after which a host sharing the queue is taken for dead and
+    /// its transfers resume on the others.
+    #[arg(long, value_name = "SECONDS", default_value_t = ferry_service::db::HOST_TIMEOUT as u64)]
+    host_timeout: u64,
+    /// Serve Prometheus /metrics and /healthz on this address (plain HTTP; keep it private).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
+    /// Retries of a transient failure when a job does not say.
+    #[arg(long, default_value_t = Defaults::default().retry)]
+    retry: i64,
+    /// Seconds between retries when a job does not say.
+    #[arg(long, default_value_t = Defaults::default().retry_delay)]
+    retry_delay: i64,
+    /// Let jobs name files on this host (paths, file:// URLs), read and written as the
+    /// service's own user: only where every user of the service may do that.
+    #[arg(long)]
+    allow_local: bool,
+}
+
+/// Where the service is and how to prove who you are.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct Conn {
+    /// The transfer service.
+    #[arg(long, env = "FERRY_SERVICE", default_value = "https://localhost:8446")]
+    service: String,
+    /// A bearer token instead of your proxy.
+    #[arg(long, env = "FERRY_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `ferry submit`.
+#[derive(Debug, Args)]
+pub(crate) struct SubmitArgs {
+    /// Source URL (with DEST), or nothing with --file.
+    src: Option<String>,
+    /// Destination URL.
+    dst: Option<String>,
+    /// Many files: lines of `SRC DST [CHECKSUM]` (FTS3's bulk format; # comments).
+    #[arg(long, short = 'f', value_name = "FILE")]
+    file: Option<PathBuf>,
+    /// Retries of a transient failure (default: the service's).
+    #[arg(long)]
+    retry: Option<u32>,
+    /// Seconds between retries.
+    #[arg(long)]
+    retry_delay: Option<u32>,
+    /// 1 (lowest) to 5.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=5))]
+    priority: Option<u8>,
+    /// Replace destinations that exist.
+    #[arg(long)]
+    overwrite: bool,
+    /// Checksum for every file: ALG, or ALG:VALUE that the files must have.
+    #[arg(long, value_name = "ALG[:VALUE]")]
+    checksum: Option<String>,
+    /// Which ends to verify: none, source, target or both (default: ADLER32 where both ends
+    /// can answer).
+    #[arg(long, value_name = "MODE")]
+    verify: Option<String>,
+    /// Parallel streams per file.
+    #[arg(long)]
+    streams: Option<u32>,
+    /// TCP buffer size of the data connections, in bytes.
+    #[arg(long, value_name = "BYTES")]
+    tcp_bs: Option<u32>,
+    /// Your own job id: submitting the same job with it again is harmless.
+    #[arg(long)]
+    job_id: Option<String>,
+    /// Do not delegate a proxy (the service must have one of yours already).
+    #[arg(long)]
+    no_delegate: bool,
+    /// Wait until the job ends, showing its files' progress; the exit code says how it ended.
+    #[arg(long)]
+    wait: bool,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+/// `ferry jobs`.
+#[derive(Debug, Args)]
+pub(crate) struct JobsArgs {
+    /// States to list, comma-separated (default: SUBMITTED and ACTIVE).
+    #[arg(long)]
+    state: Option<String>,
+    /// Every state.
+    #[arg(long)]
+    all: bool,
+    /// Another user's jobs (admins).
+    #[arg(long, value_name = "DN")]
+    user: Option<String>,
+    /// At most this many, newest first.
+    #[arg(long, default_value_t = 100)]
+    limit: u32,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+/// `ferry job`.
+#[derive(Debug, Args)]
+pub(crate) struct JobArgs {
+    /// The job id.
+    id: String,
+    /// Show each file's attempts and their errors.
+    #[arg(long)]
+    attempts: bool,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+/// `ferry cancel`.
+#[derive(Debug, Args)]
+pub(crate) struct CancelArgs {
+    /// Job ids.
+    #[arg(required = true)]
+    ids: Vec<String>,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+/// Runs `ferry service` until SIGINT or SIGTERM.
+pub(crate) fn serve(args: ServiceArgs) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    let host_id = args.host_id.unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_else(|_| "localhost".into());
+        format!("{host}:{}", args.listen.port())
+    });
+    let config = Config {
+        listen: args.listen,
+        database: args.database,
+        host_id,
+        host_cert: args.host_cert,
+        host_key: args.host_key,
+        cert_dir: args
+            .cert_dir
+            .unwrap_or_else(|| TrustStore::default_dir(&process_env)),
+        token_file: args.tokens,
+        admins: args.admin,
+        limits: Limits {
+            max_active: args.max_active.max(1),
+            link_min: args.link_min.max(1),
+            link_max: args.link_max.max(args.link_min.max(1)),
+            endpoint_max: args.endpoint_max.max(1),
+            interval: Duration::from_secs(args.optimizer_interval.max(1)),
+            host_timeout: Duration::from_secs(args.host_timeout.max(2)),
+        },
+        defaults: Defaults {
+            retry: args.retry.clamp(0, 100),
+            retry_delay: args.retry_delay.clamp(0, 86_400),
+        },
+        allow_local: args.allow_local,
+        metrics: args.metrics,
+    };
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let service = ferry_service::Service::bind(&config).await?;
+        let addr = service.local_addr()?;
+        if let Some(m) = service.metrics_addr() {
+            eprintln!("ferry service: metrics on http://{m}/metrics");
+        }
+        tracing::info!(%addr, host = %config.host_id, "transfer service listening (https)");
+        eprintln!("ferry service: listening on https://{addr}");
+        let stop = ferry_client::CancellationToken::new();
+        let on_signal = stop.clone();
+        tokio::spawn(async move {
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(s) => s,
+                    Err(_) => return,
+                };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            on_signal.cancel();
+        });
+        service.serve(stop).await?;
+        Ok::<_, anyhow::Error>(())
+    })
+}
+
+fn client(conn: &Conn) -> Result<ServiceClient, ServiceError> {
+    let trust = TrustStore::load(&TrustStore::default_dir(&process_env))
+        .map_err(|e| ServiceError::Config(format!("the trusted CAs: {e}")))?;
+    let credential = if conn.token.is_some() {
+        None
+    } else {
+        let (c, _) = Credential::find_user(&process_env, None)
+            .map_err(|e| ServiceError::Unauthorized(format!("{e}; or give --token")))?;
+        Some(c)
+    };
+    ServiceClient::new(&conn.service, &trust, credential, conn.token.clone())
+}
+
+fn code_of(e: &ServiceError) -> u8 {
+    match e {
+        ServiceError::BadRequest(_)
+        | ServiceError::Config(_)
+        | ServiceError::Conflict(_)
+        | ServiceError::TooLarge(_) => exit::USAGE,
+        ServiceError::Unauthorized(_) | ServiceError::Forbidden(_) | ServiceError::Tls(_) => 3,
+        ServiceError::NotFound(_) => 4,
+        ServiceError::Http(_) => 5,
+        ServiceError::Database(_) => 1,
+    }
+}
+
+fn run_client(what: &str, f: impl std::future::Future<Output = Result<u8, ServiceError>>) -> u8 {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ferry {what}: {e}");
+            return 1;
+        }
+    };
+    match rt.block_on(f) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("ferry {what}: {e}");
+            code_of(&e)
+        }
+    }
+}
+
+/// Percent-escapes what a path segment or query value may not hold.
+fn url_escape(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~,".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

@@ -1,0 +1,134 @@
+//! What the dashboard, the optimizer and the metrics read: counts, recent files and jobs,
+//! decisions.
+
+use super::*;
+
+impl Db {
+    /// Counts of files per link and state, for the dashboard and the scheduler.
+    pub async fn link_counts(&self) -> Result<Vec<(String, String, i64)>, ServiceError> {
+        self.tx(false, |tx, _, _| {
+            tx.rows(
+                "SELECT link, state, COUNT(*) FROM files GROUP BY link, state",
+                &[],
+            )?
+            .iter()
+            .map(|r| Ok((r.t(0)?, r.t(1)?, r.i(2)?)))
+            .collect()
+        })
+        .await
+    }
+
+    /// Keeps a decision of the optimizer.
+    pub async fn insert_decision(&self, d: DecisionRow) -> Result<(), ServiceError> {
+        self.tx(false, move |tx, _, _| {
+            tx.exec(
+                "INSERT INTO decisions (link, time, from_active, to_active, throughput, reason) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                vals![d.link, d.time, d.from, d.to, d.throughput, d.reason],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// The newest decisions, newest first.
+    pub async fn decisions(&self, limit: i64) -> Result<Vec<DecisionRow>, ServiceError> {
+        self.tx(false, move |tx, _, _| {
+            tx.rows(
+                "SELECT link, time, from_active, to_active, throughput, reason FROM decisions \
+                 ORDER BY id DESC LIMIT ?1",
+                vals![limit],
+            )?
+            .iter()
+            .map(|r| {
+                Ok(DecisionRow {
+                    link: r.t(0)?,
+                    time: r.i(1)?,
+                    from: r.i(2)?,
+                    to: r.i(3)?,
+                    throughput: r.r(4)?,
+                    reason: r.t(5)?,
+                })
+            })
+            .collect()
+        })
+        .await
+    }
+
+    /// The newest files of the jobs `user` may see (every job's for `None`), newest first.
+    pub async fn recent_files(
+        &self,
+        user: Option<String>,
+        limit: i64,
+    ) -> Result<Vec<FileRow>, ServiceError> {
+        self.tx(false, move |tx, _, _| {
+            let (sql, args) = match user {
+                Some(u) => (
+                    format!(
+                        "SELECT {} FROM files f JOIN jobs j ON j.job_id = f.job_id \
+                         WHERE j.user_dn = ?1 ORDER BY f.file_id DESC LIMIT ?2",
+                        file_columns_of_f()
+                    ),
+                    vec![V::from(u), V::from(limit)],
+                ),
+                None => (
+                    format!("SELECT {FILE_COLUMNS} FROM files ORDER BY file_id DESC LIMIT ?1"),
+                    vec![V::from(limit)],
+                ),
+            };
+            rows_of(tx.rows(&sql, &args)?, file_row)
+        })
+        .await
+    }
+
+    /// The newest jobs `user` may see (every job's for `None`) with their files' counts per
+    /// state, newest first.
+    pub async fn job_summaries(
+        &self,
+        user: Option<String>,
+        limit: i64,
+    ) -> Result<Vec<(JobRow, Vec<(String, i64)>)>, ServiceError> {
+        self.tx(false, move |tx, _, _| {
+            let rows = match user {
+                Some(u) => tx.rows(
+                    &format!(
+                        "SELECT {JOB_COLUMNS} FROM jobs WHERE user_dn = ?1 \
+                         ORDER BY submit_time DESC, job_id DESC LIMIT ?2"
+                    ),
+                    vals![u, limit],
+                )?,
+                None => tx.rows(
+                    &format!(
+                        "SELECT {JOB_COLUMNS} FROM jobs ORDER BY submit_time DESC, job_id DESC LIMIT ?1"
+                    ),
+                    vals![limit],
+                )?,
+            };
+            let mut out = Vec::with_capacity(rows.len());
+            for j in rows_of(rows, job_row)? {
+                let counts = tx
+                    .rows(
+                        "SELECT state, COUNT(*) FROM files WHERE job_id = ?1 GROUP BY state",
+                        vals![&j.job_id],
+                    )?
+                    .iter()
+                    .map(|r| Ok((r.t(0)?, r.i(1)?)))
+                    .collect::<Result<Vec<_>, ServiceError>>()?;
+                out.push((j, counts));
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// Counts of files per state in all.
+    pub async fn state_counts(&self) -> Result<Vec<(String, i64)>, ServiceError> {
+        self.tx(false, |tx, _, _| {
+            tx.rows("SELECT state, COUNT(*) FROM files GROUP BY state", &[])?
+                .iter()
+                .map(|r| Ok((r.t(0)?, r.i(1)?)))
+                .collect()
+        })
+        .await
+    }
+}

@@ -1,0 +1,146 @@
+//! What pipelines learn from directory listings: their sources' sizes and which
+//! destinations are already there.
+
+use super::*;
+
+impl Scheduler {
+    /// Sizes of files the job did not give, from one listing of each source directory (a
+    /// round trip per directory, not per file), kept for the job's later pipelines too; the
+    /// files that can go in a pipeline put first. A directory that cannot be listed leaves its
+    /// files' sizes unknown: they run alone and say what is wrong.
+    pub(super) async fn learn_sizes(
+        &self,
+        job: &JobRow,
+        mut rows: Vec<FileRow>,
+        sessions: &mut Sessions,
+    ) -> Vec<FileRow> {
+        let mut dirs: HashMap<String, Vec<usize>> = HashMap::new();
+        for (k, row) in rows.iter().enumerate() {
+            if row.filesize.is_none() {
+                if let Ok(Location::Remote(r)) = Location::parse(&row.source) {
+                    dirs.entry(parent_of(&r.path)).or_default().push(k);
+                }
+            }
+        }
+        for (dir, members) in dirs {
+            let Ok(Location::Remote(server)) = Location::parse(&rows[members[0]].source) else {
+                continue;
+            };
+            let key = (job.job_id.clone(), format!("{}{dir}", server.authority()));
+            let mut cache = self.sized.lock().await;
+            cache.retain(|_, (t, _)| t.elapsed() < LISTED_FOR);
+            let sizes = match cache.get(&key) {
+                Some((_, sizes)) => Arc::clone(sizes),
+                None => {
+                    let Ok(sizes) = file_sizes(sessions, &server, &dir).await else {
+                        continue;
+                    };
+                    let sizes = Arc::new(sizes);
+                    cache.insert(key, (Instant::now(), Arc::clone(&sizes)));
+                    // Stored in the background: the pipelines go on meanwhile.
+                    let (db, id) = (self.db.clone(), job.job_id.clone());
+                    let (all, server, dir) = ((*sizes).clone(), server.clone(), dir.clone());
+                    tokio::spawn(async move {
+                        if let Err(e) = db.set_sizes_in_dir(id, server, dir, all).await {
+                            tracing::warn!(error = %e, "could not record files' sizes");
+                        }
+                    });
+                    sizes
+                }
+            };
+            drop(cache);
+            for k in members {
+                if let Ok(Location::Remote(r)) = Location::parse(&rows[k].source) {
+                    let name = r.path.rsplit('/').next().unwrap_or("");
+                    rows[k].filesize = sizes.get(name).map(|&n| n as i64);
+                }
+            }
+        }
+        // Small ones first: the pipeline takes a prefix.
+        rows.sort_by_key(|r| r.filesize.is_none_or(|n| n >= 16 << 20));
+        rows
+    }
+
+    /// For the files whose destination must not be replaced (first attempt, no overwrite),
+    /// whether it is there, from one listing per destination directory; `None` where a
+    /// directory could not be listed (each file is then asked on its own). A directory that
+    /// does not exist holds nothing.
+    pub(super) async fn existing(
+        &self,
+        job: &JobRow,
+        rows: &[FileRow],
+        sessions: &mut Sessions,
+    ) -> Option<HashMap<i64, bool>> {
+        if job.overwrite {
+            return None;
+        }
+        let mut out = HashMap::new();
+        let mut listed: HashMap<String, Arc<std::collections::HashSet<String>>> = HashMap::new();
+        for row in rows.iter().filter(|r| r.attempts == 1) {
+            let Ok(Location::Remote(dst)) = Location::parse(&row.dest) else {
+                return None;
+            };
+            let dir = parent_of(&dst.path);
+            let key = (job.job_id.clone(), format!("{}{dir}", dst.authority()));
+            if !listed.contains_key(&dir) {
+                let cached = self.listed.lock().ok().and_then(|m| {
+                    m.get(&key)
+                        .filter(|(t, _)| t.elapsed() < LISTED_FOR)
+                        .map(|(_, names)| Arc::clone(names))
+                });
+                if let Some(names) = cached {
+                    listed.insert(dir.clone(), names);
+                }
+            }
+            if !listed.contains_key(&dir) {
+                let names: std::collections::HashSet<String> = match sessions.get(&dst).await {
+                    Ok(s) => match s.list(&dir).await {
+                        Ok(entries) => entries
+                            .into_iter()
+                            .map(|e| e.name.rsplit('/').next().unwrap_or(&e.name).to_owned())
+                            .collect(),
+                        Err(e) if e.class() == ferry_client::ErrorClass::NotFound => {
+                            Default::default()
+                        }
+                        Err(_) => return None,
+                    },
+                    Err(_) => return None,
+                };
+                let names = Arc::new(names);
+                if let Ok(mut m) = self.listed.lock() {
+                    m.retain(|_, (t, _)| t.elapsed() < LISTED_FOR);
+                    m.insert(key, (Instant::now(), Arc::clone(&names)));
+                }
+                listed.insert(dir.clone(), names);
+            }
+            let name = dst.path.rsplit('/').next().unwrap_or("");
+            out.insert(row.file_id, listed[&dir].contains(name));
+        }
+        Some(out)
+    }
+}
+
+/// The directory of a path (`/` for a file at the top).
+fn parent_of(path: &str) -> String {
+    match path.rfind('/') {
+        Some(0) | None => "/".to_owned(),
+        Some(i) => path[..i].to_owned(),
+    }
+}
+
+/// The files of a directory with their sizes, from one listing.
+async fn file_sizes(
+    sessions: &mut Sessions,
+    server: &ferry_client::RemoteUrl,
+    dir: &str,
+) -> Result<HashMap<String, u64>, ClientError> {
+    let entries = sessions.get(server).await?.list(dir).await?;
+    Ok(entries
+        .into_iter()
+        .filter(|e| e.kind == ferry_client::EntryKind::File)
+        .filter_map(|e| {
+            let name = e.name.rsplit('/').next().unwrap_or(&e.name).to_owned();
+            e.size.map(|n| (name, n))
+        })
+        .collect())
+}
