@@ -11,6 +11,7 @@ pub mod client;
 pub mod dashboard;
 pub mod db;
 pub mod delegation;
+pub mod extract;
 pub mod metrics;
 pub mod optimizer;
 pub mod scheduler;
