@@ -795,3 +795,65 @@ fn two_service_hosts_share_a_postgres_queue_and_one_finishes_what_a_killed_one_w
         "{log_b}"
     );
 }
+
+#[test]
+fn the_service_copies_between_globus_servers_and_ferry_both_ways() {
+    if let Some(why) = common::ServerKind::Globus.missing() {
+        assert!(
+            std::env::var_os("FERRY_REQUIRE_FTPD").is_none(),
+            "globus-gridftp-server is missing, though scripts/install-deps ran as root"
+        );
+        eprintln!("{why}");
+        return;
+    }
+    let site = Site::start();
+    let sandbox = common::Sandbox::new();
+    let (groot, froot) = (sandbox.served_dir("globus"), sandbox.served_dir("ferry"));
+    let globus = common::ServerUnderTest::start_kind(common::ServerKind::Globus, &groot);
+    let ferry = common::ServerUnderTest::start_kind(common::ServerKind::Ferry, &froot);
+    let big = random_bytes(24 << 20, 21);
+    write_file(&groot.join("big.bin"), &big);
+    let small: Vec<Vec<u8>> = (0..5)
+        .map(|i| random_bytes(3000 + i, 30 + i as u64))
+        .collect();
+    for (i, b) in small.iter().enumerate() {
+        write_file(&groot.join(format!("s{i}")), b);
+    }
+    // Globus → ferry: one large file and a pipeline of small ones (sizes from Globus' MLSD).
+    let list = site.path("globus-to-ferry");
+    let mut lines = format!(
+        "{} {}\n",
+        globus.url_for("big.bin"),
+        ferry.url_for("big.bin")
+    );
+    for i in 0..small.len() {
+        lines += &format!(
+            "{} {}\n",
+            globus.url_for(&format!("s{i}")),
+            ferry.url_for(&format!("s{i}"))
+        );
+    }
+    std::fs::write(&list, lines).unwrap();
+    site.ok(&["submit", "--file", list.to_str().unwrap(), "--wait"]);
+    same_file(&groot.join("big.bin"), &froot.join("big.bin"));
+    for i in 0..small.len() {
+        same_file(&groot.join(format!("s{i}")), &froot.join(format!("s{i}")));
+    }
+    // ferry → Globus, verified (both ends answer CKSM).
+    let out = site.ok(&[
+        "submit",
+        &ferry.url_for("big.bin"),
+        &globus.url_for("back.bin"),
+        "--checksum",
+        "ADLER32",
+        "--wait",
+    ]);
+    let id = out.lines().next().unwrap_or_default().trim().to_owned();
+    same_file(&groot.join("big.bin"), &groot.join("back.bin"));
+    let j = site.job(&id);
+    assert_eq!(
+        j["files"][0]["checksum"],
+        format!("ADLER32:{:08x}", adler32(&big)),
+        "{j}"
+    );
+}
