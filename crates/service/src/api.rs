@@ -321,7 +321,16 @@ async fn jobs_answer(
 ) -> Result<Json<Value>, ServiceError> {
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
-        out.push(job_json(&visible_job(st, caller, id).await?));
+        let row = visible_job(st, caller, id).await?;
+        let ended = !matches!(row.job_state, JobState::Submitted | JobState::Active);
+        let mut job = job_json(&row);
+        // ferry's own: progress without the file list (FTS3's client shows them as given).
+        let (counts, bytes) = st.db.job_progress(id.clone(), ended).await?;
+        job["files_by_state"] = counts.into_iter().map(|(s, n)| (s, json!(n))).collect();
+        if let Some(b) = bytes {
+            job["bytes_transferred"] = json!(b);
+        }
+        out.push(job);
     }
     Ok(Json(match (ids.len(), out.pop()) {
         (1, Some(one)) => one,

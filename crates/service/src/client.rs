@@ -8,6 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use ferry_gsi::{Credential, TrustStore};
 use http_body_util::{BodyExt, Full, Limited};
+use hyper::client::conn::http1::SendRequest;
 pub use hyper::Method;
 use hyper::Request;
 use hyper_util::rt::TokioIo;
@@ -31,6 +32,8 @@ pub struct ServiceClient {
     connector: SslConnector,
     token: Option<String>,
     credential: Option<Credential>,
+    /// The connection of the last request, for the next.
+    kept: tokio::sync::Mutex<Option<SendRequest<Full<Bytes>>>>,
 }
 
 impl ServiceClient {
@@ -79,16 +82,12 @@ impl ServiceClient {
             connector: b.build(),
             token,
             credential,
+            kept: tokio::sync::Mutex::new(None),
         })
     }
 
-    /// One request; the status and the body.
-    pub async fn request(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<(Vec<u8>, &str)>,
-    ) -> Result<(u16, Vec<u8>), ServiceError> {
+    /// A new connection (TCP, TLS, HTTP/1.1) to the service.
+    async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, ServiceError> {
         let tcp = tokio::time::timeout(
             Duration::from_secs(20),
             tokio::net::TcpStream::connect((self.host.as_str(), self.port)),
@@ -108,30 +107,69 @@ impl ServiceClient {
         std::pin::Pin::new(&mut tls).connect().await.map_err(|e| {
             ServiceError::Http(format!("TLS with the service at {}: {e}", self.host))
         })?;
-        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
             .await
             .map_err(|e| ServiceError::Http(e.to_string()))?;
         tokio::spawn(async move {
             let _ = conn.await;
         });
-        let mut req = Request::builder()
-            .method(method)
-            .uri(format!("{}{}", self.prefix, path))
-            .header(hyper::header::HOST, format!("{}:{}", self.host, self.port))
-            .header(hyper::header::ACCEPT, "application/json");
-        if let Some(t) = &self.token {
-            req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
-        }
-        let body = match body {
-            Some((b, ct)) => {
-                req = req.header(hyper::header::CONTENT_TYPE, ct);
-                Full::new(Bytes::from(b))
+        Ok(send)
+    }
+
+    /// One request; the status and the body. The connection stays open for the next request
+    /// (a client that polls pays one TLS handshake, not one per question). A kept connection
+    /// the service has closed meanwhile is replaced: before anything was sent on it, for any
+    /// request; after, only for a question that changes nothing (GET).
+    pub async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<(Vec<u8>, &str)>,
+    ) -> Result<(u16, Vec<u8>), ServiceError> {
+        let body = body.map(|(b, ct)| (Bytes::from(b), ct.to_owned()));
+        let build = || {
+            let mut req = Request::builder()
+                .method(method.clone())
+                .uri(format!("{}{}", self.prefix, path))
+                .header(hyper::header::HOST, format!("{}:{}", self.host, self.port))
+                .header(hyper::header::ACCEPT, "application/json");
+            if let Some(t) = &self.token {
+                req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
             }
-            None => Full::new(Bytes::new()),
+            let full = match &body {
+                Some((b, ct)) => {
+                    req = req.header(hyper::header::CONTENT_TYPE, ct.as_str());
+                    Full::new(b.clone())
+                }
+                None => Full::new(Bytes::new()),
+            };
+            req.body(full)
+                .map_err(|e| ServiceError::Http(e.to_string()))
         };
-        let req = req
-            .body(body)
-            .map_err(|e| ServiceError::Http(e.to_string()))?;
+        let kept = self.kept.lock().await.take().filter(|s| !s.is_closed());
+        if let Some(mut send) = kept {
+            if send.ready().await.is_ok() {
+                match Self::exchange(&mut send, build()?).await {
+                    Ok(answer) => {
+                        *self.kept.lock().await = Some(send);
+                        return Ok(answer);
+                    }
+                    Err(e) if method != Method::GET => return Err(e),
+                    Err(_) => {}
+                }
+            }
+        }
+        let mut send = self.connect().await?;
+        let answer = Self::exchange(&mut send, build()?).await?;
+        *self.kept.lock().await = Some(send);
+        Ok(answer)
+    }
+
+    /// Sends `req` and reads the whole answer.
+    async fn exchange(
+        send: &mut SendRequest<Full<Bytes>>,
+        req: Request<Full<Bytes>>,
+    ) -> Result<(u16, Vec<u8>), ServiceError> {
         let resp = tokio::time::timeout(Duration::from_secs(120), send.send_request(req))
             .await
             .map_err(|_| ServiceError::Http("the service did not answer in 120 s".into()))?

@@ -83,30 +83,30 @@ pub(crate) fn submit(args: SubmitArgs) -> u8 {
 async fn wait(c: &ServiceClient, id: &str, json_out: bool) -> Result<u8, ServiceError> {
     let started = std::time::Instant::now();
     let mut last = String::new();
-    let mut files_asked: Option<std::time::Instant> = None;
+    let mut said: Option<std::time::Instant> = None;
     loop {
         let job = c.json(Method::GET, &format!("/jobs/{id}"), None).await?;
         let state = job["job_state"].as_str().unwrap_or("?").to_owned();
         let done = !matches!(state.as_str(), "SUBMITTED" | "ACTIVE");
-        let due = files_asked.is_none_or(|t| t.elapsed() >= Duration::from_secs(2));
-        if done || (due && !json_out) {
-            files_asked = Some(std::time::Instant::now());
-            let files = c
-                .json(Method::GET, &format!("/jobs/{id}/files"), None)
-                .await?;
-            let line = progress_line(&state, &files);
-            if line != last && !json_out {
+        let due = said.is_none_or(|t| t.elapsed() >= Duration::from_secs(2));
+        if !json_out && (done || due) {
+            said = Some(std::time::Instant::now());
+            let line = progress_line(&state, &job);
+            if line != last {
                 eprintln!("{line}");
                 last = line;
             }
-            if done {
-                if json_out {
-                    out!("{}", json!({"job": job, "files": files}));
-                } else if let Some(r) = job["reason"].as_str() {
-                    eprintln!("{id}: {state}: {r}");
-                }
-                return Ok(if state == "FINISHED" { exit::OK } else { 1 });
+        }
+        if done {
+            if json_out {
+                let files = c
+                    .json(Method::GET, &format!("/jobs/{id}/files"), None)
+                    .await?;
+                out!("{}", json!({"job": job, "files": files}));
+            } else if let Some(r) = job["reason"].as_str() {
+                eprintln!("{id}: {state}: {r}");
             }
+            return Ok(if state == "FINISHED" { exit::OK } else { 1 });
         }
         let pause = if started.elapsed() < Duration::from_secs(5) {
             50
@@ -117,21 +117,23 @@ async fn wait(c: &ServiceClient, id: &str, json_out: bool) -> Result<u8, Service
     }
 }
 
-fn progress_line(state: &str, files: &Value) -> String {
-    let mut counts = std::collections::BTreeMap::<&str, usize>::new();
-    let mut bytes = 0i64;
-    for f in files.as_array().into_iter().flatten() {
-        *counts
-            .entry(f["file_state"].as_str().unwrap_or("?"))
-            .or_default() += 1;
-        bytes += f["transferred"].as_i64().unwrap_or(0);
+/// `STATE: 3 ACTIVE, 7 FINISHED` from a job answer's `files_by_state`, with the bytes moved
+/// (`bytes_transferred`) once the job has ended.
+fn progress_line(state: &str, job: &Value) -> String {
+    let parts: Vec<String> = job["files_by_state"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(s, n)| format!("{} {s}", n.as_i64().unwrap_or(0)))
+        .collect();
+    match job["bytes_transferred"].as_i64() {
+        Some(b) => format!(
+            "{state}: {} ({})",
+            parts.join(", "),
+            crate::present::human_bytes(b.max(0) as u64)
+        ),
+        None => format!("{state}: {}", parts.join(", ")),
     }
-    let parts: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
-    format!(
-        "{state}: {} ({})",
-        parts.join(", "),
-        crate::present::human_bytes(bytes.max(0) as u64)
-    )
 }
 
 /// `ferry jobs`.
@@ -244,8 +246,12 @@ pub(crate) fn job(args: JobArgs) -> u8 {
             if let Some(list) = attempts.get(i).and_then(Value::as_array) {
                 for a in list {
                     out!(
-                        "            attempt {}: resumed at {} bytes{}",
+                        "            attempt {}{}: resumed at {} bytes{}",
                         a["attempt"],
+                        a["host"]
+                            .as_str()
+                            .map(|h| format!(" on {h}"))
+                            .unwrap_or_default(),
                         a["resumed_bytes"],
                         a["error"]
                             .as_str()

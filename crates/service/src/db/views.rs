@@ -121,6 +121,37 @@ impl Db {
         .await
     }
 
+    /// One job's files per state (from the `(job_id, state, link)` index alone, so a client
+    /// may ask often), and, once the job has ended, the bytes its files moved.
+    pub async fn job_progress(
+        &self,
+        job_id: String,
+        ended: bool,
+    ) -> Result<(Vec<(String, i64)>, Option<i64>), ServiceError> {
+        self.tx(false, move |tx, _, _| {
+            let counts = tx
+                .rows(
+                    "SELECT state, COUNT(*) FROM files WHERE job_id = ?1 GROUP BY state ORDER BY state",
+                    vals![&job_id],
+                )?
+                .iter()
+                .map(|r| Ok((r.t(0)?, r.i(1)?)))
+                .collect::<Result<Vec<_>, ServiceError>>()?;
+            let bytes = if ended {
+                tx.row(
+                    "SELECT CAST(COALESCE(SUM(bytes), 0) AS BIGINT) FROM files WHERE job_id = ?1",
+                    vals![&job_id],
+                )?
+                .map(|r| r.i(0))
+                .transpose()?
+            } else {
+                None
+            };
+            Ok((counts, bytes))
+        })
+        .await
+    }
+
     /// Counts of files per state in all.
     pub async fn state_counts(&self) -> Result<Vec<(String, i64)>, ServiceError> {
         self.tx(false, |tx, _, _| {
