@@ -788,6 +788,12 @@ fn two_service_hosts_share_a_postgres_queue_and_one_finishes_what_a_killed_one_w
             n == 1 || (n == 2 && first_died),
             "a file ran twice without cause: {j}"
         );
+        if first_died {
+            assert_eq!(
+                a[1]["host"], "host-b",
+                "the file taken back ran on the host that lived: {j}"
+            );
+        }
     }
     let log_b = std::fs::read_to_string(site.path("service-b.log")).unwrap_or_default();
     assert!(

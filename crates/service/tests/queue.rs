@@ -103,8 +103,20 @@ async fn retry_and_resume(db: Db) {
         .any(|r| r.file_id == f.file_id));
     let again = db.start_attempt(f.file_id, 108).await.unwrap().unwrap();
     assert_eq!(again.attempts, 2);
+    let (counts, bytes) = db.job_progress("j1".into(), false).await.unwrap();
+    assert_eq!(
+        counts,
+        vec![("ACTIVE".to_owned(), 1), ("READY".to_owned(), 1)]
+    );
+    assert_eq!(bytes, None, "bytes only once the job has ended");
     let attempts = db.attempts(f.file_id).await.unwrap();
     assert_eq!(attempts.len(), 2);
+    assert!(
+        attempts
+            .iter()
+            .all(|a| a.host.as_deref() == Some(db.host())),
+        "each attempt names the host that ran it: {attempts:?}"
+    );
     assert_eq!(attempts[0].error.as_deref(), Some("lost"));
     assert_eq!(attempts[1].resumed_bytes, 4);
 
@@ -145,6 +157,68 @@ async fn retry_and_resume(db: Db) {
     assert_eq!(j.ignored, vec!["params.spacetoken".to_owned()]);
     let files = db.files("j1".into()).await.unwrap();
     assert_eq!(files[0].checksum.as_deref(), Some("ADLER32:1"));
+    let (counts, bytes) = db.job_progress("j1".into(), true).await.unwrap();
+    assert_eq!(counts, vec![("FINISHED".to_owned(), 2)]);
+    assert_eq!(bytes, Some(20));
+}
+
+/// A pipeline's end and its successor's claim, in one transaction: the link's next small
+/// whole files of the most urgent job, never a large or resumed one, never another link's.
+async fn successor_pipelines(db: Db) {
+    db.heartbeat(100).await.unwrap();
+    let mut low = job("low", 3);
+    low.files[2].filesize = Some(1 << 30);
+    let mut high = job("high", 3);
+    high.priority = 5;
+    high.files[2].link = "gsiftp://a:2811 → gsiftp://c:2811".into();
+    db.insert_job(low, 100).await.unwrap();
+    let first: Vec<i64> = db
+        .ready_files(100, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|f| f.file_id)
+        .take(2)
+        .collect();
+    let running = db.start_attempts(first.clone(), 100).await.unwrap();
+    assert_eq!(running.len(), 2);
+    // A more urgent job arrives while the pipeline runs.
+    db.insert_job(high, 101).await.unwrap();
+    let link = running[0].link.clone();
+    let finished = Ending::Finished {
+        bytes: 10,
+        moved: 10,
+        throughput: 1.0,
+        checksum: None,
+    };
+    let endings = first.iter().map(|&id| (id, finished.clone())).collect();
+    let (each, next) = db
+        .end_attempts_then_claim(endings, 102, Some((link.clone(), 32)))
+        .await
+        .unwrap();
+    assert!(each.iter().all(Result::is_ok));
+    let (next_job, rows) = next.expect("a successor");
+    assert_eq!(next_job.job_id, "high", "the most urgent job first");
+    assert_eq!(rows.len(), 2, "not the file of the other link: {rows:?}");
+    assert!(rows
+        .iter()
+        .all(|r| r.link == link && r.file_state == FileState::Active && r.attempts == 1));
+    let endings = rows.iter().map(|r| (r.file_id, finished.clone())).collect();
+    let (_, next) = db
+        .end_attempts_then_claim(endings, 103, Some((link.clone(), 32)))
+        .await
+        .unwrap();
+    assert!(
+        next.is_none(),
+        "the low job's 1 GiB file runs alone, not in a pipeline: {next:?}"
+    );
+    assert_eq!(state(&db, "high").await, JobState::Active);
+    let ready = db.ready_files(104, 10).await.unwrap();
+    assert_eq!(
+        ready.len(),
+        2,
+        "the other link's file and the large one wait"
+    );
 }
 
 async fn cancel_and_list(db: Db) {
@@ -210,6 +284,20 @@ async fn cancel_and_list(db: Db) {
             .len(),
         3
     );
+}
+
+#[tokio::test]
+async fn sqlite_pipelines_claim_their_successors_with_their_ends() {
+    successor_pipelines(Db::in_memory().unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_pipelines_claim_their_successors_with_their_ends() {
+    let Some(pg) = blocking(pg::or_skip) else {
+        return;
+    };
+    let (_, db) = pg_db(&pg, "successors", "h1");
+    successor_pipelines(db).await;
 }
 
 #[tokio::test]

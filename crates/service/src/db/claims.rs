@@ -18,39 +18,35 @@ impl Db {
         limit: i64,
         full: Vec<String>,
     ) -> Result<Vec<FileRow>, ServiceError> {
+        let known = Arc::clone(&self.job_links);
         self.tx(false, move |tx, _, _| {
-            tx.exec(
-                "UPDATE files SET state = 'READY' WHERE state = 'SUBMITTED' AND next_try <= ?1",
-                vals![now],
-            )?;
-            // The unfinished jobs, most urgent first (few), then each one's READY files in
-            // order through the (job_id, state) index: the cost follows `limit`, not the queue.
-            let jobs = tx.rows(
-                "SELECT job_id FROM jobs WHERE state IN ('SUBMITTED', 'ACTIVE') \
-                 ORDER BY priority DESC, submit_time, job_id",
-                &[],
-            )?;
-            let mut out = Vec::new();
-            for j in jobs {
+            // The unfinished jobs, most urgent first (few), then each one's READY files of
+            // each link with room, in order, through the (job_id, state, link) index: the cost
+            // follows `limit`, not the queue, also when a full link holds most of it.
+            let jobs = ready_jobs(tx, now)?;
+            let mut known = lock_links(&known, &jobs)?;
+            let mut out: Vec<FileRow> = Vec::new();
+            for job in jobs {
                 let left = limit - out.len() as i64;
                 if left <= 0 {
                     break;
                 }
-                let mut args = vec![V::from(j.t(0)?), V::from(left)];
-                let skip = if full.is_empty() {
-                    String::new()
-                } else {
-                    args.extend(full.iter().map(V::from));
-                    format!(" AND link NOT IN ({})", marks(3, full.len()))
-                };
-                let rows = tx.rows(
-                    &format!(
-                        "SELECT {FILE_COLUMNS} FROM files WHERE job_id = ?1 AND state = 'READY'{skip} \
-                         ORDER BY file_id LIMIT ?2"
-                    ),
-                    &args,
-                )?;
-                out.extend(rows_of(rows, file_row)?);
+                let links = links_of(tx, &mut known, &job)?;
+                let mut mine = Vec::new();
+                for link in links.iter().filter(|l| !full.contains(l)) {
+                    let rows = tx.rows(
+                        &format!(
+                            "SELECT {FILE_COLUMNS} FROM files WHERE job_id = ?1 AND state = 'READY' \
+                             AND link = ?2 ORDER BY file_id LIMIT ?3"
+                        ),
+                        vals![&job, link, left],
+                    )?;
+                    mine.extend(rows_of(rows, file_row)?);
+                }
+                // Several links: the job's order across them.
+                mine.sort_by_key(|f| f.file_id);
+                mine.truncate(left as usize);
+                out.extend(mine);
             }
             Ok(out)
         })
@@ -78,12 +74,7 @@ impl Db {
         now: i64,
     ) -> Result<Vec<FileRow>, ServiceError> {
         self.tx(false, move |tx, kind, host| {
-            let mut rows = Vec::with_capacity(file_ids.len());
-            for id in file_ids {
-                if let Some(row) = start_one(tx, kind, host, id, now)? {
-                    rows.push(row);
-                }
-            }
+            let rows = start_many(tx, kind, host, &file_ids, now)?;
             let mut jobs: Vec<&str> = rows.iter().map(|r| r.job_id.as_str()).collect();
             jobs.sort_unstable();
             jobs.dedup();
@@ -91,46 +82,6 @@ impl Db {
                 refresh_job_state(tx, j, now)?;
             }
             Ok(rows)
-        })
-        .await
-    }
-
-    /// Sizes of a job's files whose size was not given, from a listing of one source
-    /// directory (`dir` on the server of `server`, `sizes` by name), in one transaction: the
-    /// job's later pipelines need not list it again.
-    pub async fn set_sizes_in_dir(
-        &self,
-        job_id: String,
-        server: ferry_client::RemoteUrl,
-        dir: String,
-        sizes: HashMap<String, u64>,
-    ) -> Result<(), ServiceError> {
-        self.tx(false, move |tx, _, _| {
-            let unknown = tx.rows(
-                "SELECT file_id, source FROM files WHERE job_id = ?1 AND filesize IS NULL",
-                vals![job_id],
-            )?;
-            for r in unknown {
-                let Ok(ferry_client::Location::Remote(src)) =
-                    ferry_client::Location::parse(&r.t(1)?)
-                else {
-                    continue;
-                };
-                let Some((parent, name)) = src.path.rsplit_once('/') else {
-                    continue;
-                };
-                let parent = if parent.is_empty() { "/" } else { parent };
-                if !src.same_server(&server) || parent != dir {
-                    continue;
-                }
-                if let Some(&n) = sizes.get(name) {
-                    tx.exec(
-                        "UPDATE files SET filesize = ?2 WHERE file_id = ?1",
-                        vals![r.i(0)?, n as i64],
-                    )?;
-                }
-            }
-            Ok(())
         })
         .await
     }
@@ -182,7 +133,27 @@ impl Db {
         endings: Vec<(i64, Ending)>,
         now: i64,
     ) -> Result<Vec<Result<(), ServiceError>>, ServiceError> {
-        self.tx(false, move |tx, _, host| {
+        Ok(self.end_attempts_then_claim(endings, now, None).await?.0)
+    }
+
+    /// [`Db::end_attempts`], then, in the same transaction, claims the next pipeline of
+    /// `next` = (link, most files): the READY small whole files of one job on that link,
+    /// the most urgent job first, with that job. A pipeline that goes on this way keeps its
+    /// slot and sessions, and its files' ends and its successors' claims share one commit.
+    pub async fn end_attempts_then_claim(
+        &self,
+        endings: Vec<(i64, Ending)>,
+        now: i64,
+        next: Option<(String, usize)>,
+    ) -> Result<
+        (
+            Vec<Result<(), ServiceError>>,
+            Option<(JobRow, Vec<FileRow>)>,
+        ),
+        ServiceError,
+    > {
+        let known = Arc::clone(&self.job_links);
+        self.tx(false, move |tx, kind, host| {
             let mut out = Vec::with_capacity(endings.len());
             let mut jobs = Vec::new();
             for (file_id, ending) in endings {
@@ -199,7 +170,48 @@ impl Db {
             for j in jobs {
                 refresh_job_state(tx, &j, now)?;
             }
-            Ok(out)
+            let Some((link, most)) = next else {
+                return Ok((out, None));
+            };
+            let ready = ready_jobs(tx, now)?;
+            let mut known = lock_links(&known, &ready)?;
+            for job in ready {
+                if !links_of(tx, &mut known, &job)?.contains(&link) {
+                    continue;
+                }
+                let ids = tx
+                    .rows(
+                        "SELECT file_id FROM files WHERE job_id = ?1 AND state = 'READY' AND link = ?2 \
+                         AND stored = '' AND (filesize IS NULL OR (filesize >= 0 AND filesize < ?3)) \
+                         AND source LIKE '%://%' AND source NOT LIKE 'file://%' \
+                         ORDER BY file_id LIMIT ?4",
+                        vals![&job, &link, SMALL_FILE, most as i64],
+                    )?
+                    .iter()
+                    .map(|r| r.i(0))
+                    .collect::<Result<Vec<_>, _>>()?;
+                if ids.is_empty() {
+                    continue;
+                }
+                let rows = start_many(tx, kind, host, &ids, now)?;
+                if rows.is_empty() {
+                    continue;
+                }
+                refresh_job_state(tx, &job, now)?;
+                let Some(job_row) = tx
+                    .row(
+                        &format!("SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = ?1"),
+                        vals![&job],
+                    )?
+                    .as_ref()
+                    .map(job_row)
+                    .transpose()?
+                else {
+                    continue;
+                };
+                return Ok((out, Some((job_row, rows))));
+            }
+            Ok((out, None))
         })
         .await
     }
@@ -278,6 +290,56 @@ impl Db {
     }
 }
 
+/// Waiting files whose time has come become READY; the unfinished jobs, most urgent first.
+fn ready_jobs(tx: &mut dyn Tx, now: i64) -> Result<Vec<String>, ServiceError> {
+    tx.exec(
+        "UPDATE files SET state = 'READY' WHERE state = 'SUBMITTED' AND next_try <= ?1",
+        vals![now],
+    )?;
+    tx.rows(
+        "SELECT job_id FROM jobs WHERE state IN ('SUBMITTED', 'ACTIVE') \
+         ORDER BY priority DESC, submit_time, job_id",
+        &[],
+    )?
+    .iter()
+    .map(|r| r.t(0))
+    .collect()
+}
+
+/// The links cache, keeping only the jobs still unfinished.
+fn lock_links<'a>(
+    known: &'a Mutex<JobLinks>,
+    jobs: &[String],
+) -> Result<std::sync::MutexGuard<'a, JobLinks>, ServiceError> {
+    let mut known = known
+        .lock()
+        .map_err(|_| ServiceError::Database("the links cache lock is poisoned".into()))?;
+    known.retain(|id, _| jobs.contains(id));
+    Ok(known)
+}
+
+/// A job's links, read once (they are fixed at submission).
+fn links_of(
+    tx: &mut dyn Tx,
+    known: &mut JobLinks,
+    job: &str,
+) -> Result<Arc<[String]>, ServiceError> {
+    if let Some(l) = known.get(job) {
+        return Ok(Arc::clone(l));
+    }
+    let l: Arc<[String]> = tx
+        .rows(
+            "SELECT DISTINCT link FROM files WHERE job_id = ?1 ORDER BY link",
+            vals![job],
+        )?
+        .iter()
+        .map(|r| r.t(0))
+        .collect::<Result<Vec<_>, _>>()?
+        .into();
+    known.insert(job.to_owned(), Arc::clone(&l));
+    Ok(l)
+}
+
 /// Ends one file's attempt (see [`Db::end_attempts`]); its job, or `Conflict` when this host
 /// no longer holds the claim. The caller refreshes the jobs.
 fn end_one(
@@ -287,9 +349,66 @@ fn end_one(
     ending: Ending,
     now: i64,
 ) -> Result<Result<String, ServiceError>, ServiceError> {
+    // The file's new state and the claim check in one statement: `?1` the file, `?2` this
+    // host, then each ending's own values (every one referenced: PostgreSQL types them).
+    let (set, mut args, error, retryable, moved) = match &ending {
+        Ending::Finished {
+            bytes,
+            moved,
+            throughput,
+            checksum,
+        } => (
+            "state = 'FINISHED', finish_time = ?3, bytes = ?4, filesize = COALESCE(filesize, ?4), \
+             throughput = ?5, reason = NULL, checksum = COALESCE(?6, checksum), stored = ''",
+            vec![
+                V::from(now),
+                V::from(*bytes),
+                V::from(*throughput),
+                V::from(checksum.clone()),
+            ],
+            None,
+            None,
+            Some(*moved),
+        ),
+        Ending::Retry {
+            error,
+            stored,
+            delay,
+            counted,
+        } => (
+            "state = 'SUBMITTED', reason = ?3, stored = ?4, next_try = ?5, failures = failures + ?6",
+            vec![
+                V::from(error.as_str()),
+                V::from(stored.as_str()),
+                V::from(now + delay),
+                V::from(*counted),
+            ],
+            Some(error.clone()),
+            Some(true),
+            None,
+        ),
+        Ending::Failed { error, retryable } => (
+            "state = 'FAILED', reason = ?3, finish_time = ?4",
+            vec![V::from(error.as_str()), V::from(now)],
+            Some(error.clone()),
+            Some(*retryable),
+            None,
+        ),
+        Ending::Canceled => (
+            "state = 'CANCELED', reason = 'canceled by its owner', finish_time = ?3",
+            vec![V::from(now)],
+            Some("canceled".to_owned()),
+            Some(false),
+            None,
+        ),
+    };
+    args.splice(0..0, [V::from(file_id), V::from(host)]);
     let Some(r) = tx.row(
-        "SELECT job_id, attempts FROM files WHERE file_id = ?1 AND state = 'ACTIVE' AND claimed_by = ?2",
-        vals![file_id, host],
+        &format!(
+            "UPDATE files SET {set}, claimed_by = NULL \
+             WHERE file_id = ?1 AND state = 'ACTIVE' AND claimed_by = ?2 RETURNING job_id, attempts"
+        ),
+        &args,
     )?
     else {
         return Ok(Err(ServiceError::Conflict(format!(
@@ -297,51 +416,6 @@ fn end_one(
         ))));
     };
     let (job_id, attempt) = (r.t(0)?, r.i(1)?);
-    let (error, retryable, moved) = match &ending {
-        Ending::Finished {
-            bytes,
-            moved,
-            throughput,
-            checksum,
-        } => {
-            tx.exec(
-                "UPDATE files SET state = 'FINISHED', finish_time = ?2, bytes = ?3, \
-                 throughput = ?4, reason = NULL, checksum = COALESCE(?5, checksum), \
-                 stored = '', claimed_by = NULL WHERE file_id = ?1",
-                vals![file_id, now, *bytes, *throughput, checksum.clone()],
-            )?;
-            (None, None, Some(*moved))
-        }
-        Ending::Retry {
-            error,
-            stored,
-            delay,
-            counted,
-        } => {
-            tx.exec(
-                "UPDATE files SET state = 'SUBMITTED', reason = ?2, stored = ?3, \
-                 next_try = ?4, failures = failures + ?5, claimed_by = NULL WHERE file_id = ?1",
-                vals![file_id, error, stored, now + delay, *counted],
-            )?;
-            (Some(error.clone()), Some(true), None)
-        }
-        Ending::Failed { error, retryable } => {
-            tx.exec(
-                "UPDATE files SET state = 'FAILED', reason = ?2, finish_time = ?3, \
-                 claimed_by = NULL WHERE file_id = ?1",
-                vals![file_id, error, now],
-            )?;
-            (Some(error.clone()), Some(*retryable), None)
-        }
-        Ending::Canceled => {
-            tx.exec(
-                "UPDATE files SET state = 'CANCELED', reason = 'canceled by its owner', \
-                 finish_time = ?2, claimed_by = NULL WHERE file_id = ?1",
-                vals![file_id, now],
-            )?;
-            (Some("canceled".to_owned()), Some(false), None)
-        }
-    };
     tx.exec(
         "UPDATE attempts SET end_time = ?3, error = ?4, retryable = ?5, moved = ?6 \
          WHERE file_id = ?1 AND attempt = ?2",
@@ -350,43 +424,72 @@ fn end_one(
     Ok(Ok(job_id))
 }
 
-/// Claims one READY file (see [`Db::start_attempts`]); the caller refreshes its job. One
-/// `UPDATE … RETURNING` claims and reads it (PostgreSQL: a row another host is claiming is
-/// skipped, not waited for).
-fn start_one(
+/// Claims the READY ones of `file_ids` (see [`Db::start_attempts`]), in order; the caller
+/// refreshes their jobs. A pipeline's files are claimed and their attempts recorded by two
+/// statements, not two per file: one `UPDATE … RETURNING` (PostgreSQL: rows another host is
+/// claiming are skipped, not waited for) and one `INSERT` of many rows.
+fn start_many(
     tx: &mut dyn Tx,
     kind: Kind,
     host: &str,
-    file_id: i64,
+    file_ids: &[i64],
     now: i64,
-) -> Result<Option<FileRow>, ServiceError> {
-    let which = match kind {
-        Kind::Postgres => {
-            "file_id = (SELECT file_id FROM files WHERE file_id = ?1 AND state = 'READY' \
-             FOR UPDATE SKIP LOCKED)"
-        }
-        Kind::Sqlite => "file_id = ?1 AND state = 'READY'",
-    };
-    let Some(row) = tx
-        .row(
-            &format!(
-                "UPDATE files SET state = 'ACTIVE', attempts = attempts + 1, start_time = ?2, \
-                 claimed_by = ?3 WHERE {which} RETURNING {FILE_COLUMNS}"
+) -> Result<Vec<FileRow>, ServiceError> {
+    let mut out = Vec::with_capacity(file_ids.len());
+    for chunk in file_ids.chunks(CLAIM_CHUNK) {
+        let ids = marks(3, chunk.len());
+        let which = match kind {
+            Kind::Postgres => format!(
+                "file_id IN (SELECT file_id FROM files WHERE file_id IN ({ids}) AND state = 'READY' \
+                 FOR UPDATE SKIP LOCKED)"
             ),
-            vals![file_id, now, host],
-        )?
-        .as_ref()
-        .map(file_row)
-        .transpose()?
-    else {
-        return Ok(None);
-    };
-    let resumed = ferry_proto::RangeSet::parse(&row.stored)
-        .map(|r| r.total())
-        .unwrap_or(0);
-    tx.exec(
-        "INSERT INTO attempts (file_id, attempt, start_time, resumed_bytes) VALUES (?1, ?2, ?3, ?4)",
-        vals![file_id, row.attempts, now, resumed as i64],
-    )?;
-    Ok(Some(row))
+            // `+state`: by rowid; SQLite would otherwise walk the READY entries of the
+            // state index, the whole queue.
+            Kind::Sqlite => format!("file_id IN ({ids}) AND +state = 'READY'"),
+        };
+        let mut args = vec![V::from(now), V::from(host)];
+        args.extend(chunk.iter().map(|&id| V::from(id)));
+        let mut rows = rows_of(
+            tx.rows(
+                &format!(
+                    "UPDATE files SET state = 'ACTIVE', attempts = attempts + 1, start_time = ?1, \
+                     claimed_by = ?2 WHERE {which} RETURNING {FILE_COLUMNS}"
+                ),
+                &args,
+            )?,
+            file_row,
+        )?;
+        if rows.is_empty() {
+            continue;
+        }
+        rows.sort_by_key(|r| r.file_id);
+        let mut args = Vec::with_capacity(rows.len() * 5);
+        let mut tuples = Vec::with_capacity(rows.len());
+        for (k, row) in rows.iter().enumerate() {
+            let resumed = ferry_proto::RangeSet::parse(&row.stored)
+                .map(|r| r.total())
+                .unwrap_or(0);
+            tuples.push(format!("({})", marks(k * 5 + 1, 5)));
+            args.extend([
+                V::from(row.file_id),
+                V::from(row.attempts),
+                V::from(now),
+                V::from(resumed as i64),
+                V::from(host),
+            ]);
+        }
+        tx.exec(
+            &format!(
+                "INSERT INTO attempts (file_id, attempt, start_time, resumed_bytes, host) VALUES {}",
+                tuples.join(", ")
+            ),
+            &args,
+        )?;
+        out.extend(rows);
+    }
+    Ok(out)
 }
+
+/// Files one claiming statement takes at most (bound parameters stay well under the
+/// databases' limits).
+const CLAIM_CHUNK: usize = 64;

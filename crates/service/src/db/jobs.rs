@@ -139,7 +139,7 @@ impl Db {
     pub async fn attempts(&self, file_id: i64) -> Result<Vec<AttemptRow>, ServiceError> {
         self.tx(false, move |tx, _, _| {
             tx.rows(
-                "SELECT attempt, start_time, end_time, resumed_bytes, moved, error, retryable \
+                "SELECT attempt, start_time, end_time, resumed_bytes, moved, error, retryable, host \
                  FROM attempts WHERE file_id = ?1 ORDER BY attempt",
                 vals![file_id],
             )?
@@ -153,6 +153,7 @@ impl Db {
                     moved: r.oi(4)?,
                     error: r.ot(5)?,
                     retryable: r.oi(6)?.map(|v| v != 0),
+                    host: r.ot(7)?,
                 })
             })
             .collect()

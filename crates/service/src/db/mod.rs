@@ -31,13 +31,22 @@ use crate::ServiceError;
 /// the service is told otherwise (`--host-timeout`).
 pub const HOST_TIMEOUT: i64 = 30;
 
+/// Files smaller than this (bytes) may go in a pipeline with others.
+pub const SMALL_FILE: i64 = 16 << 20;
+
 /// The database, shared by the API and the scheduler.
 #[derive(Clone)]
 pub struct Db {
     conn: Arc<Mutex<Box<dyn Store>>>,
     kind: Kind,
     host: Arc<str>,
+    /// The links of each unfinished job (fixed at submission), read once per job: the
+    /// dispatcher's reads skip jobs whose links are all full and read each open link alone.
+    job_links: Arc<Mutex<JobLinks>>,
 }
+
+/// Each unfinished job's links.
+type JobLinks = HashMap<String, Arc<[String]>>;
 
 impl std::fmt::Debug for Db {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -91,6 +100,11 @@ impl Db {
         // from its stored ranges.
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
+        // Checkpoints every 8192 pages (32 MiB of WAL) rather than 1000: a busy queue
+        // rewrites the same few pages (the ACTIVE rows, their index entries) over and over,
+        // and a checkpoint copies each page once however often it changed.
+        conn.pragma_update(None, "wal_autocheckpoint", 8192)?;
+        conn.pragma_update(None, "journal_size_limit", 64i64 << 20)?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         Db::setup(Box::new(conn), Kind::Sqlite, host)
     }
@@ -101,6 +115,7 @@ impl Db {
             conn: Arc::new(Mutex::new(store)),
             kind,
             host: host.into(),
+            job_links: Arc::default(),
         })
     }
 

@@ -145,6 +145,8 @@ pub struct AttemptRow {
     pub error: Option<String>,
     /// Whether the failure was worth a retry.
     pub retryable: Option<bool>,
+    /// The service host that ran it (`--host-id`).
+    pub host: Option<String>,
 }
 
 /// A delegation row.

@@ -92,6 +92,12 @@ CREATE TABLE hosts (
     r#"
 CREATE INDEX files_job_state ON files(job_id, state);
 "#,
+    r#"
+ALTER TABLE attempts ADD COLUMN host TEXT;
+CREATE INDEX files_job_state_link ON files(job_id, state, link);
+DROP INDEX files_job_state;
+DROP INDEX files_job;
+"#,
 ];
 
 /// PostgreSQL: the same versions in its types.
@@ -179,6 +185,12 @@ CREATE TABLE hosts (
 "#,
     r#"
 CREATE INDEX files_job_state ON files(job_id, state);
+"#,
+    r#"
+ALTER TABLE attempts ADD COLUMN host TEXT;
+CREATE INDEX files_job_state_link ON files(job_id, state, link);
+DROP INDEX files_job_state;
+DROP INDEX files_job;
 "#,
 ];
 

@@ -4,12 +4,15 @@ use super::*;
 
 impl Scheduler {
     /// Small files of one job and link as one pipeline; what it leaves runs one by one.
+    /// Runs `rows` (small whole files of `job` on one link) as one pipeline and records how
+    /// each ended; when all settled and the slot is still wanted, the next pipeline of the
+    /// link, claimed in the same transaction, and its job.
     pub(super) async fn run_batch(
         &self,
         rows: Vec<FileRow>,
         job: &JobRow,
         token: &CancellationToken,
-    ) {
+    ) -> Option<(JobRow, Vec<FileRow>)> {
         let options: JobOptions = serde_json::from_str(&job.options).unwrap_or_default();
         let mut copies = Vec::with_capacity(rows.len());
         let mut kept = Vec::with_capacity(rows.len());
@@ -27,7 +30,7 @@ impl Scheduler {
                         });
                         self.conclude(row, job, failed).await;
                     }
-                    return;
+                    return None;
                 }
             },
             _ => (Sessions::new(), i64::MAX),
@@ -98,11 +101,16 @@ impl Scheduler {
             };
             ended.push((&kept[k], outcome));
         }
-        self.conclude_many(job, ended).await;
-        if settled == kept.len() && !token.is_cancelled() {
-            self.give_back(job, &kept[0].link, sessions, until);
-        } else {
-            drop(sessions);
+        let link = kept.first().map(|r| r.link.clone());
+        let all_settled = settled == kept.len() && !token.is_cancelled();
+        let then = link
+            .clone()
+            .filter(|l| all_settled && self.goes_on(l))
+            .map(|l| (l, BATCH));
+        let next = self.conclude_many_then(job, ended, then).await;
+        match link {
+            Some(l) if all_settled => self.give_back(job, &l, sessions, until),
+            _ => drop(sessions),
         }
         // What the pipeline left: one at a time, as any file.
         for row in kept.iter().skip(settled) {
@@ -115,14 +123,23 @@ impl Scheduler {
             };
             self.conclude(row, job, outcome).await;
         }
+        next
     }
 
     pub(super) async fn conclude(&self, row: &FileRow, job: &JobRow, outcome: Outcome) {
-        self.conclude_many(job, vec![(row, outcome)]).await;
+        self.conclude_many_then(job, vec![(row, outcome)], None)
+            .await;
     }
 
-    /// [`Scheduler::conclude`] for several files of a job: one transaction.
-    pub(super) async fn conclude_many(&self, job: &JobRow, ended: Vec<(&FileRow, Outcome)>) {
+    /// [`Scheduler::conclude`] for several files of a job, in one transaction that also
+    /// claims the next pipeline of `then` = (link, most files) (see
+    /// [`Db::end_attempts_then_claim`]); that pipeline and its job.
+    pub(super) async fn conclude_many_then(
+        &self,
+        job: &JobRow,
+        ended: Vec<(&FileRow, Outcome)>,
+        then: Option<(String, usize)>,
+    ) -> Option<(JobRow, Vec<FileRow>)> {
         let mut endings = Vec::with_capacity(ended.len());
         let mut results = Vec::with_capacity(ended.len());
         for (row, outcome) in &ended {
@@ -166,18 +183,20 @@ impl Scheduler {
             endings.push((file_id, ending));
             results.push(result);
         }
-        match self.db.end_attempts(endings, now()).await {
-            Ok(each) => {
+        let next = match self.db.end_attempts_then_claim(endings, now(), then).await {
+            Ok((each, next)) => {
                 for ((row, _), r) in ended.iter().zip(each) {
                     if let Err(ServiceError::Conflict(why)) = r {
                         tracing::warn!(file = row.file_id, "{why}; another host runs it now");
                     }
                 }
+                next
             }
             Err(e) => {
-                tracing::error!(error = %e, "could not record the end of attempts; they are resumed at the next start")
+                tracing::error!(error = %e, "could not record the end of attempts; they are resumed at the next start");
+                None
             }
-        }
+        };
         if let Ok(mut s) = self.state.lock() {
             for ((row, _), result) in ended.iter().zip(results) {
                 s.files.remove(&row.file_id);
@@ -191,6 +210,7 @@ impl Scheduler {
                 }
             }
         }
+        next
     }
 
     pub(super) async fn run_attempt(

@@ -64,12 +64,16 @@ impl Default for Limits {
 /// Most small files one pipeline takes.
 const BATCH: usize = 32;
 
+/// Pipelines' worth of READY files the dispatcher reads at a time.
+const READ_PIPELINES: usize = 2;
+
 /// Whether a waiting file may join a pipeline: whole, nothing stored, read from a server,
 /// small or of a size not known yet (a pipeline lists its sources' directories first and
 /// leaves the large ones to run alone).
 fn batchable(f: &FileRow) -> bool {
     f.stored.is_empty()
-        && f.filesize.is_none_or(|n| (0..16 << 20).contains(&n))
+        && f.filesize
+            .is_none_or(|n| (0..crate::db::SMALL_FILE).contains(&n))
         && f.source.contains("://")
         && !f.source.starts_with("file://")
 }
@@ -290,35 +294,74 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Starts what the free slots allow. Candidates are read a few pipelines' worth at a time
+    /// (reading every READY row a free slot might want, on every wake-up, cost more than the
+    /// transfers of small files): links found with no room are left out of the next read,
+    /// and reading stops when a read starts nothing or the queue has no more.
     async fn dispatch(self: Arc<Self>) -> Result<(), ServiceError> {
-        let (free, full) = {
-            let s = self.state.lock().map_err(|_| poisoned())?;
-            let full: Vec<String> = s
-                .per_link
-                .iter()
-                .filter(|(link, n)| {
-                    let target = s
-                        .optimizers
-                        .get(*link)
-                        .map(|o| o.target() as usize)
-                        .unwrap_or(self.limits.link_min);
-                    **n >= target
-                })
-                .map(|(link, _)| link.clone())
-                .collect();
-            (self.limits.max_active.saturating_sub(s.slots), full)
-        };
-        if free == 0 {
-            return Ok(());
+        let mut no_room: Vec<String> = Vec::new();
+        loop {
+            let (free, mut full) = {
+                let s = self.state.lock().map_err(|_| poisoned())?;
+                let full: Vec<String> = s
+                    .per_link
+                    .iter()
+                    .filter(|(link, n)| **n >= self.target(&s, link))
+                    .map(|(link, _)| link.clone())
+                    .collect();
+                (self.limits.max_active.saturating_sub(s.slots), full)
+            };
+            if free == 0 {
+                return Ok(());
+            }
+            full.extend(
+                no_room
+                    .iter()
+                    .filter(|l| !full.contains(l))
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            );
+            let limit = (free.min(READ_PIPELINES) * BATCH) as i64;
+            let ready = self.db.ready_files_except(now(), limit, full).await?;
+            let read = ready.len() as i64;
+            let started = Arc::clone(&self).start_from(&ready, &mut no_room).await?;
+            if started == 0 || read < limit {
+                return Ok(());
+            }
         }
-        // Enough candidates to fill the free slots with pipelines.
-        let ready = self
-            .db
-            .ready_files_except(now(), (free * BATCH).max(64) as i64, full)
-            .await?;
+    }
+
+    /// Whether a pipeline of `link` that ends now may go on with the link's next files: the
+    /// service runs, and the link is not over its target (the optimizer may have lowered it).
+    fn goes_on(&self, link: &str) -> bool {
+        !self.shutdown.is_cancelled()
+            && self
+                .state
+                .lock()
+                .map(|s| s.per_link.get(link).copied().unwrap_or(0) <= self.target(&s, link))
+                .unwrap_or(false)
+    }
+
+    /// How many transfers a link may run now: its optimizer's target, or the minimum before
+    /// it has one.
+    fn target(&self, s: &Running, link: &str) -> usize {
+        s.optimizers
+            .get(link)
+            .map(|o| o.target() as usize)
+            .unwrap_or(self.limits.link_min)
+    }
+
+    /// Starts pipelines and single transfers from `ready` while slots are free; the links
+    /// found with no room go into `no_room`. The number started.
+    async fn start_from(
+        self: Arc<Self>,
+        ready: &[FileRow],
+        no_room: &mut Vec<String>,
+    ) -> Result<usize, ServiceError> {
         let mut taken = std::collections::HashSet::new();
-        for f in &ready {
-            if taken.contains(&f.file_id) {
+        let mut started = 0;
+        for f in ready {
+            if taken.contains(&f.file_id) || no_room.contains(&f.link) {
                 continue;
             }
             {
@@ -326,18 +369,13 @@ impl Scheduler {
                 if s.slots >= self.limits.max_active {
                     break;
                 }
-                let target = s
-                    .optimizers
-                    .get(&f.link)
-                    .map(|o| o.target() as usize)
-                    .unwrap_or(self.limits.link_min);
-                if s.per_link.get(&f.link).copied().unwrap_or(0) >= target {
-                    continue;
-                }
+                let at_target =
+                    s.per_link.get(&f.link).copied().unwrap_or(0) >= self.target(&s, &f.link);
                 let busy = endpoints_of(&f.link).iter().any(|e| {
                     s.per_endpoint.get(e).copied().unwrap_or(0) >= self.limits.endpoint_max
                 });
-                if busy {
+                if at_target || busy {
+                    no_room.push(f.link.clone());
                     continue;
                 }
             }
@@ -370,6 +408,7 @@ impl Scheduler {
             if rows.is_empty() {
                 continue;
             }
+            started += 1;
             self.claim_slot(&f.link);
             let me = Arc::clone(&self);
             let link = f.link.clone();
@@ -378,13 +417,21 @@ impl Scheduler {
                     let outcome = me.run_attempt(&rows[0], &job, &token).await;
                     me.conclude(&rows[0], &job, outcome).await;
                 } else {
-                    me.run_batch(rows, &job, &token).await;
+                    // A pipeline goes on with the link's next small files while its slot is
+                    // still wanted: no wait for the dispatcher, no new sessions.
+                    let (mut rows, mut job) = (rows, job);
+                    while let Some((next_job, next)) = me.run_batch(rows, &job, &token).await {
+                        for row in &next {
+                            me.register(row, &token);
+                        }
+                        (rows, job) = (next, next_job);
+                    }
                 }
                 me.release_slot(&link);
                 me.wake();
             });
         }
-        Ok(())
+        Ok(started)
     }
 
     /// A file whose attempt runs now: cancellable, its bytes counted into its link.

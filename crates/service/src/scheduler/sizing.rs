@@ -5,7 +5,9 @@ use super::*;
 
 impl Scheduler {
     /// Sizes of files the job did not give, from one listing of each source directory (a
-    /// round trip per directory, not per file), kept for the job's later pipelines too; the
+    /// round trip per directory, not per file), kept in memory for the job's later pipelines
+    /// (a file's size is stored when it finishes, as FTS3 records it when a transfer runs:
+    /// writing every listed size at once rewrote the whole queue's rows); the
     /// files that can go in a pipeline put first. A directory that cannot be listed leaves its
     /// files' sizes unknown: they run alone and say what is wrong.
     pub(super) async fn learn_sizes(
@@ -37,14 +39,6 @@ impl Scheduler {
                     };
                     let sizes = Arc::new(sizes);
                     cache.insert(key, (Instant::now(), Arc::clone(&sizes)));
-                    // Stored in the background: the pipelines go on meanwhile.
-                    let (db, id) = (self.db.clone(), job.job_id.clone());
-                    let (all, server, dir) = ((*sizes).clone(), server.clone(), dir.clone());
-                    tokio::spawn(async move {
-                        if let Err(e) = db.set_sizes_in_dir(id, server, dir, all).await {
-                            tracing::warn!(error = %e, "could not record files' sizes");
-                        }
-                    });
                     sizes
                 }
             };
@@ -57,7 +51,7 @@ impl Scheduler {
             }
         }
         // Small ones first: the pipeline takes a prefix.
-        rows.sort_by_key(|r| r.filesize.is_none_or(|n| n >= 16 << 20));
+        rows.sort_by_key(|r| r.filesize.is_none_or(|n| n >= crate::db::SMALL_FILE));
         rows
     }
 
