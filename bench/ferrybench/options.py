@@ -37,6 +37,7 @@ class Options:
     restart_tries: int = 20
     service_kill_files: int = 1000
     service_kills: int = 10
+    service_hosts: bool = True
     restart_size: int = 512 << 20
     restart_seed: int | None = None
     restart_tcp_bs: str = "auto"
@@ -102,6 +103,8 @@ def parse_options(argv, scenario_names) -> Options:
     p.add_argument("--restart-tries", type=int, help="restart: kills per direction (default 20; quick 3)")
     p.add_argument("--service-kill-files", type=int, help="service: files of the killed job (default 1000; quick 100)")
     p.add_argument("--service-kills", type=int, help="service: SIGKILLs of the service during it (default 10; quick 3)")
+    p.add_argument("--no-service-hosts", action="store_true",
+                   help="service: leave out two service hosts on one PostgreSQL (needs Debian's postgresql)")
     p.add_argument("--restart-size", type=parse_size, help="restart: file size (default 512M; quick 128M)")
     p.add_argument("--restart-seed", type=int, help="restart: seed of the kill delays (default: drawn, printed in the report)")
     p.add_argument("--restart-tcp-bs", type=_tcp_bs, default="auto",
@@ -134,6 +137,7 @@ def parse_options(argv, scenario_names) -> Options:
         restart_tries=a.restart_tries if a.restart_tries is not None else (3 if q else 20),
         service_kill_files=a.service_kill_files if a.service_kill_files is not None else (100 if q else 1000),
         service_kills=a.service_kills if a.service_kills is not None else (3 if q else 10),
+        service_hosts=not a.no_service_hosts,
         restart_size=a.restart_size if a.restart_size is not None else parse_size("128M" if q else "512M"),
         restart_seed=a.restart_seed,
         restart_tcp_bs=a.restart_tcp_bs,

@@ -9,9 +9,13 @@ import subprocess
 import tempfile
 import time
 
+import collections
+import urllib.parse
+
 from .. import disk_files, processes
+from ..postgres import Postgres
 from ..results import ScenarioResult, Table
-from ..servers import BenchError, free_port, running, wait_listening
+from ..servers import BenchError, free_port, running, start_ferry, wait_listening
 from ..stats import ratio, summarize
 from .registry import scenario
 
@@ -35,27 +39,39 @@ METHOD = (
     "ended FINISHED, whether every file is byte-identical (cmp), the attempts the files needed, and "
     "how many of the files that had a stored checkpoint were sent again from byte 0 (the bar: none). "
     "Files of 1 MiB go as pipelines of small files, which store no checkpoints; the suite's "
-    "`the_service_killed_mid_transfer_resumes_from_its_stored_ranges` covers checkpoints of large files."
+    "`the_service_killed_mid_transfer_resumes_from_its_stored_ranges` covers checkpoints of large files. "
+    "**Two hosts** (leave out with `--no-service-hosts`): a PostgreSQL from Debian's packages (initdb in "
+    "the run directory, default durability), two `ferry service` hosts on it (`--host-timeout 5`), a "
+    "destination `ferry serve --log-transfer`; one job of the N small files is submitted to host A, A is "
+    "killed with SIGKILL once 30 % of the files are FINISHED, and host B ends the job. Reported from the "
+    "queue (attempts per host, which host finished each file) and from the destination's transfer log "
+    "(how often each file was stored: a second store is expected only for a file A was moving when it "
+    "died, whose attempt B took back)."
 )
 
 
 class Service:
     """One `ferry service` at a time on a port and database that stay across kills."""
 
-    def __init__(self, ctx, workdir: str):
+    def __init__(self, ctx, workdir: str, database: str | None = None, extra=(), like: "Service | None" = None):
         self.ctx = ctx
         self.workdir = workdir
+        os.makedirs(workdir, exist_ok=True)
         self.port = free_port()
         self.proc = None
-        ca = os.path.join(workdir, "ca")
-        subprocess.run([ctx.options.ferry, "ca", ca, "--host", "localhost", "--days", "2"],
-                       check=True, capture_output=True)
-        self.cert_dir = os.path.join(ca, "certificates")
-        self.host = os.path.join(ca, "hosts", "localhost")
-        self.tokens = os.path.join(workdir, "tokens")
-        with open(self.tokens, "w") as f:
-            f.write(f"{TOKEN} bench\n")
-        self.db = os.path.join(workdir, "queue.db")
+        self.extra = list(extra)
+        if like is None:
+            ca = os.path.join(workdir, "ca")
+            subprocess.run([ctx.options.ferry, "ca", ca, "--host", "localhost", "--days", "2"],
+                           check=True, capture_output=True)
+            self.cert_dir = os.path.join(ca, "certificates")
+            self.host = os.path.join(ca, "hosts", "localhost")
+            self.tokens = os.path.join(workdir, "tokens")
+            with open(self.tokens, "w") as f:
+                f.write(f"{TOKEN} bench\n")
+        else:
+            self.cert_dir, self.host, self.tokens = like.cert_dir, like.host, like.tokens
+        self.db = database or os.path.join(workdir, "queue.db")
         self.env = dict(os.environ, X509_CERT_DIR=self.cert_dir, FERRY_TOKEN=TOKEN,
                         FERRY_SERVICE=f"https://localhost:{self.port}")
 
@@ -64,7 +80,7 @@ class Service:
         cmd = [self.ctx.options.ferry, "service", "--listen", f"127.0.0.1:{self.port}",
                "--database", self.db, "--tokens", self.tokens, "--cert-dir", self.cert_dir,
                "--host-cert", os.path.join(self.host, "hostcert.pem"),
-               "--host-key", os.path.join(self.host, "hostkey.pem")]
+               "--host-key", os.path.join(self.host, "hostkey.pem"), *self.extra]
         self.proc = processes.spawn(cmd, stdout=log, stderr=subprocess.STDOUT)
         wait_listening(self.port, self.proc, os.path.join(self.workdir, "service.log"), "ferry service")
 
@@ -140,10 +156,8 @@ def run(ctx) -> ScenarioResult:
                         svc.cli("copy", "-r", a.url(flat.rstrip("/") + "/"), b.url(out_dir + "/"))
                     else:
                         # One client process: submit, then wait (job state every 0.2 s).
-                        job = svc.submit(_pairs(a, b, flat, out_dir, names), wait=True)
-                        j = svc.job(job)
-                        if j["job"]["job_state"] != "FINISHED":
-                            raise BenchError(f"service job {job}: {j['job']['job_state']}: {j['job'].get('reason')}")
+                        # `ferry submit --wait` fails unless the job ends FINISHED.
+                        svc.submit(_pairs(a, b, flat, out_dir, names), wait=True)
                     took = time.monotonic() - start
                     same, diff = disk_files.same_tree(flat, out_dir)
                     if not same:
@@ -210,4 +224,86 @@ def run(ctx) -> ScenarioResult:
             shutil.rmtree(out_dir, ignore_errors=True)
         finally:
             svc.stop()
+        if o.service_hosts:
+            _two_hosts(ctx, result, a, flat, names)
     return result
+
+
+HOST_TIMEOUT = 5
+
+
+def _two_hosts(ctx, result, src, flat, names):
+    """Two service hosts on one PostgreSQL share one job of every small file; host A is killed
+    (SIGKILL) once 30 % of the files are FINISHED and host B finishes the job. The destination
+    server's transfer log says how often each file was stored."""
+    o = ctx.options
+    n = len(names)
+    pg = Postgres(ctx.scratch("postgres")).start()
+    dest_dir = ctx.scratch("hosts-dest")
+    translog = os.path.join(dest_dir, "transfers.jsonl")
+    dest = start_ferry(o.ferry, dest_dir, extra=("--log-transfer", translog))
+    common = ["--host-timeout", str(HOST_TIMEOUT)]
+    host_a = Service(ctx, ctx.scratch("host-a"), database=pg.url(), extra=["--host-id", "host-a", *common])
+    host_b = Service(ctx, ctx.scratch("host-b"), database=pg.url(), extra=["--host-id", "host-b", *common],
+                     like=host_a)
+    out_dir = tempfile.mkdtemp(prefix="svc-hosts-", dir=o.small_dir)
+    os.chmod(out_dir, 0o777)
+    try:
+        host_a.start()
+        host_b.start()
+        start = time.monotonic()
+        job = host_a.submit(_pairs(src, dest, flat, out_dir, names))
+        while True:
+            counts = dict(pg.query("SELECT state, COUNT(*) FROM files GROUP BY state"))
+            if int(counts.get("FINISHED", 0)) >= 0.3 * n:
+                break
+            if time.monotonic() - start > 600:
+                raise BenchError("two hosts: 30 % of the files did not finish within 600 s")
+            time.sleep(0.02)
+        claimed_by_a = int(pg.query("SELECT COUNT(*) FROM files WHERE state = 'ACTIVE' AND claimed_by = 'host-a'")[0][0])
+        finished_at_kill = int(counts.get("FINISHED", 0))
+        host_a.kill()
+        killed = time.monotonic() - start
+        j = host_b.wait(job, 1800)
+        took = time.monotonic() - start
+        per_host = dict(pg.query("SELECT COALESCE(host, '?'), COUNT(*) FROM attempts GROUP BY host"))
+        finished_by = dict(pg.query(
+            "SELECT COALESCE(a.host, '?'), COUNT(*) FROM attempts a JOIN files f ON f.file_id = a.file_id "
+            "AND f.attempts = a.attempt WHERE f.state = 'FINISHED' GROUP BY a.host"))
+        taken_back = {urllib.parse.urlsplit(r[0]).path for r in pg.query(
+            "SELECT DISTINCT f.dest FROM files f JOIN attempts a ON a.file_id = f.file_id "
+            "WHERE a.error LIKE '%service stopped%'")}
+        stores = collections.Counter()
+        with open(translog) as f:
+            for line in f:
+                rec = json.loads(line)
+                if rec.get("code") == 226 and rec.get("command") in ("STOR", "ESTO") \
+                        and rec.get("path", "").startswith(out_dir + "/"):
+                    stores[rec["path"]] += 1
+        paths = [os.path.join(out_dir, nm) for nm in names]
+        once = sum(1 for p in paths if stores[p] == 1)
+        again = [p for p in paths if stores[p] > 1]
+        unexplained = [p for p in again if p not in taken_back]
+        never = sum(1 for p in paths if stores[p] == 0)
+        same, diff = disk_files.same_tree(flat, out_dir)
+        result.tables.append(Table(
+            f"Two service hosts on one PostgreSQL, one job of {n} files of 4 KiB; host A killed (SIGKILL) "
+            f"at 30 % FINISHED, --host-timeout {HOST_TIMEOUT}",
+            ["job", "byte-identical", "took (s)", "A killed at (s)", "A's claims at the kill",
+             "attempts A / B", "finished by A / B", "stored once", "stored again (all taken back from A)",
+             "stored again without cause", "never stored"],
+            [[j["job"]["job_state"], "yes" if same else f"no: {diff}", f"{took:.1f}", f"{killed:.1f}",
+              str(claimed_by_a), f"{per_host.get('host-a', 0)} / {per_host.get('host-b', 0)}",
+              f"{finished_by.get('host-a', 0)} / {finished_by.get('host-b', 0)}", str(once),
+              str(len(again)), str(len(unexplained)), str(never)]]))
+        result.raw.append({"hosts_files": n, "state": j["job"]["job_state"], "identical": same, "took_s": took,
+                           "killed_at_s": killed, "finished_at_kill": finished_at_kill,
+                           "a_claims_at_kill": claimed_by_a, "attempts_per_host": per_host,
+                           "finished_per_host": finished_by, "stored_once": once, "stored_again": len(again),
+                           "stored_again_without_cause": len(unexplained), "never_stored": never})
+    finally:
+        host_a.stop()
+        host_b.stop()
+        processes.kill_tree(dest.proc)
+        pg.stop()
+        shutil.rmtree(out_dir, ignore_errors=True)
