@@ -332,14 +332,23 @@ impl Scheduler {
     }
 
     /// Whether a pipeline of `link` that ends now may go on with the link's next files: the
-    /// service runs, and the link is not over its target (the optimizer may have lowered it).
+    /// service runs, the link is not over its target (the optimizer may have lowered it), and
+    /// no other link could want the slot: while every slot is taken, or one of the link's
+    /// servers is at `--endpoint-max`, the pipeline ends and the dispatcher gives the slot to
+    /// the most urgent file of any link, as when each pipeline ended.
     fn goes_on(&self, link: &str) -> bool {
-        !self.shutdown.is_cancelled()
-            && self
-                .state
-                .lock()
-                .map(|s| s.per_link.get(link).copied().unwrap_or(0) <= self.target(&s, link))
-                .unwrap_or(false)
+        if self.shutdown.is_cancelled() {
+            return false;
+        }
+        let Ok(s) = self.state.lock() else {
+            return false;
+        };
+        let within = s.per_link.get(link).copied().unwrap_or(0) <= self.target(&s, link);
+        let room = s.slots < self.limits.max_active
+            && endpoints_of(link)
+                .iter()
+                .all(|e| s.per_endpoint.get(e).copied().unwrap_or(0) < self.limits.endpoint_max);
+        within && room
     }
 
     /// How many transfers a link may run now: its optimizer's target, or the minimum before
