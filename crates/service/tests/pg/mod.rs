@@ -19,16 +19,26 @@ pub struct Postgres {
 
 impl Drop for Postgres {
     fn drop(&mut self) {
-        // SIGTERM: a "smart" shutdown that waits for nobody (the tests are done with it).
-        let _ = Command::new("kill")
-            .args(["-INT", &self.server.id().to_string()])
-            .status();
+        // SIGINT to the postmaster itself (its pid is the first line of postmaster.pid): a
+        // "fast" shutdown that ends the sessions still open. As root the child is `runuser`,
+        // and a signal to it did not always reach the server, which then outlived the test.
+        let postmaster = std::fs::read_to_string(self.dir.path().join("data/postmaster.pid"))
+            .ok()
+            .and_then(|t| t.lines().next().map(str::to_owned))
+            .filter(|p| p.parse::<u32>().is_ok());
+        let target = postmaster
+            .clone()
+            .unwrap_or_else(|| self.server.id().to_string());
+        let _ = Command::new("kill").args(["-INT", &target]).status();
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.server.try_wait() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
+        }
+        if let Some(pid) = postmaster {
+            let _ = Command::new("kill").args(["-KILL", &pid]).status();
         }
         let _ = self.server.kill();
         let _ = self.server.wait();
