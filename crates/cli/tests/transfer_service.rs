@@ -622,8 +622,16 @@ fn the_dashboard_shows_a_job_go_active_and_finish_live_in_chromium() {
     assert!(shots.join("dashboard-finished.png").exists());
     eprintln!("screenshots: {}", shots.display());
     same_file(&site.path("root/big.bin"), &site.path("root/big-copy.bin"));
-    // Prometheus' view of the same: the bytes moved and the finished attempt.
-    let metrics = http_get(site.metrics_port, "/metrics");
+    // Prometheus' view of the same: the bytes moved and the finished attempt. The
+    // per-state gauges are sampled once a second, so the page may see FINISHED first.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let metrics = loop {
+        let m = http_get(site.metrics_port, "/metrics");
+        if m.contains("ferry_service_files{state=\"FINISHED\"} 1") || Instant::now() > deadline {
+            break m;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     let moved = metrics
         .lines()
         .find_map(|l| l.strip_prefix("ferry_service_moved_bytes_total "))
