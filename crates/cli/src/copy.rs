@@ -24,6 +24,11 @@ pub(crate) struct CopyArgs {
     /// servers), instead of copying with one stream in stream mode after a warning.
     #[arg(long = "require-parallel")]
     require_parallel: bool,
+    /// The data channels' transport: tcp, or quic (UDP; ferry servers whose admin allows it
+    /// in --dc-whitelist), with options as in SITE SETNETSTACK (quic:congestion=cubic).
+    /// Both ends of every data connection use it; a server that refuses it fails the copy.
+    #[arg(long, value_name = "NAME[:OPTIONS]", default_value = "tcp", value_parser = parse_transport)]
+    transport: String,
     /// TCP buffer size for data connections (e.g. 8M). [default: the kernel's autotuning]
     #[arg(long = "tcp-bs", value_name = "SIZE", value_parser = parse_size)]
     tcp_bs: Option<u64>,
@@ -215,6 +220,7 @@ impl CopyArgs {
                     .map(|b| b.max(4096))
                     .or(defaults.request.block_size),
                 tcp_buffer: bytes_u32(self.tcp_bs, "--tcp-bs")?,
+                transport: (self.transport != "tcp").then(|| self.transport.clone()),
                 offset: self.offset.unwrap_or(0),
                 length: self.length,
                 stripe: stripe_layout(self.stripe, self.stripe_block_size),
@@ -343,4 +349,13 @@ pub(crate) fn run(args: CopyArgs) -> u8 {
             exit::USAGE
         }
     }
+}
+
+/// `--transport`: a transport of this build with options it takes, as a net-stack entry.
+fn parse_transport(s: &str) -> Result<String, String> {
+    let stack = ferry_proto::stack::StackSpec::parse(s).map_err(|e| e.to_string())?;
+    ferry_net::Transports::standard()
+        .transport_of(&stack)
+        .map_err(|e| e.to_string())?;
+    Ok(stack.to_string())
 }

@@ -123,6 +123,8 @@ fn site() -> Option<Site> {
         .arg(ca.join("certificates"))
         .arg("--gridmap")
         .arg(ca.join("grid-mapfile"))
+        .args(["--dc-whitelist", "tcp,quic,gsi", "--log-transfer"])
+        .arg(dir.path().join("transfers.log"))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -1069,4 +1071,102 @@ fn a_server_on_a_user_credential_not_root_is_named_with_its_subject() {
     assert!(std::fs::read(&got2).unwrap() == data);
     let _ = server.kill();
     let _ = server.wait();
+}
+
+/// `ferry copy --transport quic` against ferry servers: two-party both ways and third party,
+/// with DCAU's GSI handshake and PROT P inside the QUIC streams; the server's transfer log
+/// says QUIC carried each one.
+#[test]
+fn ferry_copy_over_quic_two_and_three_party_at_every_security_level() {
+    let Some(site) = site() else { return };
+    let proxy = proxy(&site, "Mapped User");
+    let data = pattern(9 << 20, 41);
+    let local = site.dir.path().join("q-local.bin");
+    std::fs::write(&local, &data).unwrap();
+    let url = |name: &str| format!("gsiftp://localhost:{}/{name}", site.port);
+    for level in ["--no-dcau", "--dcsafe", "--dcpriv"] {
+        let tag = level.trim_start_matches('-');
+        let up = url(&format!("q-up-{tag}.bin"));
+        let got = site.dir.path().join(format!("q-down-{tag}.bin"));
+        let tp = format!("gsiftp://127.0.0.1:{}/q-tp-{tag}.bin", site.port);
+        let runs: [(&str, &str, Vec<&str>, PathBuf); 3] = [
+            (
+                "put",
+                "4",
+                vec![local.to_str().unwrap(), &up],
+                site.root().join(format!("q-up-{tag}.bin")),
+            ),
+            ("get", "1", vec![&up, got.to_str().unwrap()], got.clone()),
+            (
+                "third party",
+                "2",
+                vec![&up, &tp],
+                site.root().join(format!("q-tp-{tag}.bin")),
+            ),
+        ];
+        for (what, p, ends, written) in runs {
+            let mut args = vec![level, "--transport", "quic", "-p", p];
+            args.extend(ends);
+            ok(
+                &ferry_copy(&site, &proxy, &args),
+                &format!("quic {what} {level}"),
+            );
+            assert!(
+                std::fs::read(&written).unwrap() == data,
+                "quic {what} {level}: bytes differ"
+            );
+        }
+    }
+    let log = std::fs::read_to_string(site.dir.path().join("transfers.log")).unwrap();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &serde_json::Value| v["path"].as_str().unwrap_or("").starts_with("/q-"))
+        .collect();
+    // Per level: the put's STOR, the get's RETR, the third party's RETR and STOR.
+    assert_eq!(lines.len(), 12, "{log}");
+    for l in &lines {
+        assert_eq!(l["transport"], "quic", "{l}");
+        assert_eq!(l["result"], "ok", "{l}");
+        assert!(
+            l.get("tcp").is_none(),
+            "TCP figures for a QUIC transfer: {l}"
+        );
+    }
+}
+
+/// A Globus server has no QUIC: it refuses `SITE SETNETSTACK quic` with its multi-line 500,
+/// and `ferry copy --transport quic` fails naming the server and its answer, writing nothing.
+#[test]
+fn a_globus_server_refuses_quic_and_ferry_copy_says_so_and_writes_nothing() {
+    let Some(site) = site() else { return };
+    let Some(globus) = globus_gsi(&site) else {
+        return;
+    };
+    let proxy = proxy(&site, "Mapped User");
+    let src = globus.root.join("q-src.bin");
+    std::fs::write(&src, pattern(1 << 20, 51)).unwrap();
+    readable_by_all(&src);
+    let got = site.dir.path().join("q-from-globus.bin");
+    let out = ferry_copy(
+        &site,
+        &proxy,
+        &[
+            "--transport",
+            "quic",
+            &format!("gsiftp://localhost:{}{}", globus.port, src.display()),
+            got.to_str().unwrap(),
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "localhost:{} refused data channel transport quic: 500",
+            globus.port
+        )) && err.contains("Setting data channel driver stack failed"),
+        "{err}"
+    );
+    assert!(!got.exists(), "a refused copy wrote {}", got.display());
+    eprintln!("Globus' answer, as ferry copy reports it: {err}");
 }

@@ -39,7 +39,7 @@ impl RemoteSession {
             return Ok(());
         }
         let ip = self.ctl.local_addr()?.ip();
-        let cmd = listen_locally(&mut self.dtp, ip, tuning).await?;
+        let cmd = listen_locally(&mut self.dtp, ip, tuning, self.data_stack.clone()).await?;
         self.expect_ok(&cmd).await?;
         self.data = DataSetup::Listening;
         Ok(())
@@ -122,19 +122,20 @@ impl RemoteSession {
     }
 }
 
-/// Opens a listener on the client's own DTP (its default net stack) and returns the PORT or
-/// EPRT command that names it to a server.
+/// Opens a listener on the client's own DTP over `stack` and returns the PORT or EPRT command
+/// that names it to a server.
 pub(crate) async fn listen_locally(
     dtp: &mut Dtp,
     ip: std::net::IpAddr,
     tuning: SocketTuning,
+    stack: ferry_proto::stack::StackSpec,
 ) -> Result<Command, ClientError> {
     let req = ferry_dtp::PassiveRequest {
         ip,
         ports: None,
         tuning,
         striped: false,
-        stack: ferry_proto::stack::StackSpec::default_net(),
+        stack,
     };
     let addrs = DataMover::open_passive(dtp, req).await?;
     let addr = addrs

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use ferry_dtp::{BufferPool, ChannelSetup, Direction, Dtp, TransferOutcome};
 use ferry_proto::command::{TransferMode, TransferType};
 use ferry_proto::hostport::HostPort;
+use ferry_proto::site::SiteCommand;
+use ferry_proto::stack::StackSpec;
 use ferry_proto::Command;
 use ferry_storage::{PosixStorage, Storage};
 
@@ -38,13 +40,16 @@ pub async fn put(
     remote: &str,
     req: &FileRequest,
 ) -> Result<TransferOutcome, ClientError> {
+    let stack = net_stack(ctl, req).await?;
     binary_extended(ctl).await?;
     let r = ctl.expect_ok(&Command::Pasv).await?;
     let addr = HostPort::from_pasv_reply(&r.text())
         .map_err(|e| ClientError::Address(e.to_string()))?
         .0;
     let mut dtp = local_dtp(req.block_size)?;
-    let desc = req.local_description(Direction::Send, local, ChannelSetup::Active(vec![addr]))?;
+    let mut desc =
+        req.local_description(Direction::Send, local, ChannelSetup::Active(vec![addr]))?;
+    desc.stack = stack;
     let cmd = req.store_command(remote);
     ctl.send(&cmd).await?;
     drive(ctl, Some((&mut dtp, &desc)), &cmd, &mut |_| {}).await
@@ -57,17 +62,32 @@ pub async fn get(
     local: &Path,
     req: &FileRequest,
 ) -> Result<TransferOutcome, ClientError> {
+    let stack = net_stack(ctl, req).await?;
     binary_extended(ctl).await?;
     let mut dtp = local_dtp(req.block_size)?;
     let ip = ctl.local_addr()?.ip();
-    let cmd = crate::data_channel::listen_locally(&mut dtp, ip, req.tuning()).await?;
+    let cmd =
+        crate::data_channel::listen_locally(&mut dtp, ip, req.tuning(), stack.clone()).await?;
     ctl.expect_ok(&cmd).await?;
     let n = req.parallelism.max(1);
     ctl.expect_ok(&crate::session::parallelism_opts(n)).await?;
-    let desc = req.local_description(Direction::Receive, local, ChannelSetup::Passive)?;
+    let mut desc = req.local_description(Direction::Receive, local, ChannelSetup::Passive)?;
+    desc.stack = stack;
     let cmd = ctl.retrieve_command(req, remote).await?;
     ctl.send(&cmd).await?;
     drive(ctl, Some((&mut dtp, &desc)), &cmd, &mut |_| {}).await
+}
+
+/// The net stack `req` asks for, set on the server (a fresh session is on its default).
+async fn net_stack(ctl: &mut ControlClient, req: &FileRequest) -> Result<StackSpec, ClientError> {
+    let Some(t) = &req.transport else {
+        return Ok(StackSpec::default_net());
+    };
+    let stack =
+        StackSpec::parse(t).map_err(|e| ClientError::Usage(format!("transport {t:?}: {e}")))?;
+    ctl.expect_ok(&Command::Site(SiteCommand::SetNetStack(stack.to_string())))
+        .await?;
+    Ok(stack)
 }
 
 async fn binary_extended(ctl: &mut ControlClient) -> Result<(), ClientError> {

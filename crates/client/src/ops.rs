@@ -5,7 +5,6 @@ use ferry_dtp::{ChannelSetup, Direction, TransferDescription};
 use ferry_proto::command::TransferMode;
 use ferry_proto::dirlist::{parse_list_line, ListedKind};
 use ferry_proto::site::SiteCommand;
-use ferry_proto::stack::StackSpec;
 use ferry_proto::Command;
 use ferry_storage::VirtualPath;
 use tokio::sync::mpsc;
@@ -146,10 +145,7 @@ impl RemoteSession {
         let desc = TransferDescription {
             security: self.channel_security.clone(),
             mode,
-            stack: match mode {
-                TransferMode::Stream => self.data_stack.clone(),
-                TransferMode::Extended => StackSpec::default_net(),
-            },
+            stack: self.data_stack.clone(),
             ..TransferDescription::new(Direction::Receive, VirtualPath::root(), channel)
         };
         // The DTP runs before the 150 is read: a server in passive mode (ProFTPD, Globus)

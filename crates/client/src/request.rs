@@ -32,6 +32,9 @@ pub struct FileRequest {
     /// sends, asked of a ferry server that sends (`SITE SETNETSTACK tcp:congestion=NAME`,
     /// where its FEAT offers it). `None`: each side's default.
     pub congestion: Option<ferry_net::Congestion>,
+    /// The data channel's transport as a net-stack entry (`quic`, `quic:congestion=cubic`),
+    /// asked of both servers with `SITE SETNETSTACK`; `None`: TCP, the servers' default.
+    pub transport: Option<String>,
     /// First byte to transfer (partial transfer; the destination is written at the same offset).
     pub offset: u64,
     /// Bytes to transfer from `offset` (`None`: to the end).
@@ -59,6 +62,7 @@ impl Default for FileRequest {
             block_size: None,
             tcp_buffer: None,
             congestion: None,
+            transport: None,
             offset: 0,
             length: None,
             restart: RangeSet::new(),

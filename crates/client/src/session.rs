@@ -47,7 +47,8 @@ pub struct RemoteSession {
     rtt: Duration,
     /// DCAU and PROT the server holds for this session (DCAU N and PROT C on plain FTP).
     pub(crate) channel_security: ferry_dtp::ChannelSecurity,
-    /// The net stack of this session's stream-mode data connections: TCP, or TLS on FTPS.
+    /// The net stack of this session's data connections, both ends: TCP (the server's
+    /// default), another transport asked with `SITE SETNETSTACK`, or TLS on FTPS.
     pub(crate) data_stack: StackSpec,
 }
 
@@ -388,6 +389,56 @@ impl RemoteSession {
             );
         }
         Ok(r.is_success())
+    }
+
+    /// Puts the server's data channels, and this client's end of them, on `req`'s transport
+    /// (`SITE SETNETSTACK quic`), or back on TCP (`default`) after another. A refusal (a
+    /// Globus server, or one whose admin's `--dc-whitelist` leaves it out) is an error that
+    /// names the server and its answer; the server is back on its default stack, as Globus
+    /// leaves it. FTPS sessions keep their TLS-over-TCP data channels.
+    pub(crate) async fn transport(&mut self, req: &FileRequest) -> Result<(), ClientError> {
+        if self.data_stack.bottom() == crate::ftps::FTPS_TRANSPORT {
+            return match &req.transport {
+                None => Ok(()),
+                Some(t) => Err(ClientError::Unsupported(format!(
+                    "{}: FTPS data channels are TLS over TCP; transport {t} needs a GridFTP server",
+                    self.server.authority()
+                ))),
+            };
+        }
+        let want = match &req.transport {
+            Some(t) => StackSpec::parse(t)
+                .map_err(|e| ClientError::Usage(format!("transport {t:?}: {e}")))?,
+            None => StackSpec::default_net(),
+        };
+        if self.data_stack == want {
+            return Ok(());
+        }
+        let arg = if want == StackSpec::default_net() {
+            "default".to_string()
+        } else {
+            want.to_string()
+        };
+        let r = self
+            .ctl
+            .command(&Command::Site(SiteCommand::SetNetStack(arg)))
+            .await?;
+        // Connections the server holds were made under the old stack, and a congestion
+        // control asked with `tcp:congestion=` went with it.
+        self.reset_data();
+        self.congestion = None;
+        if r.is_success() {
+            self.data_stack = want;
+            return Ok(());
+        }
+        self.data_stack = StackSpec::default_net();
+        Err(ClientError::Unsupported(format!(
+            "{} refused data channel transport {}: {} {}",
+            self.server.authority(),
+            want,
+            r.code,
+            r.text().trim().replace('\n', " / ")
+        )))
     }
 
     /// Asks the server for socket buffers of `bytes` for sending (`retr`) or receiving, trying

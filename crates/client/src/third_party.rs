@@ -25,6 +25,8 @@ pub async fn third_party(
     req: &FileRequest,
     on_progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<TransferOutcome, ClientError> {
+    src.transport(req).await?;
+    dst.transport(req).await?;
     src.binary_extended().await?;
     dst.binary_extended().await?;
     src.sender_parallelism(req.parallelism.max(1)).await?;
@@ -216,6 +218,8 @@ async fn third_party_pipelined_inner(
     on_done: &mut (dyn FnMut(usize, TransferOutcome) + Send),
 ) -> Result<(), (usize, ClientError)> {
     let setup = async {
+        src.transport(req).await?;
+        dst.transport(req).await?;
         src.binary_extended().await?;
         dst.binary_extended().await?;
         src.sender_parallelism(1).await?;

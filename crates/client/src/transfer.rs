@@ -32,6 +32,7 @@ impl RemoteSession {
     ) -> Result<ferry_dtp::TransferDescription, ClientError> {
         let mut desc = req.local_description(direction, local, channel)?;
         desc.security = self.channel_security.clone();
+        desc.stack = self.data_stack.clone();
         Ok(desc)
     }
 
@@ -44,6 +45,7 @@ impl RemoteSession {
         req: &FileRequest,
         on_progress: &mut (dyn FnMut(Progress) + Send),
     ) -> Result<TransferOutcome, ClientError> {
+        self.transport(req).await?;
         if self.binary().await? == TransferMode::Stream {
             return self.get_stream(remote, local, req, on_progress).await;
         }
@@ -97,6 +99,7 @@ impl RemoteSession {
         on_done: &mut (dyn FnMut(usize, TransferOutcome) + Send),
     ) -> Result<(), (usize, ClientError)> {
         let setup = async {
+            self.transport(req).await?;
             self.binary_extended().await?;
             self.sender_parallelism(1).await?;
             self.buffers(req.tcp_buffer, true).await?;
@@ -148,6 +151,7 @@ impl RemoteSession {
         req: &FileRequest,
         on_progress: &mut (dyn FnMut(Progress) + Send),
     ) -> Result<TransferOutcome, ClientError> {
+        self.transport(req).await?;
         if self.binary().await? == TransferMode::Stream {
             return self.put_stream(local, remote, req, on_progress).await;
         }

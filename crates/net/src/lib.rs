@@ -2,7 +2,7 @@
 //!
 //! A data connection is built from a net stack (Globus XIO's driver stack,
 //! `ferry_proto::stack::StackSpec`): a [`Transport`] from the [`Transports`] registry at the
-//! bottom (TCP today; UDT and QUIC come later) under the GSI layer that DCAU/PROT add. The
+//! bottom (TCP and QUIC today; UDT comes later) under the GSI layer that DCAU/PROT add. The
 //! server admits only the drivers on its whitelist.
 #![deny(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]

@@ -142,27 +142,28 @@ pub fn bind_listener(
         socket.bind(SocketAddr::new(ip, port))?;
         socket.listen(BACKLOG)
     };
-    let inner = match range {
-        None => bind(0)?,
-        Some(r) => {
-            let span = u32::from(r.hi - r.lo) + 1;
-            let start = random_below(span);
-            let mut found = None;
-            for i in 0..span {
-                let port = r.lo + ((start + i) % span) as u16;
-                if let Ok(l) = bind(port) {
-                    found = Some(l);
-                    break;
-                }
-            }
-            found.ok_or(NetError::NoFreePort { lo: r.lo, hi: r.hi })?
-        }
-    };
+    let inner = bind_in_range(range, bind)?;
     Ok(DataListener {
         inner: Listening::Tcp(inner),
         tuning,
         last_peer: std::sync::Mutex::new(None),
     })
+}
+
+/// The first port of `range` (tried from a random one, so concurrent sessions spread out) that
+/// `bind` takes, or any port (0) without a range.
+pub(crate) fn bind_in_range<T>(
+    range: Option<PortRange>,
+    mut bind: impl FnMut(u16) -> std::io::Result<T>,
+) -> Result<T, NetError> {
+    let Some(r) = range else {
+        return Ok(bind(0)?);
+    };
+    let span = u32::from(r.hi - r.lo) + 1;
+    let start = random_below(span);
+    (0..span)
+        .find_map(|i| bind(r.lo + ((start + i) % span) as u16).ok())
+        .ok_or(NetError::NoFreePort { lo: r.lo, hi: r.hi })
 }
 
 /// A cheap pseudo-random number below `n` from the clock; only spreads ports, needs no quality.

@@ -37,6 +37,9 @@ pub(crate) struct TransferRecord<'a> {
     pub(crate) bytes: u64,
     pub(crate) streams: u32,
     pub(crate) mode: &'a str,
+    /// The data channel's transport, the bottom driver of the session's net stack (`tcp`,
+    /// `quic`).
+    pub(crate) transport: &'a str,
     pub(crate) duration_s: f64,
     pub(crate) result: &'a str,
     /// The reply code that ended it (226 when it succeeded).
@@ -222,6 +225,7 @@ mod tests {
             bytes: 12345,
             streams: 4,
             mode: "E",
+            transport: "tcp",
             duration_s: 0.25,
             result: "ok",
             code,

@@ -169,3 +169,45 @@ async fn the_admin_sets_the_servers_congestion_control_and_an_unknown_one_stops_
     let err = bad.validate().unwrap_err().to_string();
     assert!(err.contains("--data-congestion nosuchcc"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_is_chosen_only_where_the_admin_whitelists_it_and_its_options_are_checked() {
+    // The default whitelist (tcp, gsi), as Globus': QUIC is refused by name.
+    let srv = TestServer::start().await;
+    let mut c = srv.login().await;
+    let r = cmd(&mut c, "SITE SETNETSTACK quic,gsi").await;
+    assert_refused(&r, NET, "quic driver not whitelisted");
+
+    let srv = TestServer::start_with(|c| {
+        c.dc_whitelist = vec!["tcp".into(), "quic".into(), "gsi".into()];
+    })
+    .await;
+    let mut c = srv.login().await;
+    expect(&mut c, "SITE SETNETSTACK quic", 250).await;
+    expect(&mut c, "SITE SETNETSTACK quic,gsi", 250).await;
+    expect(
+        &mut c,
+        "SITE SETDCSTACK quic:congestion=cubic;window=33554432",
+        250,
+    )
+    .await;
+    let r = cmd(&mut c, "SITE SETNETSTACK quic:congestion=vegas").await;
+    assert_refused(&r, NET, "quic driver: unknown congestion control");
+    let r = cmd(&mut c, "SITE SETNETSTACK quic:window=4096").await;
+    assert_refused(&r, NET, "quic driver: window 4096 is outside");
+    // A passive listener on the QUIC stack is a UDP port: nothing listens on its TCP twin.
+    expect(&mut c, "SITE SETNETSTACK quic", 250).await;
+    let r = cmd(&mut c, "PASV").await;
+    assert_eq!(r.code, 227, "{r}");
+    let addr = ferry_proto::hostport::HostPort::from_pasv_reply(&r.text())
+        .unwrap()
+        .0;
+    assert!(
+        std::net::TcpStream::connect(addr).is_err(),
+        "{addr} takes TCP"
+    );
+    assert!(
+        std::net::UdpSocket::bind(addr).is_err(),
+        "{addr} is not bound for UDP"
+    );
+}

@@ -5,6 +5,7 @@
 //! A new transport is a module here (or an embedding program's type) and one line in
 //! [`Transports::standard`]; its name then goes on the admin's `--dc-whitelist`.
 
+mod quic;
 mod tcp;
 
 use std::future::Future;
@@ -74,7 +75,7 @@ impl Transports {
     /// Every transport of this build: the one place a transport is registered.
     pub fn standard() -> Transports {
         Transports {
-            transports: vec![Arc::new(tcp::Tcp)],
+            transports: vec![Arc::new(tcp::Tcp), Arc::new(quic::Quic)],
         }
     }
 
@@ -152,6 +153,7 @@ mod tests {
         assert_eq!(t.transport_of(&stack("tcp")).unwrap().0.name(), "tcp");
         assert_eq!(t.transport_of(&stack("tcp,gsi")).unwrap().0.name(), "tcp");
         assert!(t.has_driver("gsi") && t.has_driver("tcp") && !t.has_driver("udt"));
+        assert_eq!(t.transport_of(&stack("quic,gsi")).unwrap().0.name(), "quic");
         assert!(matches!(
             t.transport_of(&stack("udt,gsi")),
             Err(NetError::DriverNotAllowed(n)) if n == "udt"

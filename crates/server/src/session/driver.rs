@@ -418,6 +418,7 @@ fn log_transfer(
             } else {
                 "S"
             },
+            transport: desc.stack.bottom(),
             duration_s: secs,
             result,
             code,

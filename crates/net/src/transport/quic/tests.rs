@@ -1,0 +1,204 @@
+use super::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 7 + i / 4093) as u8).collect()
+}
+
+fn listen(options: &str) -> DataListener {
+    Quic.listen(LOOPBACK, None, SocketTuning::default(), options)
+        .unwrap()
+}
+
+#[test]
+fn options_name_the_controller_and_the_window_and_nothing_else() {
+    let o = Options::parse("").unwrap();
+    assert_eq!(o.congestion, Controller::Bbr);
+    assert_eq!(o.window(&SocketTuning::default()), DEFAULT_WINDOW);
+    let o = Options::parse("congestion=cubic;window=33554432").unwrap();
+    assert_eq!(
+        (o.congestion, o.window),
+        (Controller::Cubic, Some(32 << 20))
+    );
+    assert_eq!(
+        Options::parse("congestion=NewReno").unwrap().congestion,
+        Controller::NewReno
+    );
+    // A buffer size asked for sets the window, but never below 1 MiB.
+    let tuned = |b| SocketTuning {
+        recv_buffer: Some(b),
+        ..Default::default()
+    };
+    assert_eq!(Options::parse("").unwrap().window(&tuned(4096)), MIN_WINDOW);
+    assert_eq!(
+        Options::parse("").unwrap().window(&tuned(100 << 20)),
+        100 << 20
+    );
+    for bad in [
+        "congestion=vegas",
+        "window=big",
+        "window=4096",
+        "mss=9000",
+        "congestion",
+    ] {
+        let e = Quic.accept_options(bad).unwrap_err().to_string();
+        assert!(e.starts_with("quic driver: "), "{bad}: {e}");
+    }
+}
+
+#[tokio::test]
+async fn bytes_cross_both_ways_and_a_dropped_sender_still_delivers_them_all() {
+    let listener = listen("");
+    let addr = listener.local_addr().unwrap();
+    let data = pattern(24 << 20);
+    // The connecting side sends: everything written before the drop arrives, then EOF.
+    let sent = data.clone();
+    let sender = tokio::spawn(async move {
+        let mut c = Quic
+            .connect(addr, SocketTuning::default(), "")
+            .await
+            .unwrap();
+        c.write_all(&sent).await.unwrap();
+        drop(c);
+    });
+    let mut a = listener.accept().await.unwrap();
+    assert_eq!(a.peer_addr().unwrap().ip(), LOOPBACK);
+    let mut got = Vec::new();
+    a.read_to_end(&mut got).await.unwrap();
+    sender.await.unwrap();
+    assert!(
+        got == data,
+        "{} of {} bytes, or different",
+        got.len(),
+        data.len()
+    );
+
+    // The connecting side receives (MODE E's receiver may be the one that connects): the
+    // preamble makes the connection known before it carries data.
+    let receiver = tokio::spawn(async move {
+        let mut c = Quic
+            .connect(addr, SocketTuning::default(), "congestion=cubic")
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        c.read_to_end(&mut got).await.unwrap();
+        got
+    });
+    let mut a = listener.accept().await.unwrap();
+    let small = pattern(300_000);
+    a.write_all(&small).await.unwrap();
+    a.shutdown().await.unwrap();
+    drop(a);
+    assert!(receiver.await.unwrap() == small);
+}
+
+#[tokio::test]
+async fn garbage_datagrams_and_a_wrong_preamble_are_dropped_and_the_listener_serves_on() {
+    let listener = listen("");
+    let addr = listener.local_addr().unwrap();
+    let junk = std::net::UdpSocket::bind((LOOPBACK, 0)).unwrap();
+    for n in [1usize, 20, 1200, 1500] {
+        // Long-header-looking and random bytes alike.
+        let mut d = pattern(n);
+        d[0] = 0xc3;
+        junk.send_to(&d, addr).unwrap();
+        junk.send_to(&pattern(n)[..], addr).unwrap();
+    }
+    // A real QUIC peer that speaks something else on its stream.
+    let o = Options::parse("").unwrap();
+    let ep = endpoint(
+        udp_socket((LOOPBACK, 0).into(), &SocketTuning::default()).unwrap(),
+        None,
+    )
+    .unwrap();
+    let conn = ep
+        .connect_with(
+            client_config(&o, &SocketTuning::default()).unwrap(),
+            addr,
+            "x",
+        )
+        .unwrap()
+        .await
+        .unwrap();
+    let (mut s, _r) = conn.open_bi().await.unwrap();
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n").await.unwrap();
+    // The listener closes it with its reason ...
+    let why = conn.closed().await;
+    assert!(
+        why.to_string().contains("not a ferry data connection"),
+        "{why}"
+    );
+    // ... and still serves a real connection, which is the first it hands out.
+    let client = tokio::spawn(async move {
+        let mut c = Quic
+            .connect(addr, SocketTuning::default(), "")
+            .await
+            .unwrap();
+        c.write_all(b"hello").await.unwrap();
+    });
+    let mut a = listener.accept().await.unwrap();
+    let mut got = Vec::new();
+    a.read_to_end(&mut got).await.unwrap();
+    assert_eq!(got, b"hello");
+    client.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_peer_gone_mid_transfer_is_an_error_not_a_hang_or_an_end() {
+    let listener = listen("");
+    let addr = listener.local_addr().unwrap();
+    let (started, reading) = tokio::sync::oneshot::channel();
+    let reader = tokio::spawn(async move {
+        let mut a = listener.accept().await.unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut n = 0;
+        let mut started = Some(started);
+        loop {
+            match a.read(&mut buf).await {
+                Ok(0) => return Ok(n),
+                Ok(k) => {
+                    n += k;
+                    if let Some(s) = started.take() {
+                        let _ = s.send(());
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    });
+    let o = Options::parse("").unwrap();
+    let mut c = dial(addr, &SocketTuning::default(), &o).await.unwrap();
+    c.write_all(&pattern(1 << 20)).await.unwrap();
+    reading.await.unwrap();
+    // The sending process dies: its connection closes with an error code, not a FIN.
+    c.conn.close(7u8.into(), b"killed");
+    let got = tokio::time::timeout(Duration::from_secs(10), reader)
+        .await
+        .expect("the reader hung")
+        .unwrap();
+    assert!(
+        got.is_err(),
+        "a cut connection read as a clean end: {got:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_port_range_is_honoured_and_a_second_listener_takes_another_port() {
+    let range = Some(PortRange {
+        lo: 42300,
+        hi: 42309,
+    });
+    let a = Quic
+        .listen(LOOPBACK, range, SocketTuning::default(), "")
+        .unwrap();
+    let b = Quic
+        .listen(LOOPBACK, range, SocketTuning::default(), "")
+        .unwrap();
+    let (pa, pb) = (
+        a.local_addr().unwrap().port(),
+        b.local_addr().unwrap().port(),
+    );
+    assert!((42300..=42309).contains(&pa) && (42300..=42309).contains(&pb) && pa != pb);
+}
