@@ -1,0 +1,174 @@
+"""QUIC data channels against TCP: on loopback (throughput and CPU per GB) and across the two
+lossy netlab paths (200 ms / 0.1 % and 60 ms / 1 %), hosts on cubic and on bbr."""
+
+import os
+import subprocess
+import tempfile
+import time
+
+from .. import processes, proctree
+from ..options import REPO_ROOT
+from ..results import Panel, ScenarioResult, Table
+from ..servers import start_ferry
+from ..stats import ratio, summarize
+from ..timed_command import run_timed
+from ..units import fmt
+from .netlab import NETLAB, _lab, _netlab
+from .registry import scenario
+from .wan import PATHS, _iperf, _socket_buffer_max, _spawn_in, _timed, _topology_file, _wait_port
+
+MIB = 1 << 20
+FERRY = os.path.join(REPO_ROOT, "target", "release", "ferry")
+WHITELIST = ("--dc-whitelist", "tcp,quic,gsi")
+LOOP_SUBJECTS = [("tcp", 1), ("quic", 1), ("tcp", 4), ("quic", 4)]
+WAN_SUBJECTS = [("tcp", 1), ("tcp", 8), ("quic", 1), ("quic", 4)]
+WAN_PATHS = ["wan-long-haul", "wan-lossy"]
+CCS = ["cubic", "bbr"]
+# Netlab transfers: the first run of a subject moves FIRST bytes; later ones are sized to last
+# about SECONDS at the rate the subject reached before, within the bounds.
+FIRST, SMALLEST, LARGEST, SECONDS = 16 * MIB, 4 * MIB, 512 * MIB, 5
+# What Globus' UDT reached on the same netlab paths (issue "UDT", measured with Debian's
+# globus-url-copy -udt against globus-gridftp-server -dc-whitelist udt,gsi,tcp, cubic hosts):
+# not measured in this run, shown for the bars of the QUIC issue.
+GLOBUS_UDT_MBIT = {"wan-long-haul": "91–102", "wan-lossy": "22"}
+
+METHOD = (
+    "**Loopback**: one `ferry serve --anonymous --dc-whitelist tcp,quic,gsi` on 127.0.0.1 and "
+    "`ferry copy -q -p N --transport T --length SIZE ftp://127.0.0.1:PORT/dev/zero /dev/null` (MODE E, "
+    "memory to memory), T = tcp or quic, subjects alternating run by run. Throughput is SIZE over the "
+    "client's wall time; CPU is the client's rusage plus the server's process tree (/proc), per "
+    "decimal GB. QUIC encrypts (TLS 1.3, AES-GCM) where the TCP runs carry clear data, so the CPU "
+    "column includes QUIC's encryption. **Netlab**: the `long-haul` (1 Gbit/s, 200 ms, 0.1 % loss "
+    "each way) and `lossy-wan` (1 Gbit/s, 60 ms, 1 % loss each way) topologies, both hosts on cubic, "
+    "then on bbr (their TCP; QUIC's controller is quinn's BBR, ferry's default, in both), rmem/wmem_max "
+    "64 MiB, the server in host b, the client in host a, default buffers (no --tcp-bs). iperf3 -P 1 "
+    "(8 s) is TCP's one-stream figure on the same hosts. Transfers are sized to last about "
+    f"{SECONDS} s at the rate the subject reached in its previous run ({FIRST >> 20} MiB the first "
+    "time). Globus UDT's figures come from the UDT issue's measurement on the same topologies, not "
+    "from this run."
+)
+
+
+@scenario("quic", "QUIC data channels: loopback and lossy long paths")
+def run(ctx) -> ScenarioResult:
+    result = ScenarioResult("quic", "QUIC data channels against TCP", METHOD)
+    _loopback(ctx, result)
+    if os.geteuid() != 0 or not os.path.exists(NETLAB):
+        result.notes.append("Netlab paths not measured: need root and target/release/ferry-netlab.")
+        return result
+    _netlab("down", "--all", check=False)
+    with _socket_buffer_max(64 * MIB):
+        for name in WAN_PATHS:
+            _wan(ctx, result, name)
+    return result
+
+
+def _loopback(ctx, result):
+    o = ctx.options
+    size = o.size
+    with tempfile.TemporaryDirectory() as tmp:
+        server = start_ferry(FERRY, tmp, extra=WHITELIST)
+        try:
+            url = f"ftp://127.0.0.1:{server.port}/dev/zero"
+            samples = {}
+
+            def measure(subject):
+                transport, n = subject
+                cmd = [FERRY, "copy", "-q", "-p", str(n), "--transport", transport, "--length", str(size), url,
+                       "/dev/null"]
+                before = proctree.tree_cpu_seconds(server.pid)
+                r = run_timed(cmd, 600, os.path.join(tmp, "client.out"))
+                server_cpu = proctree.tree_cpu_seconds(server.pid) - before
+                if r.returncode != 0:
+                    raise RuntimeError(f"{' '.join(cmd)} exited {r.returncode}: {r.output[-400:]}")
+                gb = size / 1e9
+                samples.setdefault(subject, []).append((gb / r.wall_s, (r.cpu_s + server_cpu) / gb))
+
+            for r in range(o.runs):
+                order = LOOP_SUBJECTS if r % 2 == 0 else list(reversed(LOOP_SUBJECTS))
+                for subject in order:
+                    ctx.log(f"quic loopback: {subject[0]} -p {subject[1]} run {r + 1}/{o.runs}")
+                    try:
+                        measure(subject)
+                    except (RuntimeError, subprocess.TimeoutExpired) as e:
+                        ctx.failures += 1
+                        result.notes.append(f"loopback {subject} run {r + 1} failed: {str(e).splitlines()[0]}")
+        finally:
+            processes.kill_tree(server.proc)
+    rows = []
+    rates = {s: summarize([g for g, _ in samples.get(s, [])]) for s in LOOP_SUBJECTS}
+    cpus = {s: summarize([c for _, c in samples.get(s, [])]) for s in LOOP_SUBJECTS}
+    for n in (1, 4):
+        t, q = ("tcp", n), ("quic", n)
+        rows.append([str(n), rates[t].cell(2), rates[q].cell(2), fmt(ratio(rates[q], rates[t])),
+                     cpus[t].cell(2), cpus[q].cell(2)])
+        for s in (t, q):
+            result.summaries[(f"loopback {s[0]}", str(n))] = rates[s]
+    result.tables.append(Table(f"Loopback, {size >> 20} MiB /dev/zero → /dev/null: GB/s and CPU s per GB, "
+                               "median (min–max)",
+                               ["streams", "tcp GB/s", "quic GB/s", "quic / tcp", "tcp CPU s/GB",
+                                "quic CPU s/GB"], rows))
+    result.raw.extend({"where": "loopback", "transport": s[0], "streams": s[1], "gb_s": g, "cpu_s_per_gb": c}
+                      for s, v in samples.items() for g, c in v)
+
+
+def _wan(ctx, result, name):
+    o = ctx.options
+    topo, desc, _rtt = PATHS[name]
+    rates = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o755)
+        for cc in CCS:
+            ctx.log(f"quic: {topo} with {cc} hosts")
+            with _lab(_topology_file(tmp, topo, cc), "wan") as lab:
+                out = open(os.path.join(tmp, "ferry.out"), "ab")
+                server = _spawn_in(lab, "b", [FERRY, "serve", "--listen", "10.77.0.2:2811", "--root", "/",
+                                              "--anonymous", *WHITELIST], out)
+                out.close()
+                try:
+                    _wait_port(lab, "b", 2811, server, "ferry serve")
+                    try:
+                        rates.setdefault((cc, "iperf3"), []).append(_iperf(lab, 1, None))
+                    except (RuntimeError, subprocess.TimeoutExpired, ValueError) as e:
+                        result.notes.append(f"{topo} {cc} iperf3 failed: {str(e).splitlines()[0]}")
+                    for r in range(o.runs):
+                        order = WAN_SUBJECTS if r % 2 == 0 else list(reversed(WAN_SUBJECTS))
+                        for transport, n in order:
+                            key = (cc, f"{transport} -p {n}")
+                            before = rates.get(key)
+                            size = FIRST if not before else int(before[-1] * 1e9 / 8 * SECONDS) // MIB * MIB
+                            size = max(SMALLEST, min(LARGEST, size))
+                            ctx.log(f"quic: {topo} {cc} {transport} -p {n} run {r + 1}/{o.runs} {size >> 20} MiB")
+                            cmd = [FERRY, "copy", "-q", "-p", str(n), "--transport", transport, "--length",
+                                   str(size), "ftp://10.77.0.2:2811/dev/zero", "/dev/null"]
+                            try:
+                                wall = _timed(lab, cmd, 300)
+                            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                                ctx.failures += 1
+                                result.notes.append(f"{topo} {cc} {key[1]} run {r + 1} failed: "
+                                                    f"{str(e).splitlines()[0]}")
+                                continue
+                            gbit = size * 8 / wall / 1e9
+                            rates.setdefault(key, []).append(gbit)
+                            result.raw.append({"where": topo, "cc": cc, "transport": transport, "streams": n,
+                                               "bytes": size, "gbit_s": gbit})
+                finally:
+                    processes.kill_tree(server)
+                    time.sleep(0.2)
+    subjects = [f"{t} -p {n}" for t, n in WAN_SUBJECTS] + ["iperf3"]
+    rows = []
+    for cc in CCS:
+        s = {sub: summarize([g * 1000 for g in rates.get((cc, sub), [])]) for sub in subjects}
+        rows.append([cc] + [s[sub].cell(0) for sub in subjects] + [
+            fmt(ratio(s["quic -p 1"], s["tcp -p 1"])), fmt(ratio(s["quic -p 1"], s["tcp -p 8"])),
+            GLOBUS_UDT_MBIT[name]])
+        for sub in subjects:
+            result.summaries[(f"{topo} {cc} {sub}", "Mbit/s")] = s[sub]
+    result.tables.append(Table(f"{topo} ({desc}): Mbit/s, median (min–max)",
+                               ["hosts' TCP"] + subjects + ["quic-1 / tcp-1", "quic-1 / tcp-8",
+                                                            "Globus UDT (UDT issue, cubic)"], rows))
+    if result.panel is None:
+        groups = [f"{topo}\n{cc}" for cc in CCS]
+        result.panel = Panel(f"QUIC and TCP on {topo}", "Mbit/s", groups,
+                             {sub: [summarize([g * 1000 for g in rates.get((cc, sub), [])]) for cc in CCS]
+                              for sub in subjects}, log_scale=True, xlabel="path, hosts' TCP")
