@@ -15,7 +15,9 @@
 //!
 //! Options (`SITE SETNETSTACK quic:congestion=cubic;window=67108864`):
 //! - `congestion=bbr|cubic|newreno`: the sending side's controller. BBR by default: it models
-//!   the path (bottleneck rate, minimum RTT) and does not read random loss as congestion;
+//!   the path (bottleneck rate, minimum RTT) and does not read random loss as congestion.
+//!   Whichever it is, its window is held to 1.5 times the measured bandwidth-delay product
+//!   (`bounded`), so a start-up overshoot cannot leave the receiver more gaps than quinn keeps;
 //! - `window=BYTES`: the flow-control windows (per stream and per connection) and the send
 //!   window. Without it, the socket buffer asked for (`SBUF`, `-tcp-bs`) when one was, or
 //!   64 MiB: room for 2.5 Gbit/s at 200 ms. A window is a limit, not an allocation: memory is
@@ -152,17 +154,13 @@ impl Options {
             .keep_alive_interval(Some(KEEP_ALIVE))
             .max_concurrent_bidi_streams(1u8.into())
             .max_concurrent_uni_streams(0u8.into());
-        match self.congestion {
-            Controller::Bbr => {
-                t.congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default()))
-            }
-            Controller::Cubic => {
-                t.congestion_controller_factory(Arc::new(quinn::congestion::CubicConfig::default()))
-            }
-            Controller::NewReno => t.congestion_controller_factory(Arc::new(
-                quinn::congestion::NewRenoConfig::default(),
-            )),
-        };
+        let inner: Arc<dyn quinn::congestion::ControllerFactory + Send + Sync> =
+            match self.congestion {
+                Controller::Bbr => Arc::new(quinn::congestion::BbrConfig::default()),
+                Controller::Cubic => Arc::new(quinn::congestion::CubicConfig::default()),
+                Controller::NewReno => Arc::new(quinn::congestion::NewRenoConfig::default()),
+            };
+        t.congestion_controller_factory(Arc::new(bounded::BoundedFactory(inner)));
         Arc::new(t)
     }
 }
@@ -565,5 +563,6 @@ impl Drop for QuicStream {
     }
 }
 
+mod bounded;
 #[cfg(test)]
 mod tests;
