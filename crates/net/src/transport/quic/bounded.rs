@@ -25,6 +25,11 @@ use quinn_proto::RttEstimator;
 
 /// In flight at most this many bandwidth-delay products.
 pub(super) const GAIN: f64 = 1.5;
+/// The cap never goes below this: on a short path (loopback, a LAN) acknowledgement delays
+/// dwarf the round trip and the product underestimates what must be in flight, while this
+/// many bytes cannot leave more than about 450 gaps however the losses fall (under quinn's
+/// 1024).
+const FLOOR: u64 = 1 << 20;
 /// Rate samples are kept this many minimum round trips (the bandwidth filter's length).
 const FILTER_ROUNDS: u32 = 10;
 
@@ -144,7 +149,7 @@ impl Controller for Bounded {
     fn window(&self) -> u64 {
         let inner = self.inner.window();
         match self.meter.cap() {
-            Some(cap) => inner.min(cap.max(self.inner.initial_window())),
+            Some(cap) => inner.min(cap.max(FLOOR).max(self.inner.initial_window())),
             None => inner,
         }
     }
