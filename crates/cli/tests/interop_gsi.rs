@@ -1170,3 +1170,57 @@ fn a_globus_server_refuses_quic_and_ferry_copy_says_so_and_writes_nothing() {
     assert!(!got.exists(), "a refused copy wrote {}", got.display());
     eprintln!("Globus' answer, as ferry copy reports it: {err}");
 }
+
+/// The server dies (SIGKILL) in the middle of a QUIC get: its control connection drops at
+/// once, so `ferry copy` fails within seconds instead of waiting out QUIC's idle timeout, says
+/// so, and reports no file copied.
+#[test]
+fn a_server_killed_mid_quic_transfer_fails_the_copy_and_reports_nothing_done() {
+    let Some(mut site) = site() else { return };
+    let proxy = proxy(&site, "Mapped User");
+    // 3 GiB of zeros on no disk: a sparse file reads as fast as memory.
+    let big = site.root().join("sparse.bin");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(3 << 30)
+        .unwrap();
+    readable_by_all(&big);
+    let got = site.dir.path().join("q-killed.bin");
+    let child = Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .env("X509_CERT_DIR", site.cert_dir())
+        .env("X509_USER_PROXY", &proxy)
+        .args(["copy", "--retries", "0", "--no-dcau", "--transport", "quic"])
+        .arg(format!("gsiftp://localhost:{}/sparse.bin", site.port))
+        .arg(&got)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Kill the server once bytes are arriving.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::metadata(&got).map_or(0, |m| m.len()) < (64 << 20) {
+        assert!(Instant::now() < deadline, "no bytes arrived over QUIC");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let killed = Instant::now();
+    site.server.kill().unwrap();
+    site.server.wait().unwrap();
+    let out = child.wait_with_output().unwrap();
+    let took = killed.elapsed();
+    let err = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !out.status.success(),
+        "a copy whose server died succeeded: {err}"
+    );
+    assert!(err.contains("0 files copied, 1 failed"), "{err}");
+    // Not a timing bar: a hang would be QUIC's 30 s idle timeout or more.
+    assert!(
+        took < Duration::from_secs(25),
+        "the copy took {took:?} to notice: {err}"
+    );
+    assert!(std::fs::metadata(&got).unwrap().len() < 3 << 30);
+}
