@@ -255,6 +255,26 @@ fn third_party_striped_between_ferry_clusters_of_three_and_two_nodes() {
             "ferry copy --stripe 2 → 3",
         );
         same(&a_root.join(&back), &bytes, "2 → 3");
+        // 3 → 2 again over QUIC: the frontends pass the stack to their nodes, whose stripes
+        // connect over UDP.
+        let quic = format!("a-to-b-quic-{sbs}.bin");
+        ok(
+            &ferry(&[
+                "copy",
+                "-q",
+                "--transport",
+                "quic",
+                "--stripe",
+                "--stripe-block-size",
+                sbs,
+                "-p",
+                "2",
+                &a.url("src.bin"),
+                &b.url(&quic),
+            ]),
+            "ferry copy --transport quic --stripe 3 → 2",
+        );
+        same(&b_dir.path().join(&quic), &bytes, "3 → 2 over QUIC");
     }
     // gcp --big: the same striped third-party copy, with gcp's tuning, verified.
     let log = ok(

@@ -196,6 +196,8 @@ impl FerryCluster {
                 "--anonymous-write",
                 "--remote-nodes",
                 &list.join(","),
+                "--dc-whitelist",
+                "tcp,quic,gsi",
             ])
             .arg("--ipc-secret-file")
             .arg(c.secret_dir.path().join("secret"))
