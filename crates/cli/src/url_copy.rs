@@ -42,6 +42,7 @@ struct Raw {
     subject: Option<String>,
     source_subject: Option<String>,
     dest_subject: Option<String>,
+    dcstack: Option<String>,
     unsupported: Vec<String>,
     urls: Vec<String>,
 }
@@ -121,6 +122,7 @@ fn parse(args: &[String]) -> Result<Raw, String> {
             "-s" | "-subject" => raw.subject = Some(value(a)?),
             "-ss" | "-source-subject" => raw.source_subject = Some(value(a)?),
             "-ds" | "-dest-subject" => raw.dest_subject = Some(value(a)?),
+            "-dcstack" | "-data-channel-stack" => raw.dcstack = Some(value(a)?),
             f if UNSUPPORTED_WITH_VALUE.contains(&f) => {
                 value(f)?;
                 raw.unsupported.push(f.to_string());
@@ -149,6 +151,34 @@ fn size(v: &Option<String>, name: &str) -> Result<Option<u64>, String> {
     v.as_deref()
         .map(|s| parse_size(s).map_err(|e| format!("{name}: {e}")))
         .transpose()
+}
+
+/// `-dcstack STACK`: the data channels' net stack (`quic`, `quic,gsi`), checked against this
+/// build's transports. As globus-url-copy, it is sent only to gsiftp:// servers: with other
+/// remote URLs it is ignored, and said so.
+fn dcstack(raw: &Raw) -> Result<Option<String>, String> {
+    let Some(text) = &raw.dcstack else {
+        return Ok(None);
+    };
+    let stack = ferry_proto::stack::StackSpec::parse(text).map_err(|e| format!("-dcstack: {e}"))?;
+    let transports = ferry_net::Transports::standard();
+    let (transport, options) = transports
+        .transport_of(&stack)
+        .map_err(|e| format!("-dcstack {text}: {e}"))?;
+    // Plain TCP (with or without the gsi layer DCAU adds anyway) is every server's default.
+    if transport.name() == "tcp" && options.is_empty() {
+        return Ok(None);
+    }
+    let remote: Vec<&String> = raw
+        .urls
+        .iter()
+        .filter(|u| u.contains("://") && !u.starts_with("file:"))
+        .collect();
+    if remote.is_empty() || !remote.iter().all(|u| u.starts_with("gsiftp://")) {
+        eprintln!("ferry url-copy: -dcstack {text} ignored: as in globus-url-copy, it applies to gsiftp:// URLs only (ferry copy --transport takes any)");
+        return Ok(None);
+    }
+    Ok(Some(stack.to_string()))
 }
 
 /// The copy jobs a raw command line asks for (one per URL pair).
@@ -183,6 +213,7 @@ fn resolve(raw: &Raw) -> Result<Vec<CopyJob>, String> {
             offset: size(&raw.offset, "-off")?.unwrap_or(0),
             length: size(&raw.length, "-len")?,
             stripe: crate::copy::stripe_layout(raw.stripe, size(&raw.stripe_block_size, "-sbs")?),
+            transport: dcstack(raw)?,
             ..defaults.request.clone()
         },
         create_dirs: raw.create_dest,
@@ -303,6 +334,7 @@ usage: ferry url-copy [options] SOURCE_URL DEST_URL
 
   -p N, -parallel N          parallel streams (default: chosen by file size)
   -tcp-bs SIZE               TCP buffer size (e.g. 8M)
+  -dcstack STACK             data channel stack on gsiftp:// servers (quic, quic,gsi)
   -bs SIZE                   MODE E block size
   -off N, -len N             partial transfer
   -r, -cd                    recursive; create destination directories
@@ -383,6 +415,33 @@ mod tests {
             o.verify.as_ref().map(|v| v.algorithm.name()),
             Some("ADLER32")
         );
+    }
+
+    #[test]
+    fn dcstack_picks_the_transport_for_gsiftp_urls_only_and_unknown_drivers_are_refused() {
+        let transport = |line: &str| -> Result<Option<String>, String> {
+            Ok(resolve(&parse(&args(line))?)?[0]
+                .options
+                .request
+                .transport
+                .clone())
+        };
+        assert_eq!(
+            transport("-dcstack quic,gsi gsiftp://h/a /tmp/b").unwrap(),
+            Some("quic,gsi".into())
+        );
+        assert_eq!(
+            transport("-data-channel-stack quic gsiftp://h/a gsiftp://g/b").unwrap(),
+            Some("quic".into())
+        );
+        assert_eq!(
+            transport("-dcstack tcp,gsi gsiftp://h/a /tmp/b").unwrap(),
+            None
+        );
+        // As globus-url-copy: not sent to ftp:// servers.
+        assert_eq!(transport("-dcstack quic ftp://h/a /tmp/b").unwrap(), None);
+        let e = transport("-dcstack udt,gsi gsiftp://h/a /tmp/b").unwrap_err();
+        assert!(e.contains("udt driver not available"), "{e}");
     }
 
     #[test]

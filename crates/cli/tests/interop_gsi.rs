@@ -1117,14 +1117,30 @@ fn ferry_copy_over_quic_two_and_three_party_at_every_security_level() {
             );
         }
     }
+    // globus-url-copy's spelling, `-dcstack quic,gsi`, through ferry url-copy.
+    let guc_got = site.dir.path().join("q-url-copy.bin");
+    let out = Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .env("X509_CERT_DIR", site.cert_dir())
+        .env("X509_USER_PROXY", &proxy)
+        .args(["url-copy", "-dcstack", "quic,gsi", "-p", "2"])
+        .arg(url("q-up-dcpriv.bin"))
+        .arg(format!("file://{}", guc_got.display()))
+        .output()
+        .unwrap();
+    ok(&out, "ferry url-copy -dcstack quic,gsi");
+    assert!(
+        std::fs::read(&guc_got).unwrap() == data,
+        "url-copy over quic: bytes differ"
+    );
     let log = std::fs::read_to_string(site.dir.path().join("transfers.log")).unwrap();
     let lines: Vec<serde_json::Value> = log
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .filter(|v: &serde_json::Value| v["path"].as_str().unwrap_or("").starts_with("/q-"))
         .collect();
-    // Per level: the put's STOR, the get's RETR, the third party's RETR and STOR.
-    assert_eq!(lines.len(), 12, "{log}");
+    // Per level: the put's STOR, the get's RETR, the third party's RETR and STOR; then
+    // url-copy's RETR.
+    assert_eq!(lines.len(), 13, "{log}");
     for l in &lines {
         assert_eq!(l["transport"], "quic", "{l}");
         assert_eq!(l["result"], "ok", "{l}");
