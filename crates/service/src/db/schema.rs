@@ -6,6 +6,20 @@
 use super::sql::{Kind, Store};
 use crate::ServiceError;
 
+/// Version 4, the same in both dialects: files by job and state.
+const INDEX_JOB_STATE: &str = r#"
+CREATE INDEX files_job_state ON files(job_id, state);
+"#;
+
+/// Version 5, the same in both dialects: which host ran an attempt, and one index on files
+/// by job, state and link that makes the two before it redundant.
+const INDEX_JOB_STATE_LINK: &str = r#"
+ALTER TABLE attempts ADD COLUMN host TEXT;
+CREATE INDEX files_job_state_link ON files(job_id, state, link);
+DROP INDEX files_job_state;
+DROP INDEX files_job;
+"#;
+
 /// SQLite: index N takes a database from version N to N + 1.
 const SQLITE: &[&str] = &[
     r#"
@@ -89,15 +103,8 @@ CREATE TABLE hosts (
     heartbeat     INTEGER NOT NULL
 );
 "#,
-    r#"
-CREATE INDEX files_job_state ON files(job_id, state);
-"#,
-    r#"
-ALTER TABLE attempts ADD COLUMN host TEXT;
-CREATE INDEX files_job_state_link ON files(job_id, state, link);
-DROP INDEX files_job_state;
-DROP INDEX files_job;
-"#,
+    INDEX_JOB_STATE,
+    INDEX_JOB_STATE_LINK,
 ];
 
 /// PostgreSQL: the same versions in its types.
@@ -183,15 +190,8 @@ CREATE TABLE hosts (
     heartbeat     BIGINT NOT NULL
 );
 "#,
-    r#"
-CREATE INDEX files_job_state ON files(job_id, state);
-"#,
-    r#"
-ALTER TABLE attempts ADD COLUMN host TEXT;
-CREATE INDEX files_job_state_link ON files(job_id, state, link);
-DROP INDEX files_job_state;
-DROP INDEX files_job;
-"#,
+    INDEX_JOB_STATE,
+    INDEX_JOB_STATE_LINK,
 ];
 
 /// The newest version this ferry knows.

@@ -58,9 +58,13 @@ struct Meter {
     delivered: u64,
     /// `(when, delivered)` at the end of each batch of acknowledgements, one round trip back.
     marks: VecDeque<(Instant, u64)>,
-    /// `(when, bytes per second)` samples not limited by the application, newest last.
+    /// `(when, bytes per second)` samples not limited by the application, newest last, each
+    /// above every later one (a sample below a later one can never be the maximum again): the
+    /// front is the maximum of the filter's window.
     rates: VecDeque<(Instant, f64)>,
     min_rtt: Option<Duration>,
+    /// The cap as of the last batch: quinn asks for the window at every packet it sends.
+    cap: Option<u64>,
 }
 
 impl Meter {
@@ -83,6 +87,9 @@ impl Meter {
         let span = now.duration_since(then);
         if !app_limited && span >= rtt {
             let rate = (self.delivered - base) as f64 / span.as_secs_f64();
+            while self.rates.back().is_some_and(|(_, r)| *r <= rate) {
+                self.rates.pop_back();
+            }
             self.rates.push_back((now, rate));
         }
         while self
@@ -92,13 +99,16 @@ impl Meter {
         {
             self.rates.pop_front();
         }
+        self.cap = self
+            .rates
+            .front()
+            .filter(|(_, rate)| *rate > 0.0)
+            .map(|(_, rate)| (rate * rtt.as_secs_f64() * GAIN) as u64);
     }
 
     /// The cap, once a round trip and a rate have been measured.
     fn cap(&self) -> Option<u64> {
-        let rtt = self.min_rtt?;
-        let rate = self.rates.iter().map(|(_, r)| *r).fold(0.0, f64::max);
-        (rate > 0.0).then_some((rate * rtt.as_secs_f64() * GAIN) as u64)
+        self.cap
     }
 }
 
