@@ -94,6 +94,28 @@ impl DataSecurity {
         }
     }
 
+    /// The credential data connections present.
+    pub fn credential(&self) -> &Credential {
+        &self.credential
+    }
+
+    /// Verifies a chain a peer presented outside a GSI context (QUIC's TLS 1.3 handshake):
+    /// `leaf` and the certificates it sent above it, DER-encoded, checked as the GSI handshake
+    /// checks them (trusted CAs, CRLs, signing policies, proxy rules, [`DataSecurity::verify`]).
+    /// Who it is still goes through [`DataSecurity::authorize`].
+    pub fn verify_der(&self, leaf: &[u8], chain: &[&[u8]]) -> Result<Verified> {
+        let bad = |what: &str, e: openssl::error::ErrorStack| GsiError::Untrusted {
+            subject: String::new(),
+            reason: format!("{what} is not a DER certificate: {e}"),
+        };
+        let leaf = openssl::x509::X509::from_der(leaf).map_err(|e| bad("the leaf", e))?;
+        let chain = chain
+            .iter()
+            .map(|c| openssl::x509::X509::from_der(c).map_err(|e| bad("a chain certificate", e)))
+            .collect::<Result<Vec<_>>>()?;
+        self.trust.verify(&leaf, &chain, self.verify)
+    }
+
     /// Whether the verified `peer` of a data connection is who `check` asks for.
     pub fn authorize(&self, check: &PeerCheck, peer: &Verified) -> Result<()> {
         let expected = match check {

@@ -8,7 +8,7 @@ use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpSocket, TcpStream};
 
-use crate::link::{Link, TransportStream};
+use crate::link::{Established, Link, TransportStream};
 use crate::tls::{self, DataProtection, TlsState};
 use crate::{NetError, SocketTuning};
 
@@ -81,13 +81,32 @@ impl DataConn {
     /// when we connected, then the check of who the peer is. Under PROT S/P every byte after
     /// it travels in TLS records; under PROT C the connection carries clear data again.
     pub async fn secure(
-        mut self,
+        self,
         initiator: bool,
         protection: &DataProtection,
     ) -> Result<DataConn, NetError> {
-        self.tls = tls::handshake(&mut self.link, initiator, protection)
-            .await?
-            .map(Box::new);
+        self.establish(initiator, Some(protection)).await
+    }
+
+    /// Readies a new data connection for its transfer (`initiator`: we connected): the
+    /// transport's own handshake where it has one, then, with DCAU A/S (`protection`), the
+    /// GSI layer, unless the transport's handshake already authenticated the peer with the
+    /// GSI credential and protects the bytes itself (QUIC). Every data connection goes
+    /// through here once, DCAU N included.
+    pub async fn establish(
+        mut self,
+        initiator: bool,
+        protection: Option<&DataProtection>,
+    ) -> Result<DataConn, NetError> {
+        let secured = match &mut self.link {
+            Link::Tcp(_) => Established::Plain,
+            Link::Other(s) => s.establish(initiator, protection).await?,
+        };
+        if let (Some(protection), Established::Plain) = (protection, secured) {
+            self.tls = tls::handshake(&mut self.link, initiator, protection)
+                .await?
+                .map(Box::new);
+        }
         Ok(self)
     }
 

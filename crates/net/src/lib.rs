@@ -18,7 +18,7 @@ mod tuning;
 
 pub use conn::{connect, connect_tcp, DataConn, DetachedConn};
 pub use error::NetError;
-pub use link::TransportStream;
+pub use link::{EstablishFuture, Established, TransportStream};
 pub use listener::{bind_listener, DataListener, PortRange, TransportListener};
 pub use tcpinfo::TcpStats;
 pub use tls::DataProtection;

@@ -1,6 +1,7 @@
 //! The transport under a data connection: a TCP socket (the fast path, monomorphic), or the
 //! byte stream of any other registered transport.
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -9,13 +10,42 @@ use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
+use crate::{DataProtection, NetError};
+
 /// A connected byte stream of a transport other than TCP (see [`crate::Transport`]).
 pub trait TransportStream: AsyncRead + AsyncWrite + Send + Sync + Unpin + std::fmt::Debug {
     /// The peer's address.
     fn peer_addr(&self) -> io::Result<SocketAddr>;
     /// The local address.
     fn local_addr(&self) -> io::Result<SocketAddr>;
+
+    /// Runs once before any byte moves ([`crate::DataConn::establish`]), `initiator` on the
+    /// side that connected, with the transfer's DCAU/PROT (`None`: DCAU N). A transport whose
+    /// own handshake can carry the GSI credential (QUIC's TLS 1.3) authenticates the peer here
+    /// as `protection` asks and answers [`Established::Secured`]; the default answers
+    /// [`Established::Plain`] and the GSI layer runs over the stream, as on TCP.
+    fn establish<'a>(
+        &'a mut self,
+        _initiator: bool,
+        _protection: Option<&'a DataProtection>,
+    ) -> EstablishFuture<'a> {
+        Box::pin(std::future::ready(Ok(Established::Plain)))
+    }
 }
+
+/// What a transport's own handshake did for a data connection's security.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Established {
+    /// Nothing: DCAU/PROT's GSI layer runs over the stream.
+    Plain,
+    /// The peer is authenticated as the protection asked (DCAU A/S) and every byte is
+    /// encrypted and integrity-protected by the transport: no GSI layer goes above it.
+    Secured,
+}
+
+/// The future of [`TransportStream::establish`].
+pub type EstablishFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Established, NetError>> + Send + 'a>>;
 
 /// What a data connection's bytes travel over.
 #[derive(Debug)]

@@ -124,18 +124,15 @@ impl DataMover for Dtp {
     }
 }
 
-/// Runs the GSI handshake and peer check on a new data connection when DCAU asks for one
-/// (`initiator`: we connected).
+/// Readies a new data connection (`initiator`: we connected): the transport's handshake
+/// where it has one, and the GSI handshake and peer check when DCAU asks for them.
 pub(crate) async fn secure(
     conn: DataConn,
     initiator: bool,
     prot: Option<&DataProtection>,
     idle: Duration,
 ) -> Result<DataConn, DtpError> {
-    let Some(prot) = prot else {
-        return Ok(conn);
-    };
-    tokio::time::timeout(idle, conn.secure(initiator, prot))
+    tokio::time::timeout(idle, conn.establish(initiator, prot))
         .await
         .map_err(|_| DtpError::IdleTimeout(idle.as_secs()))?
         .map_err(DtpError::Connect)

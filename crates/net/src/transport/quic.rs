@@ -6,10 +6,14 @@
 //! - one data connection is one QUIC connection with one bidirectional stream, opened by the
 //!   connecting side, which first writes the 8-byte preamble `ferry-q1` (QUIC announces a
 //!   stream only once it carries data, and in MODE E the connecting side may be the receiver);
-//! - TLS 1.3 with ALPN `ferry-dc/1`; each process presents an ephemeral self-signed P-256
-//!   certificate. QUIC's TLS keeps the bytes private from the path; who the peer is remains
-//!   the business of the GSI layer above the transport, exactly as on TCP: DCAU A/S run their
-//!   GSI handshake and peer check inside the stream, PROT S/P their records;
+//!   the listening side answers with the same 8 bytes once it took the connection;
+//! - TLS 1.3 with ALPN `ferry-dc/1`. Under DCAU A/S the handshake carries the session's GSI
+//!   credentials, both ways, each checked as the GSI handshake over TCP checks them (`gsi`):
+//!   the QUIC connection is then the authenticated, encrypted channel DCAU and PROT C/S/P ask
+//!   for, and no GSI layer runs inside it. Under DCAU N each process presents an ephemeral
+//!   self-signed P-256 certificate: private from the path, the peer unnamed, as DCAU N means.
+//!   A listener answers each connection attempt only when a transfer takes it, with that
+//!   transfer's credential (`DataConn::establish`);
 //! - ending a connection finishes the stream and keeps the connection until the peer has
 //!   acknowledged every byte (a TCP close's linger), then closes it with code 0.
 //!
@@ -34,14 +38,17 @@ use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
+use rustls::sign::SingleCertAndKey;
 use rustls::{DigitallySignedStruct, SignatureScheme};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::mpsc;
 
+use self::gsi::{GsiPeer, Refusal};
 use super::{ConnectFuture, Transport};
 use crate::listener::bind_in_range;
 use crate::{
-    DataConn, DataListener, NetError, PortRange, SocketTuning, TransportListener, TransportStream,
+    DataConn, DataListener, DataProtection, EstablishFuture, Established, NetError, PortRange,
+    SocketTuning, TransportListener, TransportStream,
 };
 
 /// The application protocol QUIC's TLS negotiates.
@@ -181,10 +188,23 @@ impl Transport for Quic {
         options: &'a str,
     ) -> ConnectFuture<'a> {
         Box::pin(async move {
-            let o = Options::parse(options)?;
-            Ok(DataConn::from_transport(Box::new(
-                dial(addr, &tuning, &o).await?,
-            )))
+            let options = Options::parse(options)?;
+            let fail = |source: io::Error| NetError::Connect { addr, source };
+            let local = match addr {
+                SocketAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
+                SocketAddr::V6(_) => SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)),
+            };
+            let endpoint =
+                endpoint(udp_socket(local, &tuning).map_err(fail)?, None).map_err(fail)?;
+            let local = endpoint.local_addr().map_err(fail)?;
+            Ok(DataConn::from_transport(Box::new(QuicStream {
+                state: State::Dialing(endpoint),
+                peer: addr,
+                local,
+                options,
+                tuning,
+                secured: Established::Plain,
+            })))
         })
     }
 
@@ -195,8 +215,10 @@ impl Transport for Quic {
         tuning: SocketTuning,
         options: &str,
     ) -> Result<DataListener, NetError> {
-        let o = Options::parse(options)?;
-        let server = server_config(&o, &tuning)?;
+        let options = Options::parse(options)?;
+        // The endpoint's own configuration only lets it take connection attempts; each is
+        // answered with the transfer's credential once the DTP takes it (`establish`).
+        let server = server_config(&options, &tuning, None, &Refusal::default())?;
         let socket = bind_in_range(range, |port| udp_socket(SocketAddr::new(ip, port), &tuning))?;
         let endpoint = endpoint(socket, Some(server))?;
         let local = endpoint.local_addr()?;
@@ -205,40 +227,12 @@ impl Transport for Quic {
         Ok(DataListener::from_transport(Box::new(QuicListener {
             endpoint,
             local,
+            options,
+            tuning,
             ready: Mutex::new(rx),
             accepting,
         })))
     }
-}
-
-/// A connection to a listener at `addr`, its stream opened and announced.
-async fn dial(
-    addr: SocketAddr,
-    tuning: &SocketTuning,
-    o: &Options,
-) -> Result<QuicStream, NetError> {
-    let fail = |source: io::Error| NetError::Connect { addr, source };
-    let local = match addr {
-        SocketAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
-        SocketAddr::V6(_) => SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)),
-    };
-    let endpoint = endpoint(udp_socket(local, tuning).map_err(fail)?, None).map_err(fail)?;
-    let config = client_config(o, tuning)?;
-    let conn = endpoint
-        .connect_with(config, addr, "ferry")
-        .map_err(|e| fail(io::Error::other(e)))?
-        .await
-        .map_err(|e| fail(e.into()))?;
-    let (mut send, recv) = conn.open_bi().await.map_err(|e| fail(e.into()))?;
-    send.write_all(PREAMBLE).await.map_err(|e| fail(e.into()))?;
-    let local = endpoint.local_addr().map_err(fail)?;
-    Ok(QuicStream {
-        conn,
-        send: Some(send),
-        recv,
-        local,
-        endpoint: Some(endpoint),
-    })
 }
 
 /// A UDP socket bound to `addr` with large buffers, non-blocking for tokio.
@@ -266,7 +260,7 @@ fn endpoint(
     )
 }
 
-/// This process's QUIC certificate and key: made once, never written anywhere.
+/// This process's certificate for DCAU N connections: made once, never written anywhere.
 struct Identity {
     cert: CertificateDer<'static>,
     key: PrivatePkcs8KeyDer<'static>,
@@ -322,17 +316,40 @@ fn tls_error(e: impl std::fmt::Display) -> NetError {
     NetError::Security(format!("QUIC TLS set-up: {e}"))
 }
 
-fn server_config(o: &Options, tuning: &SocketTuning) -> Result<quinn::ServerConfig, NetError> {
-    let id = identity()?;
-    let mut tls = rustls::ServerConfig::builder_with_provider(provider())
+/// The listening side's TLS: with DCAU A/S (`protection`) it presents the session's GSI
+/// credential and requires the peer's, checked by [`gsi::GsiPeer`]; with DCAU N the
+/// process's ephemeral certificate and no client certificate.
+fn server_config(
+    o: &Options,
+    tuning: &SocketTuning,
+    protection: Option<&DataProtection>,
+    refusal: &Refusal,
+) -> Result<quinn::ServerConfig, NetError> {
+    let provider = provider();
+    let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(tls_error)?
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![id.cert.clone()],
-            PrivateKeyDer::Pkcs8(id.key.clone_key()),
-        )
         .map_err(tls_error)?;
+    let mut tls = match protection {
+        Some(p) => builder
+            .with_client_cert_verifier(Arc::new(GsiPeer::new(
+                p.clone(),
+                Arc::clone(&provider),
+                refusal.clone(),
+            )))
+            .with_cert_resolver(Arc::new(SingleCertAndKey::from(gsi::certified_key(
+                p, &provider,
+            )?))),
+        None => {
+            let id = identity()?;
+            builder
+                .with_no_client_auth()
+                .with_single_cert(
+                    vec![id.cert.clone()],
+                    PrivateKeyDer::Pkcs8(id.key.clone_key()),
+                )
+                .map_err(tls_error)?
+        }
+    };
     tls.alpn_protocols = vec![ALPN.to_vec()];
     let crypto = QuicServerConfig::try_from(tls).map_err(tls_error)?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
@@ -340,14 +357,32 @@ fn server_config(o: &Options, tuning: &SocketTuning) -> Result<quinn::ServerConf
     Ok(config)
 }
 
-fn client_config(o: &Options, tuning: &SocketTuning) -> Result<quinn::ClientConfig, NetError> {
+/// The connecting side's TLS, as [`server_config`]'s.
+fn client_config(
+    o: &Options,
+    tuning: &SocketTuning,
+    protection: Option<&DataProtection>,
+    refusal: &Refusal,
+) -> Result<quinn::ClientConfig, NetError> {
     let provider = provider();
-    let mut tls = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(tls_error)?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(KeyProofOnly(provider)))
-        .with_no_client_auth();
+        .dangerous();
+    let mut tls = match protection {
+        Some(p) => builder
+            .with_custom_certificate_verifier(Arc::new(GsiPeer::new(
+                p.clone(),
+                Arc::clone(&provider),
+                refusal.clone(),
+            )))
+            .with_client_cert_resolver(Arc::new(SingleCertAndKey::from(gsi::certified_key(
+                p, &provider,
+            )?))),
+        None => builder
+            .with_custom_certificate_verifier(Arc::new(KeyProofOnly(provider)))
+            .with_no_client_auth(),
+    };
     tls.alpn_protocols = vec![ALPN.to_vec()];
     let crypto = QuicClientConfig::try_from(tls).map_err(tls_error)?;
     let mut config = quinn::ClientConfig::new(Arc::new(crypto));
@@ -355,8 +390,9 @@ fn client_config(o: &Options, tuning: &SocketTuning) -> Result<quinn::ClientConf
     Ok(config)
 }
 
-/// Takes the server's ephemeral certificate as it comes, but requires the handshake to be
-/// signed by its key: the QUIC layer encrypts; DCAU's GSI layer above says who the peer is.
+/// DCAU N: takes the listener's ephemeral certificate as it comes, but requires the handshake
+/// to be signed by its key. The connection is private from the path, its peer unnamed, as
+/// DCAU N means.
 #[derive(Debug)]
 struct KeyProofOnly(Arc<CryptoProvider>);
 
@@ -374,16 +410,11 @@ impl ServerCertVerifier for KeyProofOnly {
 
     fn verify_tls12_signature(
         &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
+        _message: &[u8],
+        _cert: &CertificateDer<'_>,
+        _dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
+        Err(rustls::Error::General("QUIC speaks only TLS 1.3".into()))
     }
 
     fn verify_tls13_signature(
@@ -392,12 +423,7 @@ impl ServerCertVerifier for KeyProofOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
+        gsi::signed_by_key(&self.0, message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
@@ -405,58 +431,29 @@ impl ServerCertVerifier for KeyProofOnly {
     }
 }
 
-/// Accepts connections until the listener goes, each in its own task so that one slow or
-/// hostile peer holds up no other.
-async fn accept_all(endpoint: quinn::Endpoint, ready: mpsc::Sender<QuicStream>) {
+/// Takes connection attempts until the listener goes. Each waits, unanswered, until the DTP
+/// takes it for a transfer and answers it with that transfer's credential; beyond the backlog
+/// they are refused.
+async fn accept_all(endpoint: quinn::Endpoint, ready: mpsc::Sender<quinn::Incoming>) {
     while let Some(incoming) = endpoint.accept().await {
-        let ready = ready.clone();
-        let local = endpoint.local_addr();
-        tokio::spawn(async move {
-            let peer = incoming.remote_address();
-            match tokio::time::timeout(ARRIVAL, arrive(incoming)).await {
-                Ok(Ok((conn, send, recv))) => {
-                    let stream = QuicStream {
-                        conn,
-                        send: Some(send),
-                        recv,
-                        local: local.unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0))),
-                        endpoint: None,
-                    };
-                    // A listener gone meanwhile drops the stream, which closes it.
-                    let _ = ready.send(stream).await;
-                }
-                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "QUIC data connection refused"),
-                Err(_) => tracing::debug!(%peer, "QUIC data connection opened no stream in time"),
+        match ready.try_send(incoming) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(incoming)) => {
+                tracing::debug!(peer = %incoming.remote_address(), "QUIC backlog full: refused");
+                incoming.refuse();
             }
-        });
+            Err(mpsc::error::TrySendError::Closed(_)) => return,
+        }
     }
-}
-
-/// An incoming connection's handshake, stream and preamble.
-async fn arrive(
-    incoming: quinn::Incoming,
-) -> io::Result<(quinn::Connection, quinn::SendStream, quinn::RecvStream)> {
-    let conn = incoming.await?;
-    let (send, mut recv) = conn.accept_bi().await?;
-    let mut first = [0u8; PREAMBLE.len()];
-    recv.read_exact(&mut first)
-        .await
-        .map_err(io::Error::other)?;
-    if &first != PREAMBLE {
-        conn.close(1u8.into(), b"not a ferry data connection");
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "not a ferry data connection (wrong preamble)",
-        ));
-    }
-    Ok((conn, send, recv))
 }
 
 #[derive(Debug)]
 struct QuicListener {
     endpoint: quinn::Endpoint,
     local: SocketAddr,
-    ready: Mutex<mpsc::Receiver<QuicStream>>,
+    options: Options,
+    tuning: SocketTuning,
+    ready: Mutex<mpsc::Receiver<quinn::Incoming>>,
     accepting: tokio::task::JoinHandle<()>,
 }
 
@@ -468,7 +465,14 @@ impl TransportListener for QuicListener {
     fn poll_accept(&self, cx: &mut Context<'_>) -> Poll<io::Result<Box<dyn TransportStream>>> {
         let mut ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
         match ready.poll_recv(cx) {
-            Poll::Ready(Some(s)) => Poll::Ready(Ok(Box::new(s))),
+            Poll::Ready(Some(incoming)) => Poll::Ready(Ok(Box::new(QuicStream {
+                peer: incoming.remote_address(),
+                state: State::Arrived(Box::new(incoming)),
+                local: self.local,
+                options: self.options,
+                tuning: self.tuning,
+                secured: Established::Plain,
+            }))),
             Poll::Ready(None) => Poll::Ready(Err(io::Error::other("QUIC listener stopped"))),
             Poll::Pending => Poll::Pending,
         }
@@ -483,25 +487,248 @@ impl Drop for QuicListener {
     }
 }
 
-/// One data connection: a QUIC connection's one stream.
+/// One data connection: a QUIC connection's one stream, once [`QuicStream::establish`] made it.
 #[derive(Debug)]
 struct QuicStream {
+    state: State,
+    peer: SocketAddr,
+    local: SocketAddr,
+    options: Options,
+    tuning: SocketTuning,
+    /// What `establish` made of it.
+    secured: Established,
+}
+
+#[derive(Debug)]
+enum State {
+    /// The connecting side, before its handshake: its own endpoint.
+    Dialing(quinn::Endpoint),
+    /// The listening side: a connection attempt not answered yet (boxed: it is large).
+    Arrived(Box<quinn::Incoming>),
+    /// Handshake done, stream open.
+    Open(Open),
+    /// The handshake failed.
+    Failed,
+}
+
+#[derive(Debug)]
+struct Open {
     conn: quinn::Connection,
     /// `None` once the drop handed it to the linger task.
     send: Option<quinn::SendStream>,
     recv: quinn::RecvStream,
-    local: SocketAddr,
     /// The connecting side's own endpoint (a listener's outlives its connections by itself).
     endpoint: Option<quinn::Endpoint>,
 }
 
+impl QuicStream {
+    async fn handshake(
+        &mut self,
+        initiator: bool,
+        protection: Option<&DataProtection>,
+    ) -> Result<Open, NetError> {
+        let refusal = Refusal::default();
+        let peer = self.peer;
+        let failed = |e: io::Error, refusal: &Refusal| match (refusal.take(), tls_alert(&e)) {
+            (None, None) => NetError::Connect {
+                addr: peer,
+                source: explained(e),
+            },
+            (Some(why), _) => NetError::Security(format!(
+                "QUIC data connection with {peer}: its credential is refused: {why}"
+            )),
+            (None, Some(Alert::Theirs)) if protection.is_some() => NetError::Security(format!(
+                "QUIC data connection with {peer}: the peer refused our credential ({})",
+                explained(e)
+            )),
+            (None, Some(Alert::Theirs)) => NetError::Security(format!(
+                "QUIC data connection with {peer}: the peer refused the handshake ({}); \
+                 does it ask for DCAU A or S where this side has DCAU N?",
+                explained(e)
+            )),
+            (None, Some(Alert::Ours)) => NetError::Security(format!(
+                "QUIC data connection with {peer}: TLS handshake failed: {}",
+                explained(e)
+            )),
+        };
+        match std::mem::replace(&mut self.state, State::Failed) {
+            State::Dialing(endpoint) => {
+                debug_assert!(initiator, "the side that connected starts the handshake");
+                let config = client_config(&self.options, &self.tuning, protection, &refusal)?;
+                let conn = async {
+                    let conn = endpoint
+                        .connect_with(config, peer, "ferry")
+                        .map_err(io::Error::other)?
+                        .await?;
+                    let (mut send, mut recv) = conn.open_bi().await?;
+                    send.write_all(PREAMBLE).await?;
+                    // The answer says the listener took us: TLS 1.3 lets a client finish its
+                    // handshake before the server has checked the client's certificate.
+                    if &read_preamble(&mut recv).await? != PREAMBLE {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            "the listener is not a ferry data channel (wrong answer)",
+                        ));
+                    }
+                    Ok::<_, io::Error>((conn, send, recv))
+                };
+                let (conn, send, recv) = conn.await.map_err(|e| failed(e, &refusal))?;
+                Ok(Open {
+                    conn,
+                    send: Some(send),
+                    recv,
+                    endpoint: Some(endpoint),
+                })
+            }
+            State::Arrived(incoming) => {
+                let config = server_config(&self.options, &self.tuning, protection, &refusal)?;
+                let (conn, send, recv) = arrive(*incoming, config)
+                    .await
+                    .map_err(|e| failed(e, &refusal))?;
+                Ok(Open {
+                    conn,
+                    send: Some(send),
+                    recv,
+                    endpoint: None,
+                })
+            }
+            State::Open(open) => {
+                self.state = State::Open(open);
+                Err(NetError::Security(
+                    "QUIC data connection established twice".into(),
+                ))
+            }
+            State::Failed => Err(NetError::Connect {
+                addr: peer,
+                source: io::Error::new(io::ErrorKind::NotConnected, "its handshake failed"),
+            }),
+        }
+    }
+
+    fn open(&mut self) -> io::Result<&mut Open> {
+        match &mut self.state {
+            State::Open(open) => Ok(open),
+            _ => Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "QUIC data connection used before its handshake (DataConn::establish)",
+            )),
+        }
+    }
+}
+
+/// Which side ended a failed handshake with a TLS alert.
+enum Alert {
+    /// The peer sent it.
+    Theirs,
+    /// This side did.
+    Ours,
+}
+
+/// Whether a failed handshake ended in a TLS alert (QUIC's CRYPTO_ERROR codes 0x100-0x1ff),
+/// and whose.
+fn tls_alert(e: &io::Error) -> Option<Alert> {
+    let crypto = |code: u64| (0x100..0x200).contains(&code);
+    match connection_error(e)? {
+        quinn::ConnectionError::ConnectionClosed(c) if crypto(u64::from(c.error_code)) => {
+            Some(Alert::Theirs)
+        }
+        quinn::ConnectionError::TransportError(t) if crypto(u64::from(t.code)) => Some(Alert::Ours),
+        _ => None,
+    }
+}
+
+/// The connection's end behind an I/O error of its handshake or stream, if that is what it is.
+fn connection_error(e: &io::Error) -> Option<&quinn::ConnectionError> {
+    let inner = e.get_ref()?;
+    if let Some(c) = inner.downcast_ref::<quinn::ConnectionError>() {
+        return Some(c);
+    }
+    match (
+        inner.downcast_ref::<quinn::ReadError>(),
+        inner.downcast_ref::<quinn::WriteError>(),
+    ) {
+        (Some(quinn::ReadError::ConnectionLost(c)), _) => Some(c),
+        (_, Some(quinn::WriteError::ConnectionLost(c))) => Some(c),
+        _ => None,
+    }
+}
+
+/// An I/O error of a handshake or stream, saying how the connection ended when it did.
+fn explained(e: io::Error) -> io::Error {
+    match connection_error(&e) {
+        Some(c) => io::Error::new(e.kind(), c.clone()),
+        None => e,
+    }
+}
+
+/// `read_exact` of the 8-byte preamble or its answer.
+async fn read_preamble(recv: &mut quinn::RecvStream) -> io::Result<[u8; PREAMBLE.len()]> {
+    let mut got = [0u8; PREAMBLE.len()];
+    match recv.read_exact(&mut got).await {
+        Ok(()) => Ok(got),
+        Err(quinn::ReadExactError::ReadError(e)) => Err(e.into()),
+        Err(quinn::ReadExactError::FinishedEarly(n)) => Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("the stream ended after {n} of the preamble's 8 bytes"),
+        )),
+    }
+}
+
+/// Answers a connection attempt with `config`, then takes its stream and preamble (within
+/// [`ARRIVAL`]: a peer that opens nothing is not waited for).
+async fn arrive(
+    incoming: quinn::Incoming,
+    config: quinn::ServerConfig,
+) -> io::Result<(quinn::Connection, quinn::SendStream, quinn::RecvStream)> {
+    let conn = incoming.accept_with(Arc::new(config))?.await?;
+    let opened = tokio::time::timeout(ARRIVAL, async {
+        let (send, mut recv) = conn.accept_bi().await?;
+        let first = read_preamble(&mut recv).await?;
+        Ok::<_, io::Error>((send, recv, first))
+    })
+    .await
+    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "the peer opened no stream"))??;
+    let (mut send, recv, first) = opened;
+    if &first != PREAMBLE {
+        conn.close(1u8.into(), b"not a ferry data connection");
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not a ferry data connection (wrong preamble)",
+        ));
+    }
+    send.write_all(PREAMBLE).await?;
+    Ok((conn, send, recv))
+}
+
 impl TransportStream for QuicStream {
     fn peer_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.conn.remote_address())
+        match &self.state {
+            State::Open(open) => Ok(open.conn.remote_address()),
+            _ => Ok(self.peer),
+        }
     }
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
         Ok(self.local)
+    }
+
+    /// The QUIC handshake: with DCAU A/S it carries the GSI credentials and checks the peer's
+    /// (then no GSI layer runs inside the stream); with DCAU N the ephemeral certificate.
+    fn establish<'a>(
+        &'a mut self,
+        initiator: bool,
+        protection: Option<&'a DataProtection>,
+    ) -> EstablishFuture<'a> {
+        Box::pin(async move {
+            let open = self.handshake(initiator, protection).await?;
+            self.state = State::Open(open);
+            self.secured = if protection.is_some() {
+                Established::Secured
+            } else {
+                Established::Plain
+            };
+            Ok(self.secured)
+        })
     }
 }
 
@@ -511,7 +738,8 @@ impl AsyncRead for QuicStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().recv).poll_read(cx, buf)
+        let open = self.get_mut().open()?;
+        Pin::new(&mut open.recv).poll_read(cx, buf)
     }
 }
 
@@ -521,7 +749,7 @@ impl AsyncWrite for QuicStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match &mut self.get_mut().send {
+        match &mut self.get_mut().open()?.send {
             Some(s) => tokio::io::AsyncWrite::poll_write(Pin::new(s), cx, buf),
             None => Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
         }
@@ -532,7 +760,7 @@ impl AsyncWrite for QuicStream {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if let Some(s) = &mut self.get_mut().send {
+        if let Ok(Open { send: Some(s), .. }) = self.get_mut().open() {
             // Finishing twice is harmless.
             let _ = s.finish();
         }
@@ -544,12 +772,15 @@ impl Drop for QuicStream {
     /// As a TCP close: what was written still reaches the peer. The stream is finished and
     /// the connection kept until the peer acknowledged it all (or [`LINGER`] passed).
     fn drop(&mut self) {
-        let Some(mut send) = self.send.take() else {
+        let State::Open(open) = &mut self.state else {
+            return;
+        };
+        let Some(mut send) = open.send.take() else {
             return;
         };
         let _ = send.finish();
-        let conn = self.conn.clone();
-        let endpoint = self.endpoint.take();
+        let conn = open.conn.clone();
+        let endpoint = open.endpoint.take();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -564,5 +795,6 @@ impl Drop for QuicStream {
 }
 
 mod bounded;
+mod gsi;
 #[cfg(test)]
 mod tests;

@@ -12,6 +12,27 @@ fn listen(options: &str) -> DataListener {
         .unwrap()
 }
 
+/// A DCAU N connection to `addr`, handshake done.
+async fn dial(addr: SocketAddr, options: &str) -> DataConn {
+    Quic.connect(addr, SocketTuning::default(), options)
+        .await
+        .unwrap()
+        .establish(true, None)
+        .await
+        .unwrap()
+}
+
+/// The next DCAU N connection of `listener`, handshake done.
+async fn take(listener: &DataListener) -> DataConn {
+    listener
+        .accept()
+        .await
+        .unwrap()
+        .establish(false, None)
+        .await
+        .unwrap()
+}
+
 #[test]
 fn options_name_the_controller_and_the_window_and_nothing_else() {
     let o = Options::parse("").unwrap();
@@ -56,14 +77,11 @@ async fn bytes_cross_both_ways_and_a_dropped_sender_still_delivers_them_all() {
     // The connecting side sends: everything written before the drop arrives, then EOF.
     let sent = data.clone();
     let sender = tokio::spawn(async move {
-        let mut c = Quic
-            .connect(addr, SocketTuning::default(), "")
-            .await
-            .unwrap();
+        let mut c = dial(addr, "").await;
         c.write_all(&sent).await.unwrap();
         drop(c);
     });
-    let mut a = listener.accept().await.unwrap();
+    let mut a = take(&listener).await;
     assert_eq!(a.peer_addr().unwrap().ip(), LOOPBACK);
     let mut got = Vec::new();
     a.read_to_end(&mut got).await.unwrap();
@@ -78,15 +96,12 @@ async fn bytes_cross_both_ways_and_a_dropped_sender_still_delivers_them_all() {
     // The connecting side receives (MODE E's receiver may be the one that connects): the
     // preamble makes the connection known before it carries data.
     let receiver = tokio::spawn(async move {
-        let mut c = Quic
-            .connect(addr, SocketTuning::default(), "congestion=cubic")
-            .await
-            .unwrap();
+        let mut c = dial(addr, "congestion=cubic").await;
         let mut got = Vec::new();
         c.read_to_end(&mut got).await.unwrap();
         got
     });
-    let mut a = listener.accept().await.unwrap();
+    let mut a = take(&listener).await;
     let small = pattern(300_000);
     a.write_all(&small).await.unwrap();
     a.shutdown().await.unwrap();
@@ -95,7 +110,7 @@ async fn bytes_cross_both_ways_and_a_dropped_sender_still_delivers_them_all() {
 }
 
 #[tokio::test]
-async fn garbage_datagrams_and_a_wrong_preamble_are_dropped_and_the_listener_serves_on() {
+async fn garbage_datagrams_are_dropped_and_a_wrong_preamble_is_refused_by_name() {
     let listener = listen("");
     let addr = listener.local_addr().unwrap();
     let junk = std::net::UdpSocket::bind((LOOPBACK, 0)).unwrap();
@@ -106,39 +121,41 @@ async fn garbage_datagrams_and_a_wrong_preamble_are_dropped_and_the_listener_ser
         junk.send_to(&d, addr).unwrap();
         junk.send_to(&pattern(n)[..], addr).unwrap();
     }
-    // A real QUIC peer that speaks something else on its stream.
+    // A real QUIC peer that speaks something else on its stream: the transfer that takes it
+    // fails with the reason, and the peer is told it.
     let o = Options::parse("").unwrap();
     let ep = endpoint(
         udp_socket((LOOPBACK, 0).into(), &SocketTuning::default()).unwrap(),
         None,
     )
     .unwrap();
-    let conn = ep
-        .connect_with(
-            client_config(&o, &SocketTuning::default()).unwrap(),
-            addr,
-            "x",
-        )
-        .unwrap()
+    let config = client_config(&o, &SocketTuning::default(), None, &Refusal::default()).unwrap();
+    let stranger = tokio::spawn(async move {
+        let conn = ep.connect_with(config, addr, "x").unwrap().await.unwrap();
+        let (mut s, _r) = conn.open_bi().await.unwrap();
+        s.write_all(b"GET / HTTP/1.0\r\n\r\n").await.unwrap();
+        conn.closed().await
+    });
+    let refused = listener
+        .accept()
         .await
-        .unwrap();
-    let (mut s, _r) = conn.open_bi().await.unwrap();
-    s.write_all(b"GET / HTTP/1.0\r\n\r\n").await.unwrap();
-    // The listener closes it with its reason ...
-    let why = conn.closed().await;
+        .unwrap()
+        .establish(false, None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("not a ferry data connection"), "{refused}");
+    let why = stranger.await.unwrap();
     assert!(
         why.to_string().contains("not a ferry data connection"),
         "{why}"
     );
-    // ... and still serves a real connection, which is the first it hands out.
+    // The garbage made no connection: the next one is a real peer's.
     let client = tokio::spawn(async move {
-        let mut c = Quic
-            .connect(addr, SocketTuning::default(), "")
-            .await
-            .unwrap();
+        let mut c = dial(addr, "").await;
         c.write_all(b"hello").await.unwrap();
     });
-    let mut a = listener.accept().await.unwrap();
+    let mut a = take(&listener).await;
     let mut got = Vec::new();
     a.read_to_end(&mut got).await.unwrap();
     assert_eq!(got, b"hello");
@@ -151,7 +168,7 @@ async fn a_peer_gone_mid_transfer_is_an_error_not_a_hang_or_an_end() {
     let addr = listener.local_addr().unwrap();
     let (started, reading) = tokio::sync::oneshot::channel();
     let reader = tokio::spawn(async move {
-        let mut a = listener.accept().await.unwrap();
+        let mut a = take(&listener).await;
         let mut buf = vec![0u8; 1 << 20];
         let mut n = 0;
         let mut started = Some(started);
@@ -168,12 +185,25 @@ async fn a_peer_gone_mid_transfer_is_an_error_not_a_hang_or_an_end() {
             }
         }
     });
-    let o = Options::parse("").unwrap();
-    let mut c = dial(addr, &SocketTuning::default(), &o).await.unwrap();
+    // Built by hand (not boxed in a DataConn) to reach the connection and kill it.
+    let ep = endpoint(
+        udp_socket((LOOPBACK, 0).into(), &SocketTuning::default()).unwrap(),
+        None,
+    )
+    .unwrap();
+    let mut c = QuicStream {
+        local: ep.local_addr().unwrap(),
+        state: State::Dialing(ep),
+        peer: addr,
+        options: Options::parse("").unwrap(),
+        tuning: SocketTuning::default(),
+        secured: Established::Plain,
+    };
+    c.establish(true, None).await.unwrap();
     c.write_all(&pattern(1 << 20)).await.unwrap();
     reading.await.unwrap();
     // The sending process dies: its connection closes with an error code, not a FIN.
-    c.conn.close(7u8.into(), b"killed");
+    c.open().unwrap().conn.close(7u8.into(), b"killed");
     let got = tokio::time::timeout(Duration::from_secs(10), reader)
         .await
         .expect("the reader hung")
