@@ -24,10 +24,13 @@ pub(crate) struct CopyArgs {
     /// servers), instead of copying with one stream in stream mode after a warning.
     #[arg(long = "require-parallel")]
     require_parallel: bool,
-    /// The data channels' transport: tcp, or quic (UDP; ferry servers whose admin allows it
-    /// in --dc-whitelist), with options as in SITE SETNETSTACK (quic:congestion=cubic).
-    /// Both ends of every data connection use it; a server that refuses it fails the copy.
-    #[arg(long, value_name = "NAME[:OPTIONS]", default_value = "tcp", value_parser = parse_transport)]
+    /// The data channels' transport: auto, tcp, or quic (UDP; ferry servers whose admin
+    /// allows it in --dc-whitelist), with options as in SITE SETNETSTACK (quic:congestion=cubic).
+    /// auto picks quic for files of 16 MiB or more when the round trip is 20 ms or more, the
+    /// sender's TCP is loss-based (cubic, reno) and every server offers quic; else tcp (-v
+    /// says which and why). A named transport is used at both ends of every data connection;
+    /// a server that refuses it fails the copy.
+    #[arg(long, value_name = "NAME[:OPTIONS]", default_value = "auto", value_parser = parse_transport)]
     transport: String,
     /// TCP buffer size for data connections (e.g. 8M). [default: the kernel's autotuning]
     #[arg(long = "tcp-bs", value_name = "SIZE", value_parser = parse_size)]
@@ -351,8 +354,12 @@ pub(crate) fn run(args: CopyArgs) -> u8 {
     }
 }
 
-/// `--transport`: a transport of this build with options it takes, as a net-stack entry.
+/// `--transport`: `auto`, or a transport of this build with options it takes, as a net-stack
+/// entry.
 fn parse_transport(s: &str) -> Result<String, String> {
+    if s == ferry_client::choose::AUTO {
+        return Ok(s.to_string());
+    }
     let stack = ferry_proto::stack::StackSpec::parse(s).map_err(|e| e.to_string())?;
     ferry_net::Transports::standard()
         .transport_of(&stack)

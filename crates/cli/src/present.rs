@@ -163,6 +163,11 @@ fn human(s: &mut State, ev: CopyEvent, verbose: bool) {
             }
         }
         CopyEvent::Warning { message } => line(s, format!("ferry: warning: {message}")),
+        CopyEvent::Note { message } => {
+            if verbose {
+                line(s, format!("ferry: {message}"));
+            }
+        }
         CopyEvent::Failed { error, .. } => {
             s.done += 1;
             line(s, format!("ferry: {error}"));

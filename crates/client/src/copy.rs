@@ -144,6 +144,12 @@ pub enum CopyEvent {
         /// What happened and why.
         message: String,
     },
+    /// A choice made for the user (`--transport auto`), with its reason; each said once per
+    /// copy (shown with `-v`).
+    Note {
+        /// What was chosen and why.
+        message: String,
+    },
     /// A file failed for good.
     Failed {
         /// Index in the plan.
@@ -247,7 +253,7 @@ pub async fn copy_with_sessions(
 fn once_per_warning(events: EventSink) -> EventSink {
     let seen = Mutex::new(std::collections::HashSet::new());
     Arc::new(move |ev: CopyEvent| {
-        if let CopyEvent::Warning { message } = &ev {
+        if let CopyEvent::Warning { message } | CopyEvent::Note { message } = &ev {
             let first = seen.lock().map(|mut s| s.insert(message.clone()));
             if !first.unwrap_or(true) {
                 return;
@@ -411,6 +417,7 @@ async fn copy_one(
                 ranges: ranges.to_string(),
             }),
             FileCopyEvent::Warning { message } => events(CopyEvent::Warning { message }),
+            FileCopyEvent::Note { message } => events(CopyEvent::Note { message }),
             _ => {}
         };
         match file.run(sessions, &opts.cancel, &mut on_event).await {

@@ -58,6 +58,11 @@ pub enum FileCopyEvent {
         /// What happened and why, in a sentence.
         message: String,
     },
+    /// A choice made for this file (`--transport auto`), with its reason.
+    Note {
+        /// What was chosen and why, in a sentence.
+        message: String,
+    },
     /// Both ends have this checksum.
     Checksum {
         /// The algorithm's name as servers spell it (`ADLER32`, `MD5` …).
@@ -253,6 +258,14 @@ impl FileCopy {
                 Some(n) if !is_small(self.size) => n.max(1),
                 _ => auto_parallelism(self.size, self.rtt(sessions).await),
             };
+        }
+        if let Some(choice) =
+            crate::choose::choose(&self.src, &self.dst, &req, self.size, sessions).await?
+        {
+            req.transport = choice.transport;
+            on_event(FileCopyEvent::Note {
+                message: choice.why,
+            });
         }
         req.restart = stored.clone();
         req.checksums = self.verify.iter().map(|v| v.algorithm).collect();

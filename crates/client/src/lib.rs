@@ -4,6 +4,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod checks;
+pub mod choose;
 mod control;
 mod copy;
 mod data_channel;

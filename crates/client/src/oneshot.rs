@@ -80,7 +80,7 @@ pub async fn get(
 
 /// The net stack `req` asks for, set on the server (a fresh session is on its default).
 async fn net_stack(ctl: &mut ControlClient, req: &FileRequest) -> Result<StackSpec, ClientError> {
-    let Some(t) = &req.transport else {
+    let Some(t) = req.explicit_transport() else {
         return Ok(StackSpec::default_net());
     };
     let stack =

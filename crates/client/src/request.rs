@@ -34,6 +34,8 @@ pub struct FileRequest {
     pub congestion: Option<ferry_net::Congestion>,
     /// The data channel's transport as a net-stack entry (`quic`, `quic:congestion=cubic`),
     /// asked of both servers with `SITE SETNETSTACK`; `None`: TCP, the servers' default.
+    /// `auto` ([`crate::choose::AUTO`]): QUIC or TCP by the path, decided per file by
+    /// [`crate::FileCopy::run`] (elsewhere, TCP).
     pub transport: Option<String>,
     /// First byte to transfer (partial transfer; the destination is written at the same offset).
     pub offset: u64,
@@ -52,6 +54,15 @@ pub struct FileRequest {
     /// Checksums the client's own end takes while the bytes move (a whole file), for
     /// verification without reading the local file again.
     pub checksums: Vec<ferry_storage::ChecksumAlgorithm>,
+}
+
+impl FileRequest {
+    /// The transport asked for, `None` for TCP; `auto` not decided by now is TCP.
+    pub fn explicit_transport(&self) -> Option<&str> {
+        self.transport
+            .as_deref()
+            .filter(|t| *t != crate::choose::AUTO)
+    }
 }
 
 impl Default for FileRequest {

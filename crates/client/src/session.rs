@@ -50,6 +50,8 @@ pub struct RemoteSession {
     /// The net stack of this session's data connections, both ends: TCP (the server's
     /// default), another transport asked with `SITE SETNETSTACK`, or TLS on FTPS.
     pub(crate) data_stack: StackSpec,
+    /// Net stacks the server refused, with its answer ([`RemoteSession::offers`]).
+    refused_stacks: Vec<(StackSpec, String)>,
 }
 
 /// Login name and password for a URL: its own, else anonymous.
@@ -176,6 +178,7 @@ impl RemoteSession {
             rtt,
             channel_security,
             data_stack,
+            refused_stacks: Vec::new(),
         })
     }
 
@@ -398,7 +401,7 @@ impl RemoteSession {
     /// leaves it. FTPS sessions keep their TLS-over-TCP data channels.
     pub(crate) async fn transport(&mut self, req: &FileRequest) -> Result<(), ClientError> {
         if self.data_stack.bottom() == crate::ftps::FTPS_TRANSPORT {
-            return match &req.transport {
+            return match req.explicit_transport() {
                 None => Ok(()),
                 Some(t) => Err(ClientError::Unsupported(format!(
                     "{}: FTPS data channels are TLS over TCP; transport {t} needs a GridFTP server",
@@ -406,7 +409,7 @@ impl RemoteSession {
                 ))),
             };
         }
-        let want = match &req.transport {
+        let want = match req.explicit_transport() {
             Some(t) => StackSpec::parse(t)
                 .map_err(|e| ClientError::Usage(format!("transport {t:?}: {e}")))?,
             None => StackSpec::default_net(),
@@ -439,6 +442,42 @@ impl RemoteSession {
             r.code,
             r.text().trim().replace('\n', " / ")
         )))
+    }
+
+    /// Whether the server takes `stack` for its data channels (`SITE SETNETSTACK`): `Err`
+    /// with its answer when it refuses. Asked once per session; a server that takes it stays
+    /// on it, as [`RemoteSession::transport`] would leave it.
+    pub(crate) async fn offers(
+        &mut self,
+        stack: &StackSpec,
+    ) -> Result<Result<(), String>, ClientError> {
+        if self.data_stack == *stack {
+            return Ok(Ok(()));
+        }
+        if let Some((_, answer)) = self.refused_stacks.iter().find(|(s, _)| s == stack) {
+            return Ok(Err(answer.clone()));
+        }
+        if self.data_stack.bottom() == crate::ftps::FTPS_TRANSPORT {
+            return Ok(Err(
+                "an FTPS session's data channels are TLS over TCP".into()
+            ));
+        }
+        let req = FileRequest {
+            transport: Some(stack.to_string()),
+            ..FileRequest::default()
+        };
+        match self.transport(&req).await {
+            Ok(()) => Ok(Ok(())),
+            Err(ClientError::Unsupported(why)) => {
+                let answer = why
+                    .split_once(": ")
+                    .map_or(why.as_str(), |(_, a)| a)
+                    .to_string();
+                self.refused_stacks.push((stack.clone(), answer.clone()));
+                Ok(Err(answer))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Asks the server for socket buffers of `bytes` for sending (`retr`) or receiving, trying

@@ -1,0 +1,259 @@
+//! `ferry copy --transport auto` (the default): QUIC where the rule says so, TCP elsewhere, and
+//! `-v` says which and why. On loopback (a LAN) it stays on TCP; across a netlab WAN (1 Gbit/s,
+//! 60 ms, both hosts on cubic) it picks QUIC for a large file both ways, TCP for a small file and
+//! for a server whose admin does not offer QUIC. The server's transfer log says which transport
+//! carried each file; bytes compared. The netlab part needs root, `ip` and ferry-netlab;
+//! elsewhere it says so and passes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+
+const LAB: &str = "t-auto";
+const MIB: usize = 1 << 20;
+
+fn netlab() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_ferry")).with_file_name("ferry-netlab")
+}
+
+fn missing() -> Option<String> {
+    if !common::striping::is_root() {
+        return Some("transport auto netlab test needs root (network namespaces); skipped".into());
+    }
+    if !netlab().exists() {
+        return Some(format!(
+            "transport auto netlab test needs {} (cargo build --release --workspace); skipped",
+            netlab().display()
+        ));
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        return Some("transport auto netlab test needs `ip` (iproute2); skipped".into());
+    }
+    None
+}
+
+/// The transport of each line of a transfer log.
+fn transports(log: &Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
+            v["transport"].as_str().unwrap_or("?").to_string()
+        })
+        .collect()
+}
+
+fn said(out: &Output, what: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && err.contains(what),
+        "ferry copy should succeed and say {what:?}: {out:?}"
+    );
+}
+
+fn same(path: &Path, bytes: &[u8]) {
+    let got = std::fs::read(path).unwrap();
+    assert!(got == bytes, "{}: bytes differ", path.display());
+}
+
+/// Starts `ferry serve` in the foreground of `cmd`'s host (or here) and waits for `port`.
+fn serve(mut cmd: Command, port: u16, log: &Path, listening: impl Fn() -> bool) -> Child {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap());
+    let mut child = cmd.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !listening() {
+        if Instant::now() > deadline || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            panic!(
+                "ferry serve did not listen on {port}: {}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    child
+}
+
+#[test]
+fn on_loopback_auto_stays_on_tcp_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let bytes = common::striping::pattern(20 * MIB);
+    std::fs::write(root.join("big.bin"), &bytes).unwrap();
+    let log = dir.path().join("transfers.log");
+    let port = common::server::free_port();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferry"));
+    cmd.args(["serve", "--anonymous", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--root")
+        .arg(&root)
+        .args(["--dc-whitelist", "tcp,quic,gsi", "--log-transfer"])
+        .arg(&log);
+    let mut server = serve(cmd, port, &dir.path().join("serve.err"), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let dest = dir.path().join("got.bin");
+    let out = Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .args(["copy", "-v"])
+        .arg(format!("ftp://127.0.0.1:{port}/big.bin"))
+        .arg(&dest)
+        .output()
+        .unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    said(&out, "transport auto chose tcp: the round trip is");
+    said(&out, "a LAN");
+    same(&dest, &bytes);
+    assert_eq!(transports(&log), ["tcp"]);
+}
+
+/// The lab, torn down when dropped; every process started in it is killed first.
+struct Lab {
+    file: PathBuf,
+    procs: Vec<Child>,
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for c in &mut self.procs {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = Command::new(netlab()).arg("down").arg(&self.file).output();
+    }
+}
+
+impl Lab {
+    fn up(dir: &Path) -> Lab {
+        let src =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/topologies/wan-60ms.toml");
+        // Both hosts on cubic, whatever this machine's default: the rule reads the sender's.
+        let text = std::fs::read_to_string(src).unwrap().replace(
+            "name = \"wan-60ms\"",
+            &format!("name = \"{LAB}\"\ncongestion = \"cubic\""),
+        );
+        let file = dir.join("lab.toml");
+        std::fs::write(&file, text).unwrap();
+        let _ = Command::new(netlab()).args(["down", "--all"]).output();
+        let out = Command::new(netlab())
+            .arg("up")
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "netlab up: {out:?}");
+        Lab {
+            file,
+            procs: Vec::new(),
+        }
+    }
+
+    fn addr(&self, host: &str) -> String {
+        let out = Command::new(netlab())
+            .args(["addr", "--lab", LAB, host])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    fn cmd(&self, host: &str, program: &str) -> Command {
+        let mut c = Command::new(netlab());
+        c.args(["exec", "--lab", LAB, host, "--", program]);
+        c
+    }
+
+    fn serve(&mut self, port: u16, args: &[&str], log: &Path) {
+        let mut c = self.cmd("b", env!("CARGO_BIN_EXE_ferry"));
+        c.args(["serve", "--listen", &format!("{}:{port}", self.addr("b"))])
+            .args(args);
+        let child = serve(c, port, log, || {
+            let out = Command::new(netlab())
+                .args(["exec", "--lab", LAB, "b", "--", "ss", "-Hltn"])
+                .arg(format!("sport = :{port}"))
+                .output()
+                .unwrap();
+            !out.stdout.is_empty()
+        });
+        self.procs.push(child);
+    }
+
+    fn copy(&self, from: &str, to: &str) -> Output {
+        self.cmd("a", env!("CARGO_BIN_EXE_ferry"))
+            .args(["copy", "-v", from, to])
+            .output()
+            .unwrap()
+    }
+}
+
+#[test]
+fn across_a_60_ms_wan_auto_picks_quic_for_large_files_where_both_ends_offer_it() {
+    if let Some(why) = missing() {
+        eprintln!("{why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let big = common::striping::pattern(24 * MIB);
+    let small = common::striping::pattern(MIB);
+    std::fs::write(root.join("big.bin"), &big).unwrap();
+    std::fs::write(root.join("small.bin"), &small).unwrap();
+    let (quic_log, tcp_log) = (dir.path().join("quic.log"), dir.path().join("tcp.log"));
+    let root_arg = root.to_str().unwrap();
+    let mut lab = Lab::up(dir.path());
+    lab.serve(
+        2811,
+        &[
+            "--anonymous",
+            "--anonymous-write",
+            "--root",
+            root_arg,
+            "--dc-whitelist",
+            "tcp,quic,gsi",
+            "--log-transfer",
+            quic_log.to_str().unwrap(),
+        ],
+        &dir.path().join("quic.err"),
+    );
+    lab.serve(
+        2812,
+        &[
+            "--anonymous",
+            "--root",
+            root_arg,
+            "--log-transfer",
+            tcp_log.to_str().unwrap(),
+        ],
+        &dir.path().join("tcp.err"),
+    );
+    let b = lab.addr("b");
+    let url = |port: u16, name: &str| format!("ftp://{b}:{port}/{name}");
+    let local = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+
+    // A large file from a server that offers QUIC: the server sends, on cubic.
+    let out = lab.copy(&url(2811, "big.bin"), &local("got-big.bin"));
+    said(&out, "transport auto chose quic: the round trip is");
+    same(&dir.path().join("got-big.bin"), &big);
+    // A large file to it: this host sends, on cubic too.
+    let out = lab.copy(&local("got-big.bin"), &url(2811, "up.bin"));
+    said(&out, "transport auto chose quic");
+    said(&out, "this host sends with TCP cubic");
+    same(&root.join("up.bin"), &big);
+    // A small file: TCP.
+    let out = lab.copy(&url(2811, "small.bin"), &local("got-small.bin"));
+    said(&out, "transport auto chose tcp: a file under 16 MiB");
+    same(&dir.path().join("got-small.bin"), &small);
+    assert_eq!(transports(&quic_log), ["quic", "quic", "tcp"]);
+
+    // A server whose admin left QUIC off its whitelist: TCP, and the copy says who refused.
+    let out = lab.copy(&url(2812, "big.bin"), &local("got-big-2.bin"));
+    said(&out, "transport auto chose tcp");
+    said(&out, &format!("{b}:2812 does not offer QUIC"));
+    same(&dir.path().join("got-big-2.bin"), &big);
+    assert_eq!(transports(&tcp_log), ["tcp"]);
+}
