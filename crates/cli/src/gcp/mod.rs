@@ -145,6 +145,8 @@ impl GcpArgs {
             request: FileRequest {
                 parallelism: self.streams.unwrap_or(0),
                 stripe: crate::copy::stripe_layout(self.big, None),
+                // QUIC where the path calls for it, as `ferry copy` (said with --explain).
+                transport: (!self.no_tune).then(|| ferry_client::choose::AUTO.to_string()),
                 ..defaults.request.clone()
             },
             retries: self.retries.unwrap_or(defaults.retries),
@@ -191,6 +193,10 @@ pub(crate) fn run(args: GcpArgs) -> u8 {
         }
     };
     say(&explained);
+    if let (true, crate::present::Output::Human { verbose }) = (explain, &mut job.output) {
+        // The choices made per file (`--transport auto`) are part of the explanation.
+        *verbose = true;
+    }
     if queue {
         return crate::service::queue(&job, &service, dry_run);
     }
