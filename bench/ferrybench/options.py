@@ -43,6 +43,7 @@ class Options:
     restart_tcp_bs: str = "auto"
     integrity_size: int = 2 << 30
     cksm_size: int = 4 << 30
+    quic_paths: tuple = ("loopback", "loopback-gsi", "wan", "wan-long-haul", "wan-lossy")
 
 
 def _int_list(text: str) -> list[int]:
@@ -113,6 +114,9 @@ def parse_options(argv, scenario_names) -> Options:
     p.add_argument("--integrity-size", type=parse_size,
                    help="integrity: the tmpfs file fetched with and without verification (default 2G; quick 256M)")
     p.add_argument("--cksm-size", type=parse_size, help="integrity: the file CKSM is timed on (default 4G; quick 256M)")
+    quic_parts = ("loopback", "loopback-gsi", "wan", "wan-long-haul", "wan-lossy")
+    p.add_argument("--quic-paths", type=_name_list(quic_parts), default=list(quic_parts),
+                   help=f"quic: which parts to measure (default all: {','.join(quic_parts)})")
     a = p.parse_args(argv)
     q = a.quick
     order = [n for n in scenario_names if n in a.scenarios]
@@ -143,4 +147,5 @@ def parse_options(argv, scenario_names) -> Options:
         restart_tcp_bs=a.restart_tcp_bs,
         integrity_size=a.integrity_size if a.integrity_size is not None else parse_size("256M" if q else "2G"),
         cksm_size=a.cksm_size if a.cksm_size is not None else parse_size("256M" if q else "4G"),
+        quic_paths=tuple(a.quic_paths),
     )

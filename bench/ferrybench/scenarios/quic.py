@@ -1,5 +1,6 @@
-"""QUIC data channels against TCP: on loopback (throughput and CPU per GB) and across the two
-lossy netlab paths (200 ms / 0.1 % and 60 ms / 1 %), hosts on cubic and on bbr."""
+"""QUIC data channels against TCP: on loopback (throughput and CPU per GB, anonymous and with
+GSI at DCAU N and PROT P) and across netlab paths (clean 60 ms, 200 ms / 0.1 %, 60 ms / 1 %),
+hosts on cubic and on bbr."""
 
 import os
 import subprocess
@@ -22,7 +23,9 @@ FERRY = os.path.join(REPO_ROOT, "target", "release", "ferry")
 WHITELIST = ("--dc-whitelist", "tcp,quic,gsi")
 LOOP_SUBJECTS = [("tcp", 1), ("quic", 1), ("tcp", 4), ("quic", 4)]
 WAN_SUBJECTS = [("tcp", 1), ("tcp", 8), ("quic", 1), ("quic", 4)]
-WAN_PATHS = ["wan-long-haul", "wan-lossy"]
+WAN_PATHS = ["wan", "wan-long-haul", "wan-lossy"]
+# GSI on loopback: (transport, level) with ferry copy's flags per level.
+GSI_SUBJECTS = [("tcp", "nodcau"), ("tcp", "dcpriv"), ("quic", "nodcau"), ("quic", "dcpriv")]
 CCS = ["cubic", "bbr"]
 # Netlab transfers: before its timed runs each subject is sized, untimed, by doubling from FIRST
 # until one transfer lasts SECONDS or reaches LARGEST: on a 200 ms path a few-second transfer is
@@ -31,7 +34,7 @@ FIRST, LARGEST, SECONDS = 16 * MIB, 2048 * MIB, 10
 # What Globus' UDT reached on the same netlab paths (issue "UDT", measured with Debian's
 # globus-url-copy -udt against globus-gridftp-server -dc-whitelist udt,gsi,tcp, cubic hosts):
 # not measured in this run, shown for the bars of the QUIC issue.
-GLOBUS_UDT_MBIT = {"wan-long-haul": "91–102", "wan-lossy": "22"}
+GLOBUS_UDT_MBIT = {"wan": "not measured", "wan-long-haul": "91–102", "wan-lossy": "22"}
 
 METHOD = (
     "**Loopback**: one `ferry serve --anonymous --dc-whitelist tcp,quic,gsi` on 127.0.0.1 and "
@@ -39,7 +42,12 @@ METHOD = (
     "memory to memory), T = tcp or quic, subjects alternating run by run. Throughput is SIZE over the "
     "client's wall time; CPU is the client's rusage plus the server's process tree (/proc), per "
     "decimal GB. QUIC encrypts (TLS 1.3, AES-GCM) where the TCP runs carry clear data, so the CPU "
-    "column includes QUIC's encryption. **Netlab**: the `long-haul` (1 Gbit/s, 200 ms, 0.1 % loss "
+    "column includes QUIC's encryption. **Loopback with GSI**: `ferry serve --gsi` (host credential "
+    "from `ferry ca`, the user's proxy from grid-proxy-init, as scenario `security`) and `ferry copy "
+    "-p 1 --transport T [--no-dcau | --dcpriv] gsiftp://localhost:PORT/dev/zero /dev/null`: under "
+    "DCAU A/PROT P a TCP connection runs GSI TLS records, a QUIC connection authenticates with the "
+    "GSI credentials in its own TLS 1.3 handshake and runs no second TLS inside. **Netlab**: the "
+    "`wan-60ms` (1 Gbit/s, 60 ms, no loss), `long-haul` (1 Gbit/s, 200 ms, 0.1 % loss "
     "each way) and `lossy-wan` (1 Gbit/s, 60 ms, 1 % loss each way) topologies, both hosts on cubic, "
     "then on bbr (their TCP; QUIC's controller is quinn's BBR, ferry's default, in both), rmem/wmem_max "
     "64 MiB, the server in host b, the client in host a, default buffers (no --tcp-bs). iperf3 -P 1 "
@@ -54,15 +62,68 @@ METHOD = (
 @scenario("quic", "QUIC data channels: loopback and lossy long paths")
 def run(ctx) -> ScenarioResult:
     result = ScenarioResult("quic", "QUIC data channels against TCP", METHOD)
-    _loopback(ctx, result)
+    parts = ctx.options.quic_paths
+    if "loopback" in parts:
+        _loopback(ctx, result)
+    if "loopback-gsi" in parts:
+        _loopback_gsi(ctx, result)
+    wan = [p for p in WAN_PATHS if p in parts]
+    if not wan:
+        return result
     if os.geteuid() != 0 or not os.path.exists(NETLAB):
         result.notes.append("Netlab paths not measured: need root and target/release/ferry-netlab.")
         return result
     _netlab("down", "--all", check=False)
     with _socket_buffer_max(64 * MIB):
-        for name in WAN_PATHS:
+        for name in wan:
             _wan(ctx, result, name)
     return result
+
+
+def _loopback_gsi(ctx, result):
+    from .security import FERRY_FLAGS, _client_env, _setup_pki
+    o = ctx.options
+    size = o.size
+    samples = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o755)
+        pki = _setup_pki(ctx, tmp)
+        server = start_ferry(FERRY, tmp, out_name="ferry-gsi.out",
+                             logins=("--gsi", "--host-cert", pki["hostcert"], "--host-key", pki["hostkey"],
+                                     "--cert-dir", pki["certs"], "--gridmap", pki["gridmap"]),
+                             extra=WHITELIST)
+        try:
+            url = f"gsiftp://localhost:{server.port}/dev/zero"
+            with _client_env(pki):
+                for r in range(o.runs):
+                    order = GSI_SUBJECTS if r % 2 == 0 else list(reversed(GSI_SUBJECTS))
+                    for transport, level in order:
+                        ctx.log(f"quic loopback GSI: {transport} {level} run {r + 1}/{o.runs}")
+                        cmd = [FERRY, "copy", "-q", "-p", "1", "--transport", transport, *FERRY_FLAGS[level],
+                               "--length", str(size), url, "/dev/null"]
+                        before = proctree.tree_cpu_seconds(server.pid)
+                        out = run_timed(cmd, 600, os.path.join(tmp, "client.out"))
+                        server_cpu = proctree.tree_cpu_seconds(server.pid) - before
+                        if out.returncode != 0:
+                            ctx.failures += 1
+                            result.notes.append(f"loopback GSI {transport} {level} run {r + 1} failed: "
+                                                f"{out.output[-300:].strip()}")
+                            continue
+                        gb = size / 1e9
+                        samples.setdefault((transport, level), []).append(
+                            (gb / out.wall_s, (out.cpu_s + server_cpu) / gb))
+        finally:
+            processes.kill_tree(server.proc)
+    rows = []
+    for transport, level in GSI_SUBJECTS:
+        rate = summarize([g for g, _ in samples.get((transport, level), [])])
+        cpu = summarize([c for _, c in samples.get((transport, level), [])])
+        result.summaries[(f"loopback GSI {transport}", level)] = rate
+        rows.append([transport, level, rate.cell(2), cpu.cell(2)])
+    result.tables.append(Table(f"Loopback with GSI, one stream, {size >> 20} MiB: GB/s and CPU s per GB, "
+                               "median (min–max)", ["transport", "level", "GB/s", "CPU s/GB"], rows))
+    result.raw.extend({"where": "loopback-gsi", "transport": t, "level": lv, "gb_s": g, "cpu_s_per_gb": c}
+                      for (t, lv), v in samples.items() for g, c in v)
 
 
 def _loopback(ctx, result):
@@ -179,7 +240,7 @@ def _wan(ctx, result, name):
     result.tables.append(Table(f"{topo} ({desc}): Mbit/s, median (min–max) [size moved]",
                                ["hosts' TCP"] + subjects + ["quic-1 / tcp-1", "quic-1 / tcp-8",
                                                             "Globus UDT (UDT issue, cubic)"], rows))
-    if result.panel is None:
+    if result.panel is None or name == "wan-long-haul":
         groups = [f"{topo}\n{cc}" for cc in CCS]
         result.panel = Panel(f"QUIC and TCP on {topo}", "Mbit/s", groups,
                              {sub: [summarize([g * 1000 for g in rates.get((cc, sub), [])]) for cc in CCS]
