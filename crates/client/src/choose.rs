@@ -17,8 +17,9 @@
 //!   own end always has it).
 //!
 //! Loss is not measured before the copy: a login moves too few segments to see 0.1 % loss.
-//! The rule needs none where QUIC is as fast as loss-based TCP on a clean long path
-//! (`bench/`, scenario `quic`, path `wan`).
+//! Without it the rule costs little where it is wrong: on a clean long path QUIC is within 4 %
+//! of loss-based TCP (`bench/`, scenario `quic`, path `wan`: 810 against 839-841 Mbit/s at
+//! 60 ms), where on the lossy ones it is 7 to 40 times faster.
 
 use std::time::Duration;
 
