@@ -23,9 +23,10 @@
 //!   Whichever it is, its window is held to 1.5 times the measured bandwidth-delay product
 //!   (`bounded`), so a start-up overshoot cannot leave the receiver more gaps than quinn keeps;
 //! - `window=BYTES`: the flow-control windows (per stream and per connection) and the send
-//!   window. Without it, the socket buffer asked for (`SBUF`, `-tcp-bs`) when one was, or
-//!   64 MiB: room for 2.5 Gbit/s at 200 ms. A window is a limit, not an allocation: memory is
-//!   used only by bytes in flight.
+//!   window, fixed. Without it, the socket buffer asked for (`SBUF`, `-tcp-bs`) when one was,
+//!   fixed too; else 64 MiB (room for 2.5 Gbit/s at 200 ms) that grows with the measured
+//!   bandwidth-delay product up to 1 GiB (`windows`). A window is a limit, not an
+//!   allocation: memory is used only by bytes in flight.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -150,11 +151,22 @@ impl Options {
             .unwrap_or(DEFAULT_WINDOW)
     }
 
+    /// Whether the windows grow with the path (`windows`): unless a window or a buffer size
+    /// was asked for, which then holds, as an explicit TCP buffer does.
+    fn follows_path(&self, tuning: &SocketTuning) -> bool {
+        self.window.is_none() && tuning.send_buffer.max(tuning.recv_buffer).is_none()
+    }
+
     fn transport(&self, tuning: &SocketTuning) -> Arc<quinn::TransportConfig> {
         let window = self.window(tuning);
         let mut t = quinn::TransportConfig::default();
         let w = quinn::VarInt::from_u64(window).unwrap_or(quinn::VarInt::MAX);
-        t.stream_receive_window(w)
+        // A growing connection window needs a stream window that does not hold it back.
+        let stream = match self.follows_path(tuning) {
+            true => quinn::VarInt::from_u64(windows::MAX_WINDOW).unwrap_or(quinn::VarInt::MAX),
+            false => w,
+        };
+        t.stream_receive_window(stream)
             .receive_window(w)
             .send_window(window)
             .max_idle_timeout(Some(quinn::VarInt::from_u32(IDLE_TIMEOUT_MS).into()))
@@ -721,6 +733,12 @@ impl TransportStream for QuicStream {
     ) -> EstablishFuture<'a> {
         Box::pin(async move {
             let open = self.handshake(initiator, protection).await?;
+            if self.options.follows_path(&self.tuning) {
+                tokio::spawn(windows::follow(
+                    open.conn.clone(),
+                    self.options.window(&self.tuning),
+                ));
+            }
             self.state = State::Open(open);
             self.secured = if protection.is_some() {
                 Established::Secured
@@ -798,3 +816,4 @@ mod bounded;
 mod gsi;
 #[cfg(test)]
 mod tests;
+mod windows;
