@@ -44,6 +44,7 @@ class Options:
     integrity_size: int = 2 << 30
     cksm_size: int = 4 << 30
     quic_paths: tuple = ("loopback", "loopback-gsi", "wan", "wan-long-haul", "wan-lossy")
+    quic_seconds: int = 20
 
 
 def _int_list(text: str) -> list[int]:
@@ -117,6 +118,8 @@ def parse_options(argv, scenario_names) -> Options:
     quic_parts = ("loopback", "loopback-gsi", "wan", "wan-long-haul", "wan-lossy")
     p.add_argument("--quic-paths", type=_name_list(quic_parts), default=list(quic_parts),
                    help=f"quic: which parts to measure (default all: {','.join(quic_parts)})")
+    p.add_argument("--quic-seconds", type=int, default=20,
+                   help="quic: netlab transfers are sized to last at least this long (default 20)")
     a = p.parse_args(argv)
     q = a.quick
     order = [n for n in scenario_names if n in a.scenarios]
@@ -148,4 +151,5 @@ def parse_options(argv, scenario_names) -> Options:
         integrity_size=a.integrity_size if a.integrity_size is not None else parse_size("256M" if q else "2G"),
         cksm_size=a.cksm_size if a.cksm_size is not None else parse_size("256M" if q else "4G"),
         quic_paths=tuple(a.quic_paths),
+        quic_seconds=a.quic_seconds,
     )
