@@ -2,14 +2,15 @@
 //!
 //! The rule, from `bench/` (scenario `quic`, 1 Gbit/s netlab paths): where the sending host's
 //! TCP is loss-based (cubic, reno), random loss on a long path caps TCP at a few per cent of
-//! the link (200 ms / 0.1 %: 5 Mbit/s one stream, 53 with 8; 60 ms / 1 %: 2 and 17) while
-//! QUIC with BBR keeps 386 and 748 Mbit/s. Where the sender's TCP is bbr, eight TCP streams
-//! match or beat QUIC (639 against 398; 825 against 789) for less CPU. On a LAN TCP is the
+//! the link (200 ms / 0.1 %: 6 Mbit/s one stream, 41 with 8; 60 ms / 1 %: 2 and 17) while
+//! QUIC with BBR keeps 702 and 748 Mbit/s. Where the sender's TCP is bbr, eight TCP streams
+//! match or beat QUIC (767 against 692; 825 against 789) for less CPU. On a LAN TCP is the
 //! cheaper and faster of the two. So QUIC is chosen when all of these hold:
 //! - the file is large enough for parallel streams (16 MiB or more): a small file is mostly
 //!   set-up, and QUIC's set-up takes a round trip more than TCP's;
 //! - the control channel's round trip is at least [`MIN_RTT`] (a WAN, where loss costs
-//!   loss-based TCP the most);
+//!   loss-based TCP the most); for a third-party copy, the longer of the two servers' (the
+//!   path between them cannot be timed from the client, which is usually near one of them);
 //! - the sending side's TCP is loss-based: this host's kernel default when the client sends,
 //!   the congestion control asked with `--congestion` when one was, and Linux's default
 //!   (cubic) for a server, which does not say its own;
@@ -19,7 +20,7 @@
 //! Loss is not measured before the copy: a login moves too few segments to see 0.1 % loss.
 //! Without it the rule costs little where it is wrong: on a clean long path QUIC is within 4 %
 //! of loss-based TCP (`bench/`, scenario `quic`, path `wan`: 810 against 839-841 Mbit/s at
-//! 60 ms), where on the lossy ones it is 7 to 40 times faster.
+//! 60 ms), where on the lossy ones it is 17 to 44 times faster than 8 TCP streams.
 
 use std::time::Duration;
 
@@ -107,10 +108,15 @@ pub(crate) async fn choose(
             Location::Local(_) => None,
         })
         .collect();
-    let Some(first) = remotes.first() else {
+    if remotes.is_empty() {
         return Ok(Some(Choice::tcp("both ends are local".into())));
-    };
-    let rtt = sessions.get(first).await?.rtt();
+    }
+    // A third-party copy's path runs between the servers, which the client cannot time: the
+    // longer of its two round trips stands for it (the client is usually near one end).
+    let mut rtt = Duration::ZERO;
+    for r in &remotes {
+        rtt = rtt.max(sessions.get(r).await?.rtt());
+    }
     let asked = req.congestion.as_ref().map(|c| c.as_str().to_string());
     let (sender, congestion) = match (src, asked) {
         (_, Some(asked)) => ("the sender".to_string(), asked),
