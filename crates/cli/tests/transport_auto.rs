@@ -1,8 +1,8 @@
 //! `ferry copy --transport auto` (the default): QUIC where the rule says so, TCP elsewhere, and
 //! `-v` says which and why. On loopback (a LAN) it stays on TCP; across a netlab WAN (1 Gbit/s,
 //! 60 ms, both hosts on cubic) it picks QUIC for a large file both ways, TCP for a small file and
-//! for a server whose admin does not offer QUIC. The server's transfer log says which transport
-//! carried each file; bytes compared. The netlab part needs root, `ip` and ferry-netlab;
+//! for a server whose admin does not offer QUIC and for a Globus server (which refuses it). The
+//! ferry server's transfer log says which transport carried each file; bytes compared. The netlab part needs root, `ip` and ferry-netlab;
 //! elsewhere it says so and passes.
 
 use std::path::{Path, PathBuf};
@@ -256,4 +256,60 @@ fn across_a_60_ms_wan_auto_picks_quic_for_large_files_where_both_ends_offer_it()
     said(&out, &format!("{b}:2812 does not offer QUIC"));
     same(&dir.path().join("got-big-2.bin"), &big);
     assert_eq!(transports(&tcp_log), ["tcp"]);
+
+    // A Globus server refuses `SITE SETNETSTACK quic` (no such XIO driver): TCP, with its
+    // answer, and the copy goes on on its default stack.
+    if Command::new("globus-gridftp-server")
+        .arg("-version")
+        .output()
+        .is_err()
+    {
+        eprintln!("globus-gridftp-server not installed: its part of the test skipped");
+        return;
+    }
+    // Globus' anonymous sessions run as nobody: they must reach the file.
+    use std::os::unix::fs::PermissionsExt;
+    for d in [dir.path(), root.as_path()] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let conf = dir.path().join("empty.conf");
+    std::fs::write(&conf, "").unwrap();
+    let mut g = lab.cmd("b", "globus-gridftp-server");
+    g.arg("-c")
+        .arg(&conf)
+        .args([
+            "-aa",
+            "-anonymous-user",
+            "nobody",
+            "-hostname",
+            b.as_str(),
+            "-p",
+            "2813",
+        ])
+        .args(["-no-chdir", "-l"])
+        .arg(dir.path().join("globus.log"));
+    let globus = serve(g, 2813, &dir.path().join("globus.err"), || {
+        let out = Command::new(netlab())
+            .args([
+                "exec",
+                "--lab",
+                LAB,
+                "b",
+                "--",
+                "ss",
+                "-Hltn",
+                "sport = :2813",
+            ])
+            .output()
+            .unwrap();
+        !out.stdout.is_empty()
+    });
+    lab.procs.push(globus);
+    let from_globus = format!("ftp://{b}:2813{}", root.join("big.bin").display());
+    let out = lab.copy(&from_globus, &local("got-big-3.bin"));
+    said(
+        &out,
+        &format!("transport auto chose tcp: {b}:2813 does not offer QUIC (500"),
+    );
+    same(&dir.path().join("got-big-3.bin"), &big);
 }
