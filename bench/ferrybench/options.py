@@ -43,7 +43,7 @@ class Options:
     restart_tcp_bs: str = "auto"
     integrity_size: int = 2 << 30
     cksm_size: int = 4 << 30
-    quic_paths: tuple = ("loopback", "loopback-gsi", "wan", "wan-long-haul", "wan-lossy")
+    quic_paths: tuple = ("loopback", "loopback-gsi", "wan", "wan-long-haul", "wan-lossy", "fairness")
     quic_seconds: int = 20
 
 
@@ -115,7 +115,7 @@ def parse_options(argv, scenario_names) -> Options:
     p.add_argument("--integrity-size", type=parse_size,
                    help="integrity: the tmpfs file fetched with and without verification (default 2G; quick 256M)")
     p.add_argument("--cksm-size", type=parse_size, help="integrity: the file CKSM is timed on (default 4G; quick 256M)")
-    quic_parts = ("loopback", "loopback-gsi", "wan", "wan-long-haul", "wan-lossy")
+    quic_parts = ("loopback", "loopback-gsi", "wan", "wan-long-haul", "wan-lossy", "fairness")
     p.add_argument("--quic-paths", type=_name_list(quic_parts), default=list(quic_parts),
                    help=f"quic: which parts to measure (default all: {','.join(quic_parts)})")
     p.add_argument("--quic-seconds", type=int, default=20,

@@ -14,7 +14,7 @@ from ..servers import start_ferry
 from ..stats import ratio, summarize
 from ..timed_command import run_timed
 from ..units import fmt
-from .netlab import NETLAB, _lab, _netlab
+from .netlab import NETLAB, _exec, _lab, _netlab
 from .registry import scenario
 from .wan import PATHS, _iperf, _socket_buffer_max, _spawn_in, _timed, _topology_file, _wait_port
 
@@ -70,7 +70,7 @@ def run(ctx) -> ScenarioResult:
     if "loopback-gsi" in parts:
         _loopback_gsi(ctx, result)
     wan = [p for p in WAN_PATHS if p in parts]
-    if not wan:
+    if not wan and "fairness" not in parts:
         return result
     if os.geteuid() != 0 or not os.path.exists(NETLAB):
         result.notes.append("Netlab paths not measured: need root and target/release/ferry-netlab.")
@@ -80,7 +80,82 @@ def run(ctx) -> ScenarioResult:
     with _socket_buffer_max(64 * MIB):
         for name in wan:
             _wan(ctx, result, name)
+        if "fairness" in parts:
+            _fairness(ctx, result)
     return result
+
+
+def _fairness(ctx, result):
+    """One QUIC transfer and one cubic TCP flow (iperf3) through the clean 60 ms bottleneck."""
+    o = ctx.options
+    topo = "wan-60ms"
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o755)
+        with _lab(_topology_file(tmp, topo, "cubic"), "wan") as lab:
+            out = open(os.path.join(tmp, "ferry.out"), "ab")
+            server = _spawn_in(lab, "b", [FERRY, "serve", "--listen", "10.77.0.2:2811", "--root", "/",
+                                          "--anonymous", *WHITELIST], out)
+            out.close()
+            try:
+                _wait_port(lab, "b", 2811, server, "ferry serve")
+                for r in range(o.runs):
+                    ctx.log(f"quic fairness: run {r + 1}/{o.runs}")
+                    try:
+                        rows.append(_share(lab, tmp))
+                    except (RuntimeError, subprocess.TimeoutExpired, ValueError, KeyError) as e:
+                        ctx.failures += 1
+                        result.notes.append(f"fairness run {r + 1} failed: {str(e).splitlines()[0]}")
+            finally:
+                processes.kill_tree(server)
+                time.sleep(0.2)
+    quic = summarize([q for q, _ in rows])
+    tcp = summarize([t for _, t in rows])
+    result.summaries[("fairness quic", "Mbit/s")] = quic
+    result.summaries[("fairness tcp", "Mbit/s")] = tcp
+    result.tables.append(Table(
+        "Sharing wan-60ms (1 Gbit/s, 60 ms, no loss, cubic hosts): one QUIC transfer (BBR) and one "
+        "iperf3 TCP flow (cubic) at once, Mbit/s while both ran, median (min–max)",
+        ["QUIC", "TCP cubic", "QUIC share", "TCP share"],
+        [[quic.cell(0), tcp.cell(0), fmt(quic.median / max(quic.median + tcp.median, 1e-9)),
+          fmt(tcp.median / max(quic.median + tcp.median, 1e-9))]] if rows else []))
+    result.raw.extend({"where": "fairness", "quic_mbit_s": q, "tcp_mbit_s": t} for q, t in rows)
+
+
+def _share(lab, tmp):
+    """iperf3 (cubic, 40 s) from b to a; after 10 s, `ferry copy --transport quic` of 1 GiB from b
+    to a; returns both rates over the QUIC transfer's span."""
+    import json
+    _exec(lab, "b", ["iperf3", "-s", "-D", "-1", "-p", "5201"])
+    time.sleep(0.3)
+    report = os.path.join(tmp, "iperf.json")
+    if os.path.exists(report):
+        os.remove(report)  # iperf3 --logfile appends
+    iperf = subprocess.Popen([NETLAB, "exec", "--lab", lab, "a", "--", "iperf3", "-c", "10.77.0.2", "-p", "5201",
+                              "-R", "-t", "40", "-i", "1", "-J", "--logfile", report],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t0 = time.monotonic()
+    try:
+        time.sleep(10)
+        start = time.monotonic() - t0
+        size = 1024 * MIB
+        wall = _timed(lab, [FERRY, "copy", "-q", "--transport", "quic", "--length", str(size),
+                            "ftp://10.77.0.2:2811/dev/zero", "/dev/null"], 120)
+        end = start + wall
+        iperf.wait(timeout=60)
+    finally:
+        if iperf.poll() is None:
+            iperf.kill()
+        _exec(lab, "b", ["pkill", "-x", "iperf3"], check=False)
+    with open(report) as f:
+        data = json.load(f)
+    if end > 39:
+        raise RuntimeError(f"the QUIC transfer outlasted the TCP flow ({wall:.1f} s)")
+    bits = [i["sum"]["bits_per_second"] for i in data["intervals"]
+            if i["sum"]["start"] >= start and i["sum"]["end"] <= end]
+    if not bits:
+        raise RuntimeError("no iperf3 interval fell within the QUIC transfer")
+    return size * 8 / wall / 1e6, sum(bits) / len(bits) / 1e6
 
 
 def _loopback_gsi(ctx, result):
