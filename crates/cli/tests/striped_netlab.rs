@@ -5,127 +5,18 @@
 //! benchmark's business (bench/, scenario `striping`), not this test's. Needs root, `ip` and the
 //! ferry-netlab binary (built by `cargo test --workspace`); elsewhere it says so and passes.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 mod common;
 
+use common::netlab::{missing, Lab};
+
 const LAB: &str = "t-stripe";
-
-fn netlab() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_ferry")).with_file_name("ferry-netlab")
-}
-
-fn missing() -> Option<String> {
-    if !common::striping::is_root() {
-        return Some("striped netlab test needs root (network namespaces); skipped".into());
-    }
-    if !netlab().exists() {
-        return Some(format!(
-            "striped netlab test needs {} (cargo build --release --workspace); skipped",
-            netlab().display()
-        ));
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        return Some("striped netlab test needs `ip` (iproute2); skipped".into());
-    }
-    None
-}
-
-/// The lab, torn down when dropped; every process started in it is killed first.
-struct Lab {
-    file: PathBuf,
-    procs: Vec<Child>,
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for c in &mut self.procs {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = Command::new(netlab()).arg("down").arg(&self.file).output();
-    }
-}
-
-impl Lab {
-    fn up(dir: &Path) -> Lab {
-        let src =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/topologies/cluster-pair.toml");
-        let text = std::fs::read_to_string(src)
-            .unwrap()
-            .replace("name = \"cluster-pair\"", &format!("name = \"{LAB}\""));
-        let file = dir.join("lab.toml");
-        std::fs::write(&file, text).unwrap();
-        let _ = Command::new(netlab()).args(["down", "--all"]).output();
-        let out = Command::new(netlab())
-            .arg("up")
-            .arg(&file)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "netlab up: {out:?}");
-        Lab {
-            file,
-            procs: Vec::new(),
-        }
-    }
-
-    fn addr(&self, host: &str) -> String {
-        let out = Command::new(netlab())
-            .args(["addr", "--lab", LAB, host])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-
-    fn cmd(&self, host: &str, args: &[&str]) -> Command {
-        let mut c = Command::new(netlab());
-        c.args(["exec", "--lab", LAB, host, "--"]).args(args);
-        c
-    }
-
-    /// Starts `ferry serve ARGS` in `host` and waits for it to listen on `port`; returns its
-    /// index in `procs`.
-    fn serve(&mut self, host: &str, port: u16, args: &[String], log: &Path) -> usize {
-        let mut full = vec!["serve".to_string()];
-        full.extend(args.iter().cloned());
-        let mut c = Command::new(netlab());
-        c.args([
-            "exec",
-            "--lab",
-            LAB,
-            host,
-            "--",
-            env!("CARGO_BIN_EXE_ferry"),
-        ])
-        .args(&full)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap());
-        self.procs.push(c.spawn().unwrap());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let out = self
-                .cmd(host, &["ss", "-Hltn", &format!("sport = :{port}")])
-                .output()
-                .unwrap();
-            if !out.stdout.is_empty() {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "ferry serve {full:?} did not listen in {host}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        self.procs.len() - 1
-    }
-}
 
 #[test]
 fn striped_copy_between_clusters_of_emulated_hosts_survives_a_killed_node() {
-    if let Some(why) = missing() {
+    if let Some(why) = missing("striped netlab test") {
         eprintln!("{why}");
         return;
     }
@@ -138,7 +29,7 @@ fn striped_copy_between_clusters_of_emulated_hosts_survives_a_killed_node() {
     let secret = dir.path().join("secret");
     std::fs::write(&secret, "netlab test secret for the IPC links").unwrap();
     let secret = secret.to_str().unwrap().to_string();
-    let mut lab = Lab::up(dir.path());
+    let mut lab = Lab::up(dir.path(), "cluster-pair", LAB, None);
 
     let mut nodes = std::collections::HashMap::new();
     for (side, root) in [("s", &src_root), ("d", &dst_root)] {

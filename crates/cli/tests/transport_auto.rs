@@ -5,34 +5,16 @@
 //! ferry server's transfer log says which transport carried each file; bytes compared. The netlab part needs root, `ip` and ferry-netlab;
 //! elsewhere it says so and passes.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
 
+use common::netlab::{missing, Lab};
+
 const LAB: &str = "t-auto";
 const MIB: usize = 1 << 20;
-
-fn netlab() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_ferry")).with_file_name("ferry-netlab")
-}
-
-fn missing() -> Option<String> {
-    if !common::striping::is_root() {
-        return Some("transport auto netlab test needs root (network namespaces); skipped".into());
-    }
-    if !netlab().exists() {
-        return Some(format!(
-            "transport auto netlab test needs {} (cargo build --release --workspace); skipped",
-            netlab().display()
-        ));
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        return Some("transport auto netlab test needs `ip` (iproute2); skipped".into());
-    }
-    None
-}
 
 /// The transport of each line of a transfer log.
 fn transports(log: &Path) -> Vec<String> {
@@ -113,86 +95,16 @@ fn on_loopback_auto_stays_on_tcp_and_says_why() {
     assert_eq!(transports(&log), ["tcp"]);
 }
 
-/// The lab, torn down when dropped; every process started in it is killed first.
-struct Lab {
-    file: PathBuf,
-    procs: Vec<Child>,
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for c in &mut self.procs {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = Command::new(netlab()).arg("down").arg(&self.file).output();
-    }
-}
-
-impl Lab {
-    fn up(dir: &Path) -> Lab {
-        let src =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/topologies/wan-60ms.toml");
-        // Both hosts on cubic, whatever this machine's default: the rule reads the sender's.
-        let text = std::fs::read_to_string(src).unwrap().replace(
-            "name = \"wan-60ms\"",
-            &format!("name = \"{LAB}\"\ncongestion = \"cubic\""),
-        );
-        let file = dir.join("lab.toml");
-        std::fs::write(&file, text).unwrap();
-        let _ = Command::new(netlab()).args(["down", "--all"]).output();
-        let out = Command::new(netlab())
-            .arg("up")
-            .arg(&file)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "netlab up: {out:?}");
-        Lab {
-            file,
-            procs: Vec::new(),
-        }
-    }
-
-    fn addr(&self, host: &str) -> String {
-        let out = Command::new(netlab())
-            .args(["addr", "--lab", LAB, host])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-
-    fn cmd(&self, host: &str, program: &str) -> Command {
-        let mut c = Command::new(netlab());
-        c.args(["exec", "--lab", LAB, host, "--", program]);
-        c
-    }
-
-    fn serve(&mut self, port: u16, args: &[&str], log: &Path) {
-        let mut c = self.cmd("b", env!("CARGO_BIN_EXE_ferry"));
-        c.args(["serve", "--listen", &format!("{}:{port}", self.addr("b"))])
-            .args(args);
-        let child = serve(c, port, log, || {
-            let out = Command::new(netlab())
-                .args(["exec", "--lab", LAB, "b", "--", "ss", "-Hltn"])
-                .arg(format!("sport = :{port}"))
-                .output()
-                .unwrap();
-            !out.stdout.is_empty()
-        });
-        self.procs.push(child);
-    }
-
-    fn copy(&self, from: &str, to: &str) -> Output {
-        self.cmd("a", env!("CARGO_BIN_EXE_ferry"))
-            .args(["copy", "-v", from, to])
-            .output()
-            .unwrap()
-    }
+/// `ferry copy -v FROM TO` in host a.
+fn copy(lab: &Lab, from: &str, to: &str) -> Output {
+    lab.cmd("a", &[env!("CARGO_BIN_EXE_ferry"), "copy", "-v", from, to])
+        .output()
+        .unwrap()
 }
 
 #[test]
 fn across_a_60_ms_wan_auto_picks_quic_for_large_files_where_both_ends_offer_it() {
-    if let Some(why) = missing() {
+    if let Some(why) = missing("transport auto netlab test") {
         eprintln!("{why}");
         return;
     }
@@ -205,10 +117,16 @@ fn across_a_60_ms_wan_auto_picks_quic_for_large_files_where_both_ends_offer_it()
     std::fs::write(root.join("small.bin"), &small).unwrap();
     let (quic_log, tcp_log) = (dir.path().join("quic.log"), dir.path().join("tcp.log"));
     let root_arg = root.to_str().unwrap();
-    let mut lab = Lab::up(dir.path());
+    // Both hosts on cubic, whatever this machine's default: the rule reads the sender's.
+    let mut lab = Lab::up(dir.path(), "wan-60ms", LAB, Some("cubic"));
+    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let b = lab.addr("b");
     lab.serve(
+        "b",
         2811,
-        &[
+        &strings(&[
+            "--listen",
+            &format!("{b}:2811"),
             "--anonymous",
             "--anonymous-write",
             "--root",
@@ -217,41 +135,43 @@ fn across_a_60_ms_wan_auto_picks_quic_for_large_files_where_both_ends_offer_it()
             "tcp,quic,gsi",
             "--log-transfer",
             quic_log.to_str().unwrap(),
-        ],
+        ]),
         &dir.path().join("quic.err"),
     );
     lab.serve(
+        "b",
         2812,
-        &[
+        &strings(&[
+            "--listen",
+            &format!("{b}:2812"),
             "--anonymous",
             "--root",
             root_arg,
             "--log-transfer",
             tcp_log.to_str().unwrap(),
-        ],
+        ]),
         &dir.path().join("tcp.err"),
     );
-    let b = lab.addr("b");
     let url = |port: u16, name: &str| format!("ftp://{b}:{port}/{name}");
     let local = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
 
     // A large file from a server that offers QUIC: the server sends, on cubic.
-    let out = lab.copy(&url(2811, "big.bin"), &local("got-big.bin"));
+    let out = copy(&lab, &url(2811, "big.bin"), &local("got-big.bin"));
     said(&out, "transport auto chose quic: the round trip is");
     same(&dir.path().join("got-big.bin"), &big);
     // A large file to it: this host sends, on cubic too.
-    let out = lab.copy(&local("got-big.bin"), &url(2811, "up.bin"));
+    let out = copy(&lab, &local("got-big.bin"), &url(2811, "up.bin"));
     said(&out, "transport auto chose quic");
     said(&out, "this host sends with TCP cubic");
     same(&root.join("up.bin"), &big);
     // A small file: TCP.
-    let out = lab.copy(&url(2811, "small.bin"), &local("got-small.bin"));
+    let out = copy(&lab, &url(2811, "small.bin"), &local("got-small.bin"));
     said(&out, "transport auto chose tcp: a file under 16 MiB");
     same(&dir.path().join("got-small.bin"), &small);
     assert_eq!(transports(&quic_log), ["quic", "quic", "tcp"]);
 
     // A server whose admin left QUIC off its whitelist: TCP, and the copy says who refused.
-    let out = lab.copy(&url(2812, "big.bin"), &local("got-big-2.bin"));
+    let out = copy(&lab, &url(2812, "big.bin"), &local("got-big-2.bin"));
     said(&out, "transport auto chose tcp");
     said(&out, &format!("{b}:2812 does not offer QUIC"));
     same(&dir.path().join("got-big-2.bin"), &big);
@@ -274,39 +194,28 @@ fn across_a_60_ms_wan_auto_picks_quic_for_large_files_where_both_ends_offer_it()
     }
     let conf = dir.path().join("empty.conf");
     std::fs::write(&conf, "").unwrap();
-    let mut g = lab.cmd("b", "globus-gridftp-server");
-    g.arg("-c")
-        .arg(&conf)
-        .args([
+    lab.spawn(
+        "b",
+        2813,
+        &strings(&[
+            "globus-gridftp-server",
+            "-c",
+            conf.to_str().unwrap(),
             "-aa",
             "-anonymous-user",
             "nobody",
             "-hostname",
-            b.as_str(),
+            &b,
             "-p",
             "2813",
-        ])
-        .args(["-no-chdir", "-l"])
-        .arg(dir.path().join("globus.log"));
-    let globus = serve(g, 2813, &dir.path().join("globus.err"), || {
-        let out = Command::new(netlab())
-            .args([
-                "exec",
-                "--lab",
-                LAB,
-                "b",
-                "--",
-                "ss",
-                "-Hltn",
-                "sport = :2813",
-            ])
-            .output()
-            .unwrap();
-        !out.stdout.is_empty()
-    });
-    lab.procs.push(globus);
+            "-no-chdir",
+            "-l",
+            dir.path().join("globus.log").to_str().unwrap(),
+        ]),
+        &dir.path().join("globus.err"),
+    );
     let from_globus = format!("ftp://{b}:2813{}", root.join("big.bin").display());
-    let out = lab.copy(&from_globus, &local("got-big-3.bin"));
+    let out = copy(&lab, &from_globus, &local("got-big-3.bin"));
     said(
         &out,
         &format!("transport auto chose tcp: {b}:2813 does not offer QUIC (500"),

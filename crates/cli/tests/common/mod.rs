@@ -15,6 +15,7 @@ pub mod ferry;
 pub mod files;
 pub mod ftpd;
 pub mod guc;
+pub mod netlab;
 pub mod process;
 pub mod sandbox;
 pub mod server;
