@@ -31,20 +31,18 @@
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
-use rustls::sign::SingleCertAndKey;
-use rustls::{DigitallySignedStruct, SignatureScheme};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::mpsc;
 
-use self::gsi::{GsiPeer, Refusal};
+use self::gsi::Refusal;
+use self::options::Options;
+#[cfg(test)]
+use self::options::{Controller, DEFAULT_WINDOW, MIN_WINDOW};
+use self::tls::{client_config, server_config};
 use super::{ConnectFuture, Transport};
 use crate::listener::bind_in_range;
 use crate::{
@@ -56,10 +54,6 @@ use crate::{
 const ALPN: &[u8] = b"ferry-dc/1";
 /// What the connecting side writes first on its stream.
 const PREAMBLE: &[u8; 8] = b"ferry-q1";
-/// Flow-control window without an option or a buffer size.
-const DEFAULT_WINDOW: u64 = 64 << 20;
-/// The smallest window taken from a buffer size: a 4 KiB `-tcp-bs` would starve QUIC.
-const MIN_WINDOW: u64 = 1 << 20;
 /// The UDP socket buffers asked of the kernel (it caps them at `net.core.rmem_max` and
 /// `wmem_max`): bursts of a fast sender queue here before quinn reads them.
 const SOCKET_BUFFER: usize = 8 << 20;
@@ -77,112 +71,6 @@ const BACKLOG: usize = 128;
 /// QUIC.
 #[derive(Debug)]
 pub(super) struct Quic;
-
-/// The sending side's congestion controller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Controller {
-    Bbr,
-    Cubic,
-    NewReno,
-}
-
-/// A `quic:` stack entry's options.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Options {
-    congestion: Controller,
-    window: Option<u64>,
-}
-
-impl Options {
-    fn parse(options: &str) -> Result<Options, NetError> {
-        let mut o = Options {
-            congestion: Controller::Bbr,
-            window: None,
-        };
-        let bad = |why: String| NetError::DriverOptions {
-            driver: "quic".into(),
-            why,
-        };
-        for pair in options.split(';').filter(|p| !p.is_empty()) {
-            match pair.split_once('=') {
-                Some(("congestion", name)) => {
-                    o.congestion = match name.to_ascii_lowercase().as_str() {
-                        "bbr" => Controller::Bbr,
-                        "cubic" => Controller::Cubic,
-                        "newreno" | "reno" => Controller::NewReno,
-                        _ => {
-                            return Err(bad(format!(
-                                "unknown congestion control {name:?} (bbr, cubic or newreno)"
-                            )))
-                        }
-                    }
-                }
-                Some(("window", n)) => {
-                    let bytes: u64 = n
-                        .parse()
-                        .map_err(|_| bad(format!("window must be a byte count, got {n:?}")))?;
-                    if !(MIN_WINDOW..=1 << 40).contains(&bytes) {
-                        return Err(bad(format!(
-                            "window {bytes} is outside {MIN_WINDOW} to {}",
-                            1u64 << 40
-                        )));
-                    }
-                    o.window = Some(bytes);
-                }
-                _ => {
-                    return Err(bad(format!(
-                        "unknown option {pair:?} (the quic driver takes congestion=bbr|cubic|newreno and window=BYTES)"
-                    )))
-                }
-            }
-        }
-        Ok(o)
-    }
-
-    /// The windows for connections tuned with `tuning`.
-    fn window(&self, tuning: &SocketTuning) -> u64 {
-        self.window
-            .or_else(|| {
-                tuning
-                    .send_buffer
-                    .max(tuning.recv_buffer)
-                    .map(|b| u64::from(b).max(MIN_WINDOW))
-            })
-            .unwrap_or(DEFAULT_WINDOW)
-    }
-
-    /// Whether the windows grow with the path (`windows`): unless a window or a buffer size
-    /// was asked for, which then holds, as an explicit TCP buffer does.
-    fn follows_path(&self, tuning: &SocketTuning) -> bool {
-        self.window.is_none() && tuning.send_buffer.max(tuning.recv_buffer).is_none()
-    }
-
-    fn transport(&self, tuning: &SocketTuning) -> Arc<quinn::TransportConfig> {
-        let window = self.window(tuning);
-        let mut t = quinn::TransportConfig::default();
-        let w = quinn::VarInt::from_u64(window).unwrap_or(quinn::VarInt::MAX);
-        // A growing connection window needs a stream window that does not hold it back.
-        let stream = match self.follows_path(tuning) {
-            true => quinn::VarInt::from_u64(windows::MAX_WINDOW).unwrap_or(quinn::VarInt::MAX),
-            false => w,
-        };
-        t.stream_receive_window(stream)
-            .receive_window(w)
-            .send_window(window)
-            .max_idle_timeout(Some(quinn::VarInt::from_u32(IDLE_TIMEOUT_MS).into()))
-            .keep_alive_interval(Some(KEEP_ALIVE))
-            .max_concurrent_bidi_streams(1u8.into())
-            .max_concurrent_uni_streams(0u8.into());
-        let inner: Arc<dyn quinn::congestion::ControllerFactory + Send + Sync> =
-            match self.congestion {
-                Controller::Bbr => Arc::new(quinn::congestion::BbrConfig::default()),
-                Controller::Cubic => Arc::new(quinn::congestion::CubicConfig::default()),
-                Controller::NewReno => Arc::new(quinn::congestion::NewRenoConfig::default()),
-            };
-        t.congestion_controller_factory(Arc::new(bounded::BoundedFactory(inner)));
-        Arc::new(t)
-    }
-}
 
 impl Transport for Quic {
     fn name(&self) -> &'static str {
@@ -270,177 +158,6 @@ fn endpoint(
         socket,
         Arc::new(quinn::TokioRuntime),
     )
-}
-
-/// This process's certificate for DCAU N connections: made once, never written anywhere.
-struct Identity {
-    cert: CertificateDer<'static>,
-    key: PrivatePkcs8KeyDer<'static>,
-}
-
-fn identity() -> Result<&'static Identity, NetError> {
-    static IDENTITY: OnceLock<Identity> = OnceLock::new();
-    if let Some(id) = IDENTITY.get() {
-        return Ok(id);
-    }
-    let made = make_identity()
-        .map_err(|e| NetError::Security(format!("cannot make the QUIC certificate: {e}")))?;
-    Ok(IDENTITY.get_or_init(|| made))
-}
-
-fn make_identity() -> Result<Identity, openssl::error::ErrorStack> {
-    use openssl::asn1::Asn1Time;
-    use openssl::bn::{BigNum, MsbOption};
-    use openssl::ec::{EcGroup, EcKey};
-    use openssl::hash::MessageDigest;
-    use openssl::nid::Nid;
-    use openssl::pkey::PKey;
-    use openssl::x509::{X509NameBuilder, X509};
-    let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1)?;
-    let key = PKey::from_ec_key(EcKey::generate(&group)?)?;
-    let mut name = X509NameBuilder::new()?;
-    name.append_entry_by_text("CN", "ferry data channel")?;
-    let name = name.build();
-    let mut serial = BigNum::new()?;
-    serial.rand(63, MsbOption::MAYBE_ZERO, false)?;
-    let mut b = X509::builder()?;
-    b.set_version(2)?;
-    let serial = serial.to_asn1_integer()?;
-    b.set_serial_number(&serial)?;
-    b.set_subject_name(&name)?;
-    b.set_issuer_name(&name)?;
-    b.set_pubkey(&key)?;
-    let (from, until) = (Asn1Time::days_from_now(0)?, Asn1Time::days_from_now(3650)?);
-    b.set_not_before(&from)?;
-    b.set_not_after(&until)?;
-    b.sign(&key, MessageDigest::sha256())?;
-    Ok(Identity {
-        cert: CertificateDer::from(b.build().to_der()?),
-        key: PrivatePkcs8KeyDer::from(key.private_key_to_pkcs8()?),
-    })
-}
-
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-fn tls_error(e: impl std::fmt::Display) -> NetError {
-    NetError::Security(format!("QUIC TLS set-up: {e}"))
-}
-
-/// The listening side's TLS: with DCAU A/S (`protection`) it presents the session's GSI
-/// credential and requires the peer's, checked by [`gsi::GsiPeer`]; with DCAU N the
-/// process's ephemeral certificate and no client certificate.
-fn server_config(
-    o: &Options,
-    tuning: &SocketTuning,
-    protection: Option<&DataProtection>,
-    refusal: &Refusal,
-) -> Result<quinn::ServerConfig, NetError> {
-    let provider = provider();
-    let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(tls_error)?;
-    let mut tls = match protection {
-        Some(p) => builder
-            .with_client_cert_verifier(Arc::new(GsiPeer::new(
-                p.clone(),
-                Arc::clone(&provider),
-                refusal.clone(),
-            )))
-            .with_cert_resolver(Arc::new(SingleCertAndKey::from(gsi::certified_key(
-                p, &provider,
-            )?))),
-        None => {
-            let id = identity()?;
-            builder
-                .with_no_client_auth()
-                .with_single_cert(
-                    vec![id.cert.clone()],
-                    PrivateKeyDer::Pkcs8(id.key.clone_key()),
-                )
-                .map_err(tls_error)?
-        }
-    };
-    tls.alpn_protocols = vec![ALPN.to_vec()];
-    let crypto = QuicServerConfig::try_from(tls).map_err(tls_error)?;
-    let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    config.transport_config(o.transport(tuning));
-    Ok(config)
-}
-
-/// The connecting side's TLS, as [`server_config`]'s.
-fn client_config(
-    o: &Options,
-    tuning: &SocketTuning,
-    protection: Option<&DataProtection>,
-    refusal: &Refusal,
-) -> Result<quinn::ClientConfig, NetError> {
-    let provider = provider();
-    let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(tls_error)?
-        .dangerous();
-    let mut tls = match protection {
-        Some(p) => builder
-            .with_custom_certificate_verifier(Arc::new(GsiPeer::new(
-                p.clone(),
-                Arc::clone(&provider),
-                refusal.clone(),
-            )))
-            .with_client_cert_resolver(Arc::new(SingleCertAndKey::from(gsi::certified_key(
-                p, &provider,
-            )?))),
-        None => builder
-            .with_custom_certificate_verifier(Arc::new(KeyProofOnly(provider)))
-            .with_no_client_auth(),
-    };
-    tls.alpn_protocols = vec![ALPN.to_vec()];
-    let crypto = QuicClientConfig::try_from(tls).map_err(tls_error)?;
-    let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-    config.transport_config(o.transport(tuning));
-    Ok(config)
-}
-
-/// DCAU N: takes the listener's ephemeral certificate as it comes, but requires the handshake
-/// to be signed by its key. The connection is private from the path, its peer unnamed, as
-/// DCAU N means.
-#[derive(Debug)]
-struct KeyProofOnly(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for KeyProofOnly {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        _message: &[u8],
-        _cert: &CertificateDer<'_>,
-        _dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Err(rustls::Error::General("QUIC speaks only TLS 1.3".into()))
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        gsi::signed_by_key(&self.0, message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }
 
 /// Takes connection attempts until the listener goes. Each waits, unanswered, until the DTP
@@ -814,6 +531,8 @@ impl Drop for QuicStream {
 
 mod bounded;
 mod gsi;
+mod options;
 #[cfg(test)]
 mod tests;
+mod tls;
 mod windows;
