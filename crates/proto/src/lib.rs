@@ -17,6 +17,7 @@ pub mod hostport;
 pub mod line;
 pub mod markers;
 pub mod mode_e;
+pub mod multicast;
 pub mod opts;
 pub mod ranges;
 pub mod reply;

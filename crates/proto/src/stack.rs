@@ -186,7 +186,7 @@ impl Whitelist {
 }
 
 /// `%HH` → byte, `%%` → `%`, any other `%` kept (Globus' `globus_url_string_hex_decode`).
-fn percent_decode(s: &str) -> Vec<u8> {
+pub(crate) fn percent_decode(s: &str) -> Vec<u8> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
