@@ -86,6 +86,11 @@ impl Dtp {
         }
     }
 
+    /// Reads and writes `storage` from now on; returns the storage it used until now.
+    pub fn use_storage(&mut self, storage: Arc<dyn Storage>) -> Arc<dyn Storage> {
+        std::mem::replace(&mut self.storage, storage)
+    }
+
     /// Connects and listens with `transports` instead of this build's standard set.
     pub fn use_transports(&mut self, transports: Arc<Transports>) {
         self.transports = transports;
@@ -227,9 +232,14 @@ impl Dtp {
 }
 
 /// What the disk stack's drivers are told about the file a transfer opens.
-fn access(desc: &TransferDescription) -> Access<'_> {
+fn access<'a>(
+    desc: &'a TransferDescription,
+    security: &'a Option<Arc<DataSecurity>>,
+) -> Access<'a> {
     Access {
         path: &desc.path,
         direction: desc.direction,
+        restart: &desc.restart,
+        security: security.as_ref(),
     }
 }

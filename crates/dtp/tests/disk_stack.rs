@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use ferry_dtp::disk_stack::{Access, DiskDriver, DiskStackError, DiskStacks};
+use ferry_dtp::disk_stack::{Access, DiskDriver, DiskStackError, DiskStacks, Layer};
 use ferry_dtp::{
     BufferPool, ChannelSetup, Direction, Dtp, DtpError, DtpEvent, TransferDescription,
 };
@@ -42,12 +42,12 @@ impl DiskDriver for Tally {
         below: Arc<dyn FileHandle>,
         _access: Access<'_>,
         _options: &str,
-    ) -> Result<Arc<dyn FileHandle>, StorageError> {
-        Ok(Arc::new(Counted {
+    ) -> Result<Layer, StorageError> {
+        Ok(Layer::plain(Arc::new(Counted {
             below,
             read: Arc::clone(&self.read),
             written: Arc::clone(&self.written),
-        }))
+        })))
     }
 }
 

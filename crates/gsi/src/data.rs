@@ -62,6 +62,11 @@ impl DataSecurity {
         })
     }
 
+    /// The CAs, CRLs and signing policies peers are checked against.
+    pub fn trust(&self) -> &Arc<TrustStore> {
+        &self.trust
+    }
+
     /// Our identity (the end-entity subject of the credential).
     pub fn identity(&self) -> &str {
         &self.identity

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use ferry_storage::{FileHandle, StorageError};
 
-use super::{Access, DiskDriver, DiskStackError};
+use super::{Access, DiskDriver, DiskStackError, Layer};
 
 /// The session's own storage, confined beneath its root.
 #[derive(Debug)]
@@ -38,7 +38,7 @@ impl DiskDriver for FileDriver {
         below: Arc<dyn FileHandle>,
         _access: Access<'_>,
         _options: &str,
-    ) -> Result<Arc<dyn FileHandle>, StorageError> {
-        Ok(below)
+    ) -> Result<Layer, StorageError> {
+        Ok(Layer::plain(below))
     }
 }

@@ -3,14 +3,21 @@
 //!
 //! The bottom driver is the file system (`file`: the session's confined storage opens the
 //! file); each driver above wraps the open file of the one below, so it sees every positional
-//! read and write of a transfer as it happens (the multicast forwarder of a later issue is
-//! one). A new driver is a module here and one line in [`DiskStacks::standard`].
+//! read and write of a transfer as it happens. A driver with work beyond the file (the
+//! multicast forwarder sends every block on to other servers) hands up a [`Finish`] with it,
+//! which the transfer's final reply waits for. A new driver is a module here and one line in
+//! [`DiskStacks::standard`]; one that needs more than this crate (the multicast forwarder is a
+//! GridFTP client) is registered by the server with [`DiskStacks::with`].
 
 mod file;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
+use ferry_gsi::DataSecurity;
 use ferry_proto::stack::StackSpec;
+use ferry_proto::RangeSet;
 use ferry_storage::{FileHandle, StorageError, VirtualPath};
 
 use crate::Direction;
@@ -47,6 +54,66 @@ pub struct Access<'a> {
     pub path: &'a VirtualPath,
     /// `Send`: the transfer reads it; `Receive`: it writes it.
     pub direction: Direction,
+    /// The bytes a restarted transfer will not move again (REST), empty for a fresh one.
+    pub restart: &'a RangeSet,
+    /// The session's data credential (the delegated proxy after a GSI login), for drivers
+    /// that open connections of their own on the user's behalf.
+    pub security: Option<&'a Arc<DataSecurity>>,
+}
+
+/// What a driver must still do once every byte of a transfer has passed through it; the
+/// transfer's final reply waits for it and fails with its error. Dropped without being called,
+/// the transfer failed, and the driver abandons that work.
+pub trait Finish: Send {
+    /// Completes the work.
+    fn finish(self: Box<Self>) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+}
+
+/// A file as a driver hands it up, with the work the driver must finish, if any.
+pub struct Layer {
+    /// The file the drivers above, and the transfer, use.
+    pub file: Arc<dyn FileHandle>,
+    /// What completes the driver's own work.
+    pub finish: Option<Box<dyn Finish>>,
+}
+
+impl Layer {
+    /// A file with nothing to finish.
+    pub fn plain(file: Arc<dyn FileHandle>) -> Layer {
+        Layer { file, finish: None }
+    }
+}
+
+impl std::fmt::Debug for Layer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Layer")
+            .field("file", &self.file)
+            .field("finish", &self.finish.is_some())
+            .finish()
+    }
+}
+
+/// A transfer's file through every driver of its stack, and the drivers' work to finish.
+#[derive(Debug)]
+pub struct Opened {
+    /// The file as the top driver hands it up.
+    pub file: Arc<dyn FileHandle>,
+    /// Each driver's work, top driver first.
+    pub finishing: Vec<Layer>,
+}
+
+impl Opened {
+    /// Finishes every driver's work, top first; the first error is the transfer's.
+    pub async fn finish(self) -> Result<(), String> {
+        let mut first = Ok(());
+        for work in self.finishing.into_iter().filter_map(|l| l.finish) {
+            let done = work.finish().await;
+            if first.is_ok() {
+                first = done;
+            }
+        }
+        first
+    }
 }
 
 /// One disk-stack driver.
@@ -62,14 +129,22 @@ pub trait DiskDriver: std::fmt::Debug + Send + Sync {
     /// Checks `options` (at `SITE SETDISKSTACK`, before any transfer).
     fn accept(&self, options: &str) -> Result<(), DiskStackError>;
 
+    /// Whether a transfer received through this driver is stored at all: `false` (a forwarder
+    /// that only relays, `local_write=n`) leaves storage untouched, the drivers below writing
+    /// into nothing.
+    fn stores(&self, options: &str) -> bool {
+        let _ = options;
+        true
+    }
+
     /// The file a transfer uses with this driver on top of `below`, the file as the drivers
-    /// under it opened it; `options` passed `accept`.
+    /// under it opened it, and the work this driver must finish; `options` passed `accept`.
     fn wrap(
         &self,
         below: Arc<dyn FileHandle>,
         access: Access<'_>,
         options: &str,
-    ) -> Result<Arc<dyn FileHandle>, StorageError>;
+    ) -> Result<Layer, StorageError>;
 }
 
 /// The registry of disk-stack drivers this server offers.
@@ -141,15 +216,54 @@ pub struct DiskStack {
 }
 
 impl DiskStack {
+    /// Whether a received file goes to storage (every driver stores it).
+    pub fn stores(&self) -> bool {
+        self.layers.iter().all(|(d, o)| d.stores(o))
+    }
+
     /// Passes a file storage opened up the stack, bottom first.
     pub fn wrap(
         &self,
-        file: Arc<dyn FileHandle>,
+        mut file: Arc<dyn FileHandle>,
         access: Access<'_>,
-    ) -> Result<Arc<dyn FileHandle>, StorageError> {
-        self.layers
-            .iter()
-            .try_fold(file, |f, (driver, options)| driver.wrap(f, access, options))
+    ) -> Result<Opened, StorageError> {
+        let mut finishing = Vec::new();
+        for (driver, options) in &self.layers {
+            let layer = driver.wrap(file, access, options)?;
+            file = Arc::clone(&layer.file);
+            if layer.finish.is_some() {
+                finishing.insert(0, layer);
+            }
+        }
+        Ok(Opened { file, finishing })
+    }
+}
+
+/// The file under a stack that stores nothing: writes vanish, reads find nothing.
+#[derive(Debug)]
+pub struct Nowhere;
+
+impl FileHandle for Nowhere {
+    fn read_at(&self, _buf: &mut [u8], _offset: u64) -> Result<usize, StorageError> {
+        Ok(0)
+    }
+    fn write_all_at(&self, _buf: &[u8], _offset: u64) -> Result<(), StorageError> {
+        Ok(())
+    }
+    fn size(&self) -> Result<u64, StorageError> {
+        Ok(0)
+    }
+    fn is_regular(&self) -> bool {
+        false
+    }
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+    fn sync(&self) -> Result<(), StorageError> {
+        Ok(())
+    }
+    fn set_len(&self, _len: u64) -> Result<(), StorageError> {
+        Ok(())
     }
 }
 

@@ -17,7 +17,7 @@ use super::connect::{connect_all, secure};
 use super::markers::{begin, with_markers};
 use super::{access, Dtp, Moved};
 use crate::digest::{Taken, TransferDigest};
-use crate::disk_stack::DiskStack;
+use crate::disk_stack::{DiskStack, Opened};
 use crate::pool::auto_block_size;
 use crate::receive::{receive_mode_e, receive_stream, RecvJob};
 use crate::send::{send_mode_e, send_stream, BlockClaimer, Counters, SendJob};
@@ -35,9 +35,15 @@ impl Dtp {
         events: &mpsc::Sender<DtpEvent>,
     ) -> Result<(u64, u32, Summed), DtpError> {
         let mut read_back = None;
+        let mut opened = None;
         let source = match &desc.source {
             TransferSource::File => {
-                let file = disk.wrap(self.storage.open_read(&desc.path)?, access(desc))?;
+                let o = disk.wrap(
+                    self.storage.open_read(&desc.path)?,
+                    access(desc, &self.security),
+                )?;
+                let file = Arc::clone(&o.file);
+                opened = Some(o);
                 read_back = Some(Arc::clone(&file));
                 Source::file(file)?
             }
@@ -158,6 +164,9 @@ impl Dtp {
                 with_markers(fut, desc, events, &total_bytes, &RangeSet::new).await?;
             }
         }
+        if let Some(o) = opened {
+            finish_stack(o).await?;
+        }
         let taken = match (digest, read_back) {
             (Some(d), Some(file)) => complete_digest(d, file, &self.storage, None).await,
             _ => Summed {
@@ -186,6 +195,7 @@ impl Dtp {
         } else {
             None
         };
+        let mut opened = None;
         let file = match sink {
             Some(f) => f,
             None => {
@@ -194,7 +204,16 @@ impl Dtp {
                     truncate: desc.truncate && desc.restart.is_empty(),
                     create_new: desc.create_new,
                 };
-                disk.wrap(self.storage.open_write(&desc.path, opts)?, access(desc))?
+                // A relaying stack (multicast with local_write=n) leaves no file behind.
+                let bottom: Arc<dyn FileHandle> = if disk.stores() {
+                    self.storage.open_write(&desc.path, opts)?
+                } else {
+                    Arc::new(crate::disk_stack::Nowhere)
+                };
+                let o = disk.wrap(bottom, access(desc, &self.security))?;
+                let file = Arc::clone(&o.file);
+                opened = Some(o);
+                file
             }
         };
         // A device (/dev/null) keeps nothing to sum or read back.
@@ -280,6 +299,9 @@ impl Dtp {
             }
         };
         drop(job);
+        if let Some(o) = opened {
+            finish_stack(o).await?;
+        }
         let taken = match digest {
             Some(d) => match self.storage.open_read(&desc.path) {
                 Ok(file) => complete_digest(d, file, &self.storage, Some(&desc.path)).await,
@@ -292,6 +314,15 @@ impl Dtp {
         };
         Ok((total_bytes(), streams, taken))
     }
+}
+
+/// Waits for the disk-stack drivers' own work (a forwarder's children), whose failure is the
+/// transfer's: 451, as a local error in processing.
+async fn finish_stack(opened: Opened) -> Result<(), DtpError> {
+    opened
+        .finish()
+        .await
+        .map_err(|message| DtpError::Remote { code: 451, message })
 }
 
 /// The digest a transfer takes while its bytes move, if its description asks for checksums
