@@ -43,6 +43,7 @@ struct Raw {
     source_subject: Option<String>,
     dest_subject: Option<String>,
     dcstack: Option<String>,
+    multicast: Option<String>,
     unsupported: Vec<String>,
     urls: Vec<String>,
 }
@@ -123,6 +124,7 @@ fn parse(args: &[String]) -> Result<Raw, String> {
             "-ss" | "-source-subject" => raw.source_subject = Some(value(a)?),
             "-ds" | "-dest-subject" => raw.dest_subject = Some(value(a)?),
             "-dcstack" | "-data-channel-stack" => raw.dcstack = Some(value(a)?),
+            "-MC" | "-multicast" => raw.multicast = Some(value(a)?),
             f if UNSUPPORTED_WITH_VALUE.contains(&f) => {
                 value(f)?;
                 raw.unsupported.push(f.to_string());
@@ -179,6 +181,34 @@ fn dcstack(raw: &Raw) -> Result<Option<String>, String> {
         return Ok(None);
     }
     Ok(Some(stack.to_string()))
+}
+
+/// `-MC FILE`: the destination (the file's first line when the command line names only a
+/// source) and the disk stack that makes it forward to the other lines' servers, as
+/// globus-url-copy writes it.
+fn multicast(raw: &Raw) -> Result<Option<(String, String)>, String> {
+    let Some(path) = &raw.multicast else {
+        return Ok(None);
+    };
+    if raw.file.is_some() {
+        return Err("-MC cannot be combined with -f".into());
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("-MC {path}: {e}"))?;
+    let subject = raw.dest_subject.as_deref().or(raw.subject.as_deref());
+    let lines = ferry_proto::multicast::parse_mc_file(&text, subject)
+        .map_err(|e| format!("-MC {path}: {e}"))?;
+    use ferry_proto::multicast::first_hop_stack;
+    match raw.urls.as_slice() {
+        [_] => {
+            let (first, rest) = lines.split_first().ok_or("-MC: no destination")?;
+            Ok(Some((
+                first.url.clone(),
+                first_hop_stack(Some(&first.options), rest),
+            )))
+        }
+        [_, dest] => Ok(Some((dest.clone(), first_hop_stack(None, &lines)))),
+        _ => Err("-MC needs a source URL, and optionally the first destination's URL".into()),
+    }
 }
 
 /// The copy jobs a raw command line asks for (one per URL pair).
@@ -241,6 +271,14 @@ fn resolve(raw: &Raw) -> Result<Vec<CopyJob>, String> {
         )?,
         ..defaults
     };
+    let multicast = multicast(raw)?;
+    let options = CopyOptions {
+        request: FileRequest {
+            disk_stack: multicast.as_ref().map(|(_, stack)| stack.clone()),
+            ..options.request
+        },
+        ..options
+    };
     let output = if raw.quiet {
         Output::Quiet
     } else {
@@ -248,9 +286,10 @@ fn resolve(raw: &Raw) -> Result<Vec<CopyJob>, String> {
             verbose: raw.verbose || raw.verbose_perf,
         }
     };
-    let pairs: Vec<(String, String)> = match &raw.file {
-        Some(f) => read_pairs(f)?,
-        None => match raw.urls.as_slice() {
+    let pairs: Vec<(String, String)> = match (&raw.file, multicast) {
+        (Some(f), _) => read_pairs(f)?,
+        (None, Some((dest, _))) => vec![(raw.urls[0].clone(), dest)],
+        (None, None) => match raw.urls.as_slice() {
             [s, d] => vec![(s.clone(), d.clone())],
             _ => {
                 return Err(
@@ -343,6 +382,8 @@ usage: ferry url-copy [options] SOURCE_URL DEST_URL
   -sync [-sync-level 0-3]    skip files already at the destination
   -verify-checksum, -checksum-alg ALG
   -f FILE                    'source destination' pairs, one per line
+  -MC FILE, -multicast FILE  one file to many servers: FILE lists destination URLs (url?opts),
+                             the first one forwards to the others (gridftp_multicast)
   -list URL                  list a directory
   -vb, -v, -q, -dbg          progress, file names, quiet, control-channel debug log
   -pp, -fast                 accepted: ferry always pipelines and reuses data channels

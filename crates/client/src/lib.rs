@@ -17,6 +17,7 @@ mod oneshot;
 mod ops;
 mod pipeline;
 mod plan;
+mod relay;
 mod request;
 mod session;
 mod sessions;

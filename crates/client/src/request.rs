@@ -37,6 +37,9 @@ pub struct FileRequest {
     /// `auto` ([`crate::choose::AUTO`]): QUIC or TCP by the path, decided per file by
     /// [`crate::FileCopy::run`] (elsewhere, TCP).
     pub transport: Option<String>,
+    /// The destination server's disk stack (`SITE SETDISKSTACK`), e.g. the
+    /// `file,gridftp_multicast:…` that makes it forward to further servers; `None`: its default.
+    pub disk_stack: Option<String>,
     /// First byte to transfer (partial transfer; the destination is written at the same offset).
     pub offset: u64,
     /// Bytes to transfer from `offset` (`None`: to the end).
@@ -74,6 +77,7 @@ impl Default for FileRequest {
             tcp_buffer: None,
             congestion: None,
             transport: None,
+            disk_stack: None,
             offset: 0,
             length: None,
             restart: RangeSet::new(),

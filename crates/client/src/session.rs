@@ -52,6 +52,8 @@ pub struct RemoteSession {
     pub(crate) data_stack: StackSpec,
     /// Net stacks the server refused, with its answer ([`RemoteSession::offers`]).
     refused_stacks: Vec<(StackSpec, String)>,
+    /// The disk stack last set with `SITE SETDISKSTACK` (`None`: the server's default).
+    pub(crate) disk_stack: Option<String>,
 }
 
 /// Login name and password for a URL: its own, else anonymous.
@@ -179,6 +181,7 @@ impl RemoteSession {
             channel_security,
             data_stack,
             refused_stacks: Vec::new(),
+            disk_stack: None,
         })
     }
 

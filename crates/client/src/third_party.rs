@@ -25,8 +25,11 @@ pub async fn third_party(
     req: &FileRequest,
     on_progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<TransferOutcome, ClientError> {
+    let req = dst.storable(req);
+    let req = &*req;
     src.transport(req).await?;
     dst.transport(req).await?;
+    dst.set_disk_stack(req.disk_stack.as_deref()).await?;
     src.binary_extended().await?;
     dst.binary_extended().await?;
     src.sender_parallelism(req.parallelism.max(1)).await?;
@@ -220,6 +223,7 @@ async fn third_party_pipelined_inner(
     let setup = async {
         src.transport(req).await?;
         dst.transport(req).await?;
+        dst.set_disk_stack(req.disk_stack.as_deref()).await?;
         src.binary_extended().await?;
         dst.binary_extended().await?;
         src.sender_parallelism(1).await?;

@@ -151,7 +151,10 @@ impl RemoteSession {
         req: &FileRequest,
         on_progress: &mut (dyn FnMut(Progress) + Send),
     ) -> Result<TransferOutcome, ClientError> {
+        let req = self.storable(req);
+        let req = &*req;
         self.transport(req).await?;
+        self.set_disk_stack(req.disk_stack.as_deref()).await?;
         if self.binary().await? == TransferMode::Stream {
             return self.put_stream(local, remote, req, on_progress).await;
         }

@@ -88,7 +88,7 @@ impl ServerContext {
             pool: BufferPool::new(ferry_dtp::IO_CHUNK, 4),
             poll_budget: PollBudget::new(1),
             modules: ModuleRegistry::with_builtins(),
-            disk_stacks: Arc::new(ferry_dtp::disk_stack::DiskStacks::default()),
+            disk_stacks: Arc::new(Drivers::default().disk_stacks),
             transports: Arc::new(ferry_net::Transports::default()),
             shared: Shared::new(
                 ServerMetrics::new(&mut Registry::default()),
@@ -173,12 +173,24 @@ pub enum StartError {
 
 /// The driver registries a server offers clients (`SITE SETNETSTACK`, `SITE SETDISKSTACK`):
 /// this build's own, plus whatever an embedding program (or a test) registers.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Drivers {
     /// Data-channel transports.
     pub transports: ferry_net::Transports,
     /// Disk-stack drivers.
     pub disk_stacks: ferry_dtp::disk_stack::DiskStacks,
+}
+
+impl Default for Drivers {
+    /// The data-movement layer's drivers, and the server's own: `gridftp_multicast`, a
+    /// GridFTP client inside a disk stack.
+    fn default() -> Self {
+        Drivers {
+            transports: ferry_net::Transports::default(),
+            disk_stacks: ferry_dtp::disk_stack::DiskStacks::standard()
+                .with(Arc::new(crate::multicast::Multicast)),
+        }
+    }
 }
 
 impl Server {

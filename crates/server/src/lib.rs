@@ -8,6 +8,7 @@ pub mod config;
 mod daemon;
 mod gsi;
 mod metrics;
+mod multicast;
 mod prepare;
 mod reload;
 mod session;

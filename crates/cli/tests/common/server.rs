@@ -67,7 +67,7 @@ pub struct ServerUnderTest {
     port: u16,
     process: Option<Child>,
     log: PathBuf,
-    /// How `ferry serve` lets users in (unused for Globus, which always runs anonymously).
+    /// How `ferry serve` lets users in; for Globus (always anonymous), extra arguments.
     ferry_login: Vec<String>,
 }
 
@@ -82,7 +82,11 @@ impl ServerUnderTest {
 
     /// Starts a server of `kind` on a free port, serving `root`.
     pub fn start_kind(kind: ServerKind, root: &Path) -> Self {
-        Self::start_with_login(kind, root, FERRY_ANONYMOUS.map(String::from).to_vec())
+        let login = match kind {
+            ServerKind::Ferry => FERRY_ANONYMOUS.map(String::from).to_vec(),
+            ServerKind::Globus => Vec::new(),
+        };
+        Self::start_with_login(kind, root, login)
     }
 
     /// Starts `ferry serve` (anonymous, read-write) on a free port with `extra` arguments.
@@ -90,6 +94,13 @@ impl ServerUnderTest {
         let mut args = FERRY_ANONYMOUS.map(String::from).to_vec();
         args.extend(extra.iter().map(|a| (*a).to_owned()));
         Self::start_with_login(ServerKind::Ferry, root, args)
+    }
+
+    /// Starts globus-gridftp-server (anonymous, read-write) on a free port with `extra`
+    /// arguments.
+    pub fn start_globus_with(root: &Path, extra: &[&str]) -> Self {
+        let extra = extra.iter().map(|a| (*a).to_owned()).collect();
+        Self::start_with_login(ServerKind::Globus, root, extra)
     }
 
     /// Starts `ferry serve` on a free port, serving `root` to the users in `password_file`
@@ -111,7 +122,7 @@ impl ServerUnderTest {
         for _ in 0..START_ATTEMPTS {
             let launched = match kind {
                 ServerKind::Ferry => launch_ferry(&root, "127.0.0.1:0", &log, &ferry_login),
-                ServerKind::Globus => launch_globus(&root, free_port(), &log),
+                ServerKind::Globus => launch_globus(&root, free_port(), &log, &ferry_login),
             };
             match launched {
                 Ok((process, port)) => {
@@ -194,7 +205,9 @@ impl ServerUnderTest {
                 ServerKind::Ferry => {
                     launch_ferry(&self.root, &listen, &self.log, &self.ferry_login)
                 }
-                ServerKind::Globus => launch_globus(&self.root, self.port, &self.log),
+                ServerKind::Globus => {
+                    launch_globus(&self.root, self.port, &self.log, &self.ferry_login)
+                }
             };
             match launched {
                 Ok((process, port)) => {
@@ -302,7 +315,12 @@ fn listening_port(line: &str) -> Option<u16> {
 }
 
 /// Runs globus-gridftp-server in anonymous mode and waits for its 220 banner.
-fn launch_globus(root: &Path, port: u16, log: &Path) -> Result<(Child, u16), String> {
+fn launch_globus(
+    root: &Path,
+    port: u16,
+    log: &Path,
+    extra: &[String],
+) -> Result<(Child, u16), String> {
     let server = globus_server_path().ok_or("globus-gridftp-server not installed")?;
     // An empty configuration keeps /etc/gridftp.conf (port 2811 and more) from being read.
     let conf = log.with_file_name("gridftp-empty.conf");
@@ -321,6 +339,7 @@ fn launch_globus(root: &Path, port: u16, log: &Path) -> Result<(Child, u16), Str
         ])
         .args(["-no-chdir", "-log-level", "error,warn", "-l"])
         .arg(log)
+        .args(extra)
         .current_dir(root)
         .stdin(Stdio::null())
         .stdout(output)

@@ -297,7 +297,13 @@ impl Pi {
                 } else {
                     ""
                 };
-                return self.send(super::text::feat(cc));
+                let multicast = self
+                    .ctx
+                    .config
+                    .fs_whitelist
+                    .iter()
+                    .any(|d| d == crate::multicast::NAME);
+                return self.send(super::text::feat(cc, multicast));
             }
             Command::Help(topic) => return self.send(super::text::help(topic.as_deref())),
             Command::Noop => return self.reply(200, "NOOP command successful."),

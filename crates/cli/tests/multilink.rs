@@ -1,0 +1,247 @@
+//! Multilink: one file to many servers through a forwarding tree (`gridftp_multicast`), driven
+//! by the real globus-url-copy `-MC` and by `ferry url-copy -MC`, over trees of ferry servers,
+//! of Globus servers and of both. Every destination's bytes are compared with the source.
+//!
+//! Without globus-gridftp-server or globus-url-copy (and Globus' multicast driver,
+//! libglobus-xio-gridftp-multicast) the tests that need them print why and pass; CI installs
+//! them.
+
+mod common;
+
+use std::path::Path;
+
+use common::files::compare_bytes;
+use common::{random_bytes, run_ferry, run_guc, write_file, Sandbox, ServerUnderTest};
+
+const WHITELIST: [&str; 2] = ["--fs-whitelist", "file,gridftp_multicast"];
+const GLOBUS_WHITELIST: [&str; 2] = ["-fs-whitelist", "file,gridftp_multicast"];
+
+/// Why Globus' side of these tests cannot run here, if it cannot.
+fn globus_missing() -> Option<String> {
+    if common::guc::globus_url_copy_path().is_none() {
+        return Some(common::GUC_MISSING.into());
+    }
+    if let Some(why) = common::ServerKind::Globus.missing() {
+        return Some(why);
+    }
+    let driver = [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib64",
+    ]
+    .iter()
+    .any(|d| {
+        Path::new(d)
+            .join("libglobus_xio_gridftp_multicast_driver.so")
+            .exists()
+    });
+    (!driver).then(|| {
+        "skipping: Globus' multicast driver not installed \
+         (apt-get install libglobus-xio-gridftp-multicast)"
+            .into()
+    })
+}
+
+/// `n` ferry servers that may forward, each serving its own directory.
+fn ferry_servers(sb: &Sandbox, prefix: &str, n: usize) -> Vec<ServerUnderTest> {
+    (0..n)
+        .map(|i| {
+            ServerUnderTest::start_ferry_with(&sb.served_dir(&format!("{prefix}{i}")), &WHITELIST)
+        })
+        .collect()
+}
+
+fn globus_servers(sb: &Sandbox, prefix: &str, n: usize) -> Vec<ServerUnderTest> {
+    (0..n)
+        .map(|i| {
+            ServerUnderTest::start_globus_with(
+                &sb.served_dir(&format!("{prefix}{i}")),
+                &GLOBUS_WHITELIST,
+            )
+        })
+        .collect()
+}
+
+/// Writes an `-MC` file of `lines`.
+fn mc_file(sb: &Sandbox, lines: &[String]) -> String {
+    let path = sb.path().join("mc.txt");
+    write_file(&path, (lines.join("\n") + "\n").as_bytes());
+    path.display().to_string()
+}
+
+fn assert_all_have(bytes: &[u8], servers: &[&ServerUnderTest], name: &str) {
+    for s in servers {
+        if let Err(e) = compare_bytes(bytes, &s.path_of(name)) {
+            panic!(
+                "{} ({:?}): {e}\nits log:\n{}",
+                s.url_for(name),
+                s.kind(),
+                s.log_tail(30)
+            );
+        }
+    }
+}
+
+#[test]
+fn globus_url_copy_mc_with_four_streams_fills_a_tree_of_ferry_servers() {
+    if let Some(why) = globus_missing() {
+        eprintln!("{why}");
+        return;
+    }
+    let sb = Sandbox::new();
+    let data = random_bytes(24 << 20, 41);
+    let source = ServerUnderTest::start_ferry_with(&sb.served_dir("src"), &[]);
+    write_file(&source.path_of("in.bin"), &data);
+    // Four destinations, cc=2 by default: d0 → {d1 → d3, d2}.
+    let dests = ferry_servers(&sb, "d", 4);
+    let mc = mc_file(
+        &sb,
+        &dests
+            .iter()
+            .map(|d| d.url_for("out.bin"))
+            .collect::<Vec<_>>(),
+    );
+    let out = run_guc(&["-p", "4", "-MC", &mc, &source.url_for("in.bin")]);
+    out.assert_success();
+    assert_all_have(&data, &dests.iter().collect::<Vec<_>>(), "out.bin");
+}
+
+#[test]
+fn ferry_url_copy_mc_fills_a_tree_of_globus_servers_over_one_stream() {
+    if let Some(why) = globus_missing() {
+        eprintln!("{why}");
+        return;
+    }
+    let sb = Sandbox::new();
+    let data = random_bytes(20 << 20, 42);
+    let local = sb.local_dir("local").join("in.bin");
+    write_file(&local, &data);
+    let dests = globus_servers(&sb, "g", 4);
+    let mc = mc_file(
+        &sb,
+        &dests
+            .iter()
+            .map(|d| d.url_for("out.bin"))
+            .collect::<Vec<_>>(),
+    );
+    // Globus' driver writes a corrupt file when the data comes on several streams; ferry asks
+    // for four and must send one to a Globus first hop.
+    let out = run_ferry(&[
+        "url-copy",
+        "-vb",
+        "-p",
+        "4",
+        "-MC",
+        &mc,
+        &local.display().to_string(),
+    ]);
+    out.assert_success();
+    let said = format!("{}{}", out.stdout, out.stderr);
+    assert!(
+        said.contains("1 streams"),
+        "ferry should send one stream to Globus' multicast driver:\n{said}"
+    );
+    assert_all_have(&data, &dests.iter().collect::<Vec<_>>(), "out.bin");
+}
+
+#[test]
+fn a_mixed_chain_ferry_globus_ferry_delivers_every_copy() {
+    if let Some(why) = globus_missing() {
+        eprintln!("{why}");
+        return;
+    }
+    let sb = Sandbox::new();
+    let data = random_bytes(12 << 20, 43);
+    let source = ServerUnderTest::start_ferry_with(&sb.served_dir("src"), &[]);
+    write_file(&source.path_of("in.bin"), &data);
+    let f = ferry_servers(&sb, "f", 2);
+    let g = globus_servers(&sb, "g", 1);
+    // A chain (cc=1 at every node), third party from the source: ferry → Globus → ferry.
+    let mc = mc_file(
+        &sb,
+        &[
+            format!("{}?cc=1;P=2", f[0].url_for("out.bin")),
+            format!("{}?cc=1", g[0].url_for("out.bin")),
+            f[1].url_for("out.bin"),
+        ],
+    );
+    let out = run_ferry(&["url-copy", "-MC", &mc, &source.url_for("in.bin")]);
+    out.assert_success();
+    assert_all_have(&data, &[&f[0], &g[0], &f[1]], "out.bin");
+}
+
+#[test]
+fn a_tree_of_ferry_servers_with_parallel_hops_and_a_relay_that_keeps_nothing() {
+    let sb = Sandbox::new();
+    let data = random_bytes(30 << 20, 44);
+    let local = sb.local_dir("local").join("in.bin");
+    write_file(&local, &data);
+    let d = ferry_servers(&sb, "d", 5);
+    // d0 relays only (local_write=n) to three children with four streams each; d1 forwards
+    // the two destinations left to it on to d4.
+    let mut lines = vec![format!(
+        "{}?cc=3;P=4;local_write=n",
+        d[0].url_for("out.bin")
+    )];
+    lines.extend(d[1..].iter().map(|s| s.url_for("out.bin")));
+    let mc = mc_file(&sb, &lines);
+    let out = run_ferry(&[
+        "url-copy",
+        "-p",
+        "4",
+        "-MC",
+        &mc,
+        &local.display().to_string(),
+    ]);
+    out.assert_success();
+    assert_all_have(&data, &d[1..].iter().collect::<Vec<_>>(), "out.bin");
+    assert!(
+        !d[0].path_of("out.bin").exists(),
+        "the relay stored a file although local_write=n"
+    );
+}
+
+#[test]
+fn a_dead_hop_is_named_and_the_other_branches_finish() {
+    let sb = Sandbox::new();
+    let data = random_bytes(8 << 20, 45);
+    let local = sb.local_dir("local").join("in.bin");
+    write_file(&local, &data);
+    let d = ferry_servers(&sb, "d", 2);
+    // A port nothing listens on.
+    let dead = format!("ftp://127.0.0.1:{}/out.bin", common::server::free_port());
+    let mc = mc_file(
+        &sb,
+        &[
+            d[0].url_for("out.bin"),
+            dead.clone(),
+            d[1].url_for("out.bin"),
+        ],
+    );
+    let out = run_ferry(&["url-copy", "-MC", &mc, &local.display().to_string()]);
+    assert_ne!(out.code(), Some(0), "the copy succeeded with a dead hop");
+    assert!(
+        out.stderr.contains(&dead) && out.stderr.contains("451"),
+        "the failure should name the dead hop with a 451:\n{}",
+        out.stderr
+    );
+    // d0 → {dead, d1}: the first hop and the live branch have the whole file.
+    assert_all_have(&data, &[&d[0], &d[1]], "out.bin");
+}
+
+#[test]
+fn a_bad_multicast_option_string_is_refused_at_setdiskstack() {
+    let sb = Sandbox::new();
+    let local = sb.local_dir("local").join("in.bin");
+    write_file(&local, b"x");
+    let d = ferry_servers(&sb, "d", 1);
+    let mc = mc_file(&sb, &[format!("{}?cc=2;bogus=1", d[0].url_for("out.bin"))]);
+    let out = run_ferry(&["url-copy", "-MC", &mc, &local.display().to_string()]);
+    assert_ne!(out.code(), Some(0));
+    assert!(
+        out.stderr.contains("bogus"),
+        "the refusal should name the bad option:\n{}",
+        out.stderr
+    );
+    assert!(!d[0].path_of("out.bin").exists());
+}

@@ -1,0 +1,101 @@
+//! One child of a multicast node: a GridFTP put to the child's server, run on a thread (and
+//! runtime) of its own, whose bytes are the node's incoming blocks as they arrive.
+
+use std::sync::Arc;
+
+use ferry_client::{FileRequest, GsiOptions, GsiSetup, Location, RemoteSession};
+use ferry_gsi::DataSecurity;
+use ferry_proto::multicast::{Child, MulticastOptions};
+use tokio::sync::oneshot;
+
+use super::tee::{ChildView, Tee};
+
+/// How a node forwards: the options every child's transfer shares.
+#[derive(Debug, Clone)]
+pub(super) struct Forwarding {
+    pub(super) parallelism: u32,
+    pub(super) tcp_buffer: Option<u32>,
+    pub(super) subject: Option<String>,
+    /// The session's data credential (the user's delegated proxy), for gsiftp:// children.
+    pub(super) security: Option<Arc<DataSecurity>>,
+}
+
+impl Forwarding {
+    pub(super) fn new(o: &MulticastOptions, security: Option<Arc<DataSecurity>>) -> Forwarding {
+        Forwarding {
+            parallelism: o.parallelism,
+            tcp_buffer: o.tcp_buffer.map(|b| u32::try_from(b).unwrap_or(u32::MAX)),
+            subject: o.subject.clone(),
+            security,
+        }
+    }
+}
+
+/// Starts child `index`'s transfer; the receiver says how it ended, naming the child's URL.
+pub(super) fn start(
+    child: Child,
+    index: usize,
+    how: Forwarding,
+    tee: Arc<Tee>,
+) -> std::io::Result<oneshot::Receiver<Result<(), String>>> {
+    let (tx, rx) = oneshot::channel();
+    let url = child.url.clone();
+    std::thread::Builder::new()
+        .name(format!("multicast-{index}"))
+        .spawn(move || {
+            // Reads of the buffer block (see Tee::wait): a multi-threaded runtime keeps the
+            // child's control channel and other streams running meanwhile.
+            let result = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .map_err(|e| format!("cannot start a runtime: {e}"))
+                .and_then(|rt| rt.block_on(put(&child, index, &how, &tee)));
+            if let Err(e) = &result {
+                tracing::warn!(url = %child.url, error = %e, "multicast: forwarding failed");
+                tee.leave(index);
+            }
+            let _ = tx.send(result.map_err(|e| format!("{url}: {e}")));
+        })?;
+    Ok(rx)
+}
+
+async fn put(child: &Child, index: usize, how: &Forwarding, tee: &Arc<Tee>) -> Result<(), String> {
+    let Ok(Location::Remote(url)) = Location::parse(&child.url) else {
+        return Err("not a URL ferry can write to".into());
+    };
+    let options = GsiOptions {
+        subject: how.subject.clone(),
+        ..GsiOptions::default()
+    };
+    let gsi = match &how.security {
+        Some(s) if url.scheme == ferry_client::url::Scheme::GsiFtp => {
+            GsiSetup::with_credential(options, s.credential().clone(), Arc::clone(s.trust()))
+                .map_err(|e| e.to_string())?
+        }
+        None if url.scheme == ferry_client::url::Scheme::GsiFtp => {
+            return Err("a gsiftp:// hop needs a credential: log in with GSI and delegate".into())
+        }
+        _ => GsiSetup::new(options),
+    };
+    let mut session = RemoteSession::connect(&url, &gsi)
+        .await
+        .map_err(|e| e.to_string())?;
+    let req = FileRequest {
+        parallelism: how.parallelism,
+        tcp_buffer: how.tcp_buffer,
+        disk_stack: child.disk_stack.clone(),
+        ..FileRequest::default()
+    };
+    let view = Arc::new(ChildView {
+        tee: Arc::clone(tee),
+        child: index,
+    });
+    let outcome = session
+        .put_from(view, &url.path, &req, &mut |_| {})
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::debug!(url = %child.url, bytes = outcome.bytes, "multicast: forwarded");
+    let _ = session.command(&ferry_proto::Command::Quit).await;
+    Ok(())
+}

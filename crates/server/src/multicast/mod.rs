@@ -1,0 +1,138 @@
+//! `gridftp_multicast`: the disk-stack driver that makes a server one node of a forwarding
+//! tree (Globus' `globus_xio_gridftp_multicast_driver`, with the same option string). While
+//! the node's own transfer receives a file, it writes it locally (unless `local_write=n`) and
+//! sends every block on to its children as it arrives, each child a GridFTP put in MODE E with
+//! the driver's `P` streams, told by its own disk stack which part of the tree it forwards to.
+//! The node's final reply waits for its children and names each one that failed.
+//!
+//! It lives in the server, not beside `file` in `ferry_dtp`, because a forwarder is a GridFTP
+//! client; [`crate::Drivers`] registers it, the one place it is named.
+
+mod forward;
+mod tee;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use ferry_dtp::disk_stack::{Access, DiskDriver, DiskStackError, Finish, Layer};
+use ferry_dtp::Direction;
+use ferry_proto::multicast::MulticastOptions;
+use ferry_storage::{FileHandle, StorageError};
+use tokio::sync::oneshot;
+
+use tee::{Tee, TeeFile, HELD_LIMIT};
+
+/// The driver's name, as Globus spells it in `SITE SETDISKSTACK` and `--fs-whitelist`.
+pub(crate) const NAME: &str = "gridftp_multicast";
+
+/// The multicast forwarder.
+#[derive(Debug, Default)]
+pub(crate) struct Multicast;
+
+impl DiskDriver for Multicast {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn accept(&self, options: &str) -> Result<(), DiskStackError> {
+        MulticastOptions::parse(options)
+            .map(drop)
+            .map_err(|e| DiskStackError::Options {
+                name: NAME.into(),
+                why: e.to_string(),
+            })
+    }
+
+    fn stores(&self, options: &str) -> bool {
+        MulticastOptions::parse(options).map_or(true, |o| o.local_write)
+    }
+
+    fn wrap(
+        &self,
+        below: Arc<dyn FileHandle>,
+        access: Access<'_>,
+        options: &str,
+    ) -> Result<Layer, StorageError> {
+        // A file read through the stack is read as it is: there is nothing to forward.
+        if access.direction == Direction::Send {
+            return Ok(Layer::plain(below));
+        }
+        let o = MulticastOptions::parse(options)
+            .map_err(|e| StorageError::Invalid(format!("{NAME}: {e}")))?;
+        if !access.restart.is_empty() {
+            return Err(StorageError::Invalid(format!(
+                "{NAME}: a restarted transfer cannot be forwarded (the children need every \
+                 byte); send the whole file again"
+            )));
+        }
+        let children = o.children();
+        if children.is_empty() {
+            return Ok(Layer::plain(below));
+        }
+        let tee = Arc::new(Tee::new(children.len(), HELD_LIMIT));
+        let how = forward::Forwarding::new(&o, access.security.cloned());
+        let mut waiting = Vec::with_capacity(children.len());
+        for (i, child) in children.into_iter().enumerate() {
+            let url = child.url.clone();
+            match forward::start(child, i, how.clone(), Arc::clone(&tee)) {
+                Ok(rx) => waiting.push((url, rx)),
+                Err(e) => {
+                    tee.abort();
+                    return Err(StorageError::Io {
+                        path: url,
+                        source: e,
+                    });
+                }
+            }
+        }
+        tracing::debug!(path = %access.path, children = waiting.len(), "multicast: forwarding");
+        let file = Arc::new(TeeFile {
+            local: o.local_write.then(|| Arc::clone(&below)),
+            below,
+            tee: Arc::clone(&tee),
+        });
+        Ok(Layer {
+            file,
+            finish: Some(Box::new(Children { tee, waiting })),
+        })
+    }
+}
+
+/// The children of one transfer, until they end.
+struct Children {
+    tee: Arc<Tee>,
+    waiting: Vec<(String, oneshot::Receiver<Result<(), String>>)>,
+}
+
+impl Finish for Children {
+    fn finish(mut self: Box<Self>) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+        self.tee.complete();
+        let waiting = std::mem::take(&mut self.waiting);
+        Box::pin(async move {
+            let mut failed = Vec::new();
+            for (url, rx) in waiting {
+                match rx.await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => failed.push(e),
+                    Err(_) => failed.push(format!("{url}: the forwarder stopped")),
+                }
+            }
+            if failed.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{NAME}: forwarding failed: {}", failed.join("; ")))
+            }
+        })
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        // Not finished (the transfer failed) or finished (tee complete): aborting a completed
+        // buffer stops nothing that still has bytes to read, so only an unfinished one aborts.
+        if !self.waiting.is_empty() {
+            self.tee.abort();
+        }
+    }
+}

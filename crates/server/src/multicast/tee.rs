@@ -1,0 +1,360 @@
+//! The blocks a multicast node receives, held until every child's forwarding transfer has
+//! read them: the node's own transfer writes (in any order, from any stream), each child reads
+//! at the offsets its DTP claims, and a block leaves memory once every live child has it.
+//!
+//! Memory is bounded: a write waits while more than the limit is held, except a write at or
+//! below the lowest offset some child still waits for. A sender's streams carry rising offsets,
+//! so the block a child waits for is never queued behind a write that waits for memory.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use ferry_proto::RangeSet;
+use ferry_storage::{FileHandle, StorageError};
+
+/// How many bytes a multicast transfer holds for its children before writes wait.
+pub(super) const HELD_LIMIT: usize = 64 << 20;
+
+/// The shared buffer between a node's transfer and its children.
+#[derive(Debug)]
+pub(super) struct Tee {
+    state: Mutex<State>,
+    changed: Condvar,
+    limit: usize,
+}
+
+#[derive(Debug)]
+struct State {
+    /// Blocks by offset that some live child has not read in full.
+    blocks: BTreeMap<u64, Arc<[u8]>>,
+    held: usize,
+    /// Per child: what it has read, or `None` once it stopped (failed).
+    readers: Vec<Option<RangeSet>>,
+    /// Set when the node's transfer received everything: the data's length.
+    end: Option<u64>,
+    /// One past the highest byte written.
+    high: u64,
+    /// The node's transfer failed: children stop.
+    aborted: bool,
+}
+
+impl State {
+    /// The lowest offset a live child has not read.
+    fn frontier(&self) -> Option<u64> {
+        self.readers
+            .iter()
+            .flatten()
+            .map(|r| match r.iter().next() {
+                Some((0, end)) => end,
+                _ => 0,
+            })
+            .min()
+    }
+
+    fn read_by_all(&self, start: u64, end: u64) -> bool {
+        self.readers
+            .iter()
+            .flatten()
+            .all(|r| r.contains_range(start, end))
+    }
+
+    /// Drops the blocks every live child has read.
+    fn release(&mut self) {
+        let done: Vec<u64> = self
+            .blocks
+            .iter()
+            .filter(|(&at, b)| self.read_by_all(at, at + b.len() as u64))
+            .map(|(&at, _)| at)
+            .collect();
+        for at in done {
+            if let Some(b) = self.blocks.remove(&at) {
+                self.held -= b.len();
+            }
+        }
+    }
+}
+
+impl Tee {
+    /// A buffer for `children` readers.
+    pub(super) fn new(children: usize, limit: usize) -> Tee {
+        Tee {
+            state: Mutex::new(State {
+                blocks: BTreeMap::new(),
+                held: 0,
+                readers: vec![Some(RangeSet::new()); children],
+                end: None,
+                high: 0,
+                aborted: false,
+            }),
+            changed: Condvar::new(),
+            limit,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits on the condition variable without holding up a tokio worker thread (other tasks
+    /// of the runtime, among them the ones that make this wait end, move to another).
+    fn wait<'a>(&self, guard: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        let wait = || self.changed.wait(guard).unwrap_or_else(|p| p.into_inner());
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(wait)
+            }
+            _ => wait(),
+        }
+    }
+
+    /// Holds a copy of `data` at `offset` for the children, once memory allows.
+    pub(super) fn write(&self, data: &[u8], offset: u64) -> Result<(), StorageError> {
+        let mut s = self.lock();
+        loop {
+            if s.aborted {
+                return Err(gone());
+            }
+            let Some(frontier) = s.frontier() else {
+                // Every child stopped: nothing to hold (their failures are reported at the end).
+                return Ok(());
+            };
+            if s.held < self.limit || offset <= frontier {
+                break;
+            }
+            s = self.wait(s);
+        }
+        let block: Arc<[u8]> = Arc::from(data);
+        if let Some(old) = s.blocks.insert(offset, block) {
+            s.held -= old.len();
+        }
+        s.held += data.len();
+        s.high = s.high.max(offset + data.len() as u64);
+        drop(s);
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    /// Child `child` reads at `offset`: waits for the bytes, 0 at the end of the data.
+    pub(super) fn read(
+        &self,
+        child: usize,
+        buf: &mut [u8],
+        offset: u64,
+    ) -> Result<usize, StorageError> {
+        let mut s = self.lock();
+        loop {
+            if s.aborted {
+                return Err(gone());
+            }
+            let found = s
+                .blocks
+                .range(..=offset)
+                .next_back()
+                .filter(|(&at, b)| offset < at + b.len() as u64)
+                .map(|(&at, b)| (at, Arc::clone(b)));
+            if let Some((at, block)) = found {
+                let from = (offset - at) as usize;
+                let n = buf.len().min(block.len() - from);
+                buf[..n].copy_from_slice(&block[from..from + n]);
+                if let Some(Some(r)) = s.readers.get_mut(child) {
+                    r.insert(offset, offset + n as u64);
+                }
+                let whole = (at, at + block.len() as u64);
+                if s.read_by_all(whole.0, whole.1) {
+                    s.blocks.remove(&at);
+                    s.held -= block.len();
+                    drop(s);
+                    self.changed.notify_all();
+                }
+                return Ok(n);
+            }
+            match s.end {
+                Some(end) if offset >= end => return Ok(0),
+                Some(_) => {
+                    return Err(StorageError::Invalid(format!(
+                        "multicast: no data at offset {offset}"
+                    )))
+                }
+                None => s = self.wait(s),
+            }
+        }
+    }
+
+    /// The node's transfer received everything: children read to the end.
+    pub(super) fn complete(&self) {
+        let mut s = self.lock();
+        s.end = Some(s.high);
+        drop(s);
+        self.changed.notify_all();
+    }
+
+    /// The node's transfer failed: children stop with an error.
+    pub(super) fn abort(&self) {
+        self.lock().aborted = true;
+        self.changed.notify_all();
+    }
+
+    /// Child `child` stopped: nothing more is held for it.
+    pub(super) fn leave(&self, child: usize) {
+        let mut s = self.lock();
+        if let Some(r) = s.readers.get_mut(child) {
+            *r = None;
+        }
+        s.release();
+        drop(s);
+        self.changed.notify_all();
+    }
+}
+
+fn gone() -> StorageError {
+    StorageError::Io {
+        path: "multicast".into(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::BrokenPipe,
+            "the transfer being forwarded failed",
+        ),
+    }
+}
+
+/// The file a multicast node's transfer writes: the local file (unless `local_write=n`), and
+/// the children's buffer.
+#[derive(Debug)]
+pub(super) struct TeeFile {
+    pub(super) local: Option<Arc<dyn FileHandle>>,
+    pub(super) below: Arc<dyn FileHandle>,
+    pub(super) tee: Arc<Tee>,
+}
+
+impl FileHandle for TeeFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize, StorageError> {
+        self.below.read_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<(), StorageError> {
+        if let Some(local) = &self.local {
+            local.write_all_at(buf, offset)?;
+        }
+        self.tee.write(buf, offset)
+    }
+    fn size(&self) -> Result<u64, StorageError> {
+        self.below.size()
+    }
+    fn is_regular(&self) -> bool {
+        self.below.is_regular()
+    }
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        // Every byte must pass write_all_at: no splicing to the descriptor.
+        None
+    }
+    fn sync(&self) -> Result<(), StorageError> {
+        self.below.sync()
+    }
+    fn set_len(&self, len: u64) -> Result<(), StorageError> {
+        match &self.local {
+            Some(local) => local.set_len(len),
+            None => Ok(()),
+        }
+    }
+}
+
+/// What one child's forwarding transfer sends from: the buffer, read as that child.
+#[derive(Debug)]
+pub(super) struct ChildView {
+    pub(super) tee: Arc<Tee>,
+    pub(super) child: usize,
+}
+
+impl FileHandle for ChildView {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize, StorageError> {
+        self.tee.read(self.child, buf, offset)
+    }
+    fn write_all_at(&self, _buf: &[u8], _offset: u64) -> Result<(), StorageError> {
+        Err(StorageError::PermissionDenied("multicast source".into()))
+    }
+    fn size(&self) -> Result<u64, StorageError> {
+        Ok(0)
+    }
+    fn is_regular(&self) -> bool {
+        // Not a file of known size: the forwarding transfer sends until the data ends.
+        false
+    }
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+    fn sync(&self) -> Result<(), StorageError> {
+        Ok(())
+    }
+    fn set_len(&self, _len: u64) -> Result<(), StorageError> {
+        Err(StorageError::PermissionDenied("multicast source".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_all(tee: &Tee, child: usize, chunk: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; chunk];
+        loop {
+            let n = tee.read(child, &mut buf, out.len() as u64).unwrap();
+            if n == 0 {
+                return out;
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+    }
+
+    #[test]
+    fn blocks_in_any_order_reach_every_child_and_memory_stays_bounded() {
+        let data: Vec<u8> = (0..1_000_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        let tee = Arc::new(Tee::new(3, 100_000));
+        let readers: Vec<_> = (0..3)
+            .map(|c| {
+                let tee = Arc::clone(&tee);
+                std::thread::spawn(move || read_all(&tee, c, 7_000 + c * 3_000))
+            })
+            .collect();
+        // Two writer "streams", each with rising offsets, interleaved unevenly.
+        let writers: Vec<_> = (0..2)
+            .map(|w| {
+                let tee = Arc::clone(&tee);
+                let data = data.clone();
+                std::thread::spawn(move || {
+                    for (i, block) in data.chunks(16_384).enumerate() {
+                        if i % 2 == w {
+                            tee.write(block, (i * 16_384) as u64).unwrap();
+                            assert!(tee.lock().held <= 100_000 + 2 * 16_384);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        tee.complete();
+        for r in readers {
+            assert_eq!(r.join().unwrap(), data);
+        }
+        assert_eq!(tee.lock().held, 0);
+    }
+
+    #[test]
+    fn a_child_that_leaves_holds_nothing_back_and_abort_stops_readers() {
+        let tee = Arc::new(Tee::new(2, 1_000));
+        tee.leave(1);
+        for i in 0..10u64 {
+            // Child 0 reads as it goes; child 1 is gone and must not block the writes.
+            tee.write(&[i as u8; 500], i * 500).unwrap();
+            let mut buf = [0u8; 500];
+            assert_eq!(tee.read(0, &mut buf, i * 500).unwrap(), 500);
+        }
+        assert_eq!(tee.lock().held, 0);
+        let t = Arc::clone(&tee);
+        let waiting = std::thread::spawn(move || t.read(0, &mut [0u8; 10], 5_000));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        tee.abort();
+        assert!(waiting.join().unwrap().is_err());
+        assert!(tee.write(b"x", 0).is_err());
+    }
+}
