@@ -15,8 +15,30 @@ use crate::present::{self, Output, OutputArgs};
 pub(crate) struct CopyArgs {
     /// Sources then the destination: ftp://[user[:pass]@]host[:port]/path (also ftps://,
     /// ftpes://, gsiftp://), file:///path or a local path. A trailing / names a directory.
-    #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
+    #[arg(required = true, num_args = 1.., value_name = "SRC... DST")]
     paths: Vec<String>,
+    /// One file to many servers: the paths are SRC DST1 DST2 ... The first destination
+    /// forwards each block to others as it arrives, down a tree (gridftp_multicast, on ferry or
+    /// Globus servers that whitelist it); the client logs in to every destination first and
+    /// builds the tree from what it measures (-v says so). Every copy's checksum is compared.
+    #[arg(long = "to-many")]
+    to_many: bool,
+    /// Like --to-many, with destinations read from FILE: one URL per line, url?opts as in
+    /// globus-url-copy -MC files.
+    #[arg(long = "to-many-file", value_name = "FILE")]
+    to_many_file: Option<std::path::PathBuf>,
+    /// Children of each node of the tree. [default: the fan-out estimated soonest: a chain
+    /// for large files, a flat tree for small ones]
+    #[arg(long = "fan-out", value_name = "N")]
+    fan_out: Option<usize>,
+    /// Forward through this server, which stores nothing (repeat for a chain of them): to
+    /// reach a host with no route from here, behind a head node, or around a slow path.
+    #[arg(long = "via", value_name = "URL")]
+    via: Vec<String>,
+    /// The rate one hop of a --to-many tree carries, in bits/s (1G, 10G), for its fan-out.
+    /// [default: 1G]
+    #[arg(long = "link-rate", value_name = "RATE", value_parser = parse_size)]
+    link_rate: Option<u64>,
     /// Parallel data streams per file. [default: 1 below 16 MiB, else 4 (8 on paths with RTT > 20 ms)]
     #[arg(short = 'p', long = "parallel", value_name = "N")]
     parallel: Option<u32>,
@@ -192,6 +214,9 @@ impl CopyArgs {
             .iter()
             .map(|p| Location::parse(p).map_err(|e| e.to_string()))
             .collect::<Result<Vec<_>, _>>()?;
+        if locs.len() < 2 {
+            return Err("need a source and a destination".into());
+        }
         let dest = locs.pop().ok_or("need a source and a destination")?;
         let sync = match self.sync.as_deref() {
             None => SyncLevel::Off,
@@ -344,13 +369,60 @@ fn summary(done: usize, failed: usize, bytes: u64, elapsed: Duration) {
     );
 }
 
-pub(crate) fn run(args: CopyArgs) -> u8 {
-    match args.resolve() {
-        Ok(job) => run_job(job),
+pub(crate) fn run(mut args: CopyArgs) -> u8 {
+    let tree = match args.tree() {
+        Ok(t) => t,
         Err(e) => {
+            eprintln!("ferry copy: {e}");
+            return exit::USAGE;
+        }
+    };
+    if let Some(t) = &tree {
+        // The job's destination is the tree's first hop, chosen once it is measured.
+        args.paths.truncate(1);
+        args.paths.push(t.dests[0].url.clone());
+    }
+    match (args.resolve(), tree) {
+        (Ok(job), Some(tree)) => crate::multilink::run(job, tree),
+        (Ok(job), None) => run_job(job),
+        (Err(e), _) => {
             eprintln!("ferry copy: {e}");
             exit::USAGE
         }
+    }
+}
+
+impl CopyArgs {
+    /// The forwarding tree `--to-many`, `--to-many-file` and `--via` ask for, if any.
+    fn tree(&self) -> Result<Option<crate::multilink::Tree>, String> {
+        let many = self.to_many || self.to_many_file.is_some();
+        if !many && self.via.is_empty() {
+            if self.fan_out.is_some() {
+                return Err("--fan-out needs --to-many".into());
+            }
+            return Ok(None);
+        }
+        if self.recursive {
+            return Err("--to-many and --via copy one file, not a directory (-r)".into());
+        }
+        let dests = match (many, self.paths.as_slice()) {
+            (true, [_, dests @ ..]) => dests.to_vec(),
+            (false, [_, dest]) => vec![dest.clone()],
+            (false, _) => {
+                return Err(
+                    "--via copies one source to one destination (--to-many for more)".into(),
+                )
+            }
+            (true, []) => return Err("need a source".into()),
+        };
+        crate::multilink::Tree::new(
+            &dests,
+            self.to_many_file.as_ref(),
+            self.via.clone(),
+            self.fan_out,
+            self.link_rate.map_or(1e9, |r| r as f64),
+        )
+        .map(Some)
     }
 }
 

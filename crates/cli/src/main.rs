@@ -7,6 +7,7 @@ mod demo;
 mod docs;
 mod exit;
 mod gcp;
+mod multilink;
 mod present;
 mod proxy;
 mod remote;

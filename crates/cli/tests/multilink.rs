@@ -245,3 +245,124 @@ fn a_bad_multicast_option_string_is_refused_at_setdiskstack() {
     );
     assert!(!d[0].path_of("out.bin").exists());
 }
+
+/// Overlay routing into a cluster (netlab `head-workers`: the client is 30 ms from the head
+/// node, the workers sit on a private network behind it). `--via` the head's server reaches
+/// workers the client has no route to; the head forwards and stores nothing.
+#[test]
+fn workers_behind_a_head_node_get_the_file_through_it_and_the_head_stores_nothing() {
+    use common::netlab::{missing, Lab};
+    if let Some(why) = missing("multilink through a head node") {
+        eprintln!("{why}");
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut lab = Lab::up(sb.path(), "head-workers", "mlhead", Some("cubic"));
+    let data = random_bytes(24 << 20, 46);
+    let local = sb.local_dir("local").join("in.bin");
+    write_file(&local, &data);
+    let mut roots = Vec::new();
+    for host in ["head", "w1", "w2"] {
+        let root = sb.served_dir(host);
+        let addr = lab.addr(host);
+        let args: Vec<String> = [
+            "--listen",
+            &format!("{addr}:2811"),
+            "--root",
+            &root.display().to_string(),
+            "--anonymous",
+            "--anonymous-write",
+            "--fs-whitelist",
+            "file,gridftp_multicast",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        lab.serve(host, 2811, &args, &sb.path().join(format!("{host}.log")));
+        roots.push(root);
+    }
+    let (head, w1, w2) = (lab.addr("head"), lab.addr("w1"), lab.addr("w2"));
+    // The client has no route to the workers.
+    let direct = lab
+        .cmd("client", &["ping", "-c", "1", "-W", "1", &w1])
+        .output()
+        .unwrap();
+    assert!(
+        !direct.status.success(),
+        "the client reaches a worker directly"
+    );
+    let out = lab
+        .cmd(
+            "client",
+            &[
+                env!("CARGO_BIN_EXE_ferry"),
+                "copy",
+                "-v",
+                "--via",
+                &format!("ftp://{head}:2811/"),
+                "--to-many",
+                &local.display().to_string(),
+                &format!("ftp://{w1}:2811/out.bin"),
+                &format!("ftp://{w2}:2811/out.bin"),
+            ],
+        )
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "the copy failed:\n{said}");
+    assert!(said.contains("not reachable from here"), "{said}");
+    for root in &roots[1..] {
+        compare_bytes(&data, &root.join("out.bin")).unwrap_or_else(|e| panic!("{e}\n{said}"));
+    }
+    let kept: Vec<_> = std::fs::read_dir(&roots[0]).unwrap().collect();
+    assert!(kept.is_empty(), "the head node stored {kept:?}");
+}
+
+/// How many STORs a ferry server's log records.
+fn stores(s: &ServerUnderTest) -> usize {
+    s.log_tail(10_000)
+        .lines()
+        .filter(|l| l.contains("verb=\"STOR\""))
+        .count()
+}
+
+#[test]
+fn a_hop_killed_mid_transfer_is_named_and_only_its_subtree_gets_the_file_again() {
+    let sb = Sandbox::new();
+    let data = random_bytes(160 << 20, 47);
+    let local = sb.local_dir("local").join("in.bin");
+    write_file(&local, &data);
+    let mut d = ferry_servers(&sb, "d", 4);
+    // Fan-out 2, in the order given (loopback round trips are alike): d0 → {d1 → d3, d2}.
+    let mut args = vec!["copy", "-v", "--fan-out", "2", "--to-many"];
+    let local_arg = local.display().to_string();
+    args.push(&local_arg);
+    let urls: Vec<String> = d.iter().map(|s| s.url_for("out.bin")).collect();
+    args.extend(urls.iter().map(String::as_str));
+    let run = common::spawn_ferry(&args);
+    // Kill d1 once it holds a few MiB, and bring it back at once for the retry.
+    let partial = d[1].path_of("out.bin");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::metadata(&partial).map_or(0, |m| m.len()) < 8 << 20 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "d1 never received data"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    d[1].restart_same_port();
+    let out = run.wait(std::time::Duration::from_secs(300));
+    out.assert_success();
+    assert!(
+        out.stderr.contains(&urls[1]) && out.stderr.contains("sending again to the 2 destinations"),
+        "the failed hop should be named and its subtree (d1, d3) sent again:\n{}",
+        out.stderr
+    );
+    assert_all_have(&data, &d.iter().collect::<Vec<_>>(), "out.bin");
+    assert_eq!(stores(&d[0]), 1, "d0 got the file twice");
+    assert_eq!(stores(&d[2]), 1, "d2 got the file twice");
+}

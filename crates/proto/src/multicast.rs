@@ -259,6 +259,31 @@ pub fn parse_mc_file(
     Ok(out)
 }
 
+/// Levels of a tree of `n` destinations in which every node forwards to up to `fan_out`
+/// children with [`MulticastOptions::children`]'s shares (a chain of `n` at fan-out 1).
+pub fn tree_depth(n: usize, fan_out: usize) -> usize {
+    if n == 0 {
+        return 0;
+    }
+    let children = fan_out.max(1).min(n);
+    1 + tree_depth((n - children).div_ceil(children), fan_out)
+}
+
+/// The fan-out that delivers `n` destinations soonest, with its estimate in seconds, where
+/// sending the file over one link takes `transfer_s` and starting one hop (connection,
+/// login, data channel) `setup_s`. Blocks go down the tree as they arrive, so a node with `k`
+/// children shares its uplink `k` ways (`k · transfer_s`) and each level adds a start-up:
+/// large files want a chain, small files on slow-starting hops a flat tree.
+pub fn best_fan_out(n: usize, transfer_s: f64, setup_s: f64) -> (usize, f64) {
+    let estimate = |k: usize| k as f64 * transfer_s + tree_depth(n, k) as f64 * setup_s;
+    (1..=n.max(1))
+        .map(|k| (k, estimate(k)))
+        .fold(
+            (1, f64::INFINITY),
+            |best, c| if c.1 < best.1 { c } else { best },
+        )
+}
+
 /// %-encodes what the stack syntax uses, `%`, controls and non-ASCII bytes, in upper-case hex
 /// (Globus' `globus_url_string_hex_encode`).
 pub fn percent_encode(s: &str) -> String {
@@ -418,6 +443,23 @@ mod tests {
         assert_eq!(v[2].options, "cc=3;subject=/O=S");
         assert_eq!(parse_mc_file("\n\n", None), Err(MulticastError::EmptyFile));
         assert!(parse_mc_file("/local/path\n", None).is_err());
+    }
+
+    #[test]
+    fn big_files_go_down_a_chain_and_small_ones_fan_out() {
+        assert_eq!(tree_depth(4, 2), 2);
+        assert_eq!(tree_depth(4, 1), 4);
+        assert_eq!(tree_depth(8, 8), 1);
+        assert_eq!(tree_depth(7, 2), 3);
+        // 1 GiB at 1 Gbit/s (8.6 s) with 50 ms hops: a chain.
+        assert_eq!(best_fan_out(8, 8.6, 0.05).0, 1);
+        // 1 MiB (8 ms) with 200 ms hops: everyone from the first node.
+        assert_eq!(best_fan_out(8, 0.008, 0.2).0, 8);
+        // In between, a tree.
+        let (k, t) = best_fan_out(8, 0.1, 0.2);
+        assert!((2..8).contains(&k), "fan-out {k}");
+        // Sooner than flat (8 × 0.1 + 0.2), itself sooner than a chain (0.1 + 8 × 0.2).
+        assert!(t < 8.0 * 0.1 + 0.2);
     }
 
     fn count_all(o: &MulticastOptions) -> usize {
