@@ -100,6 +100,19 @@ fn site() -> Option<Site> {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
     }
+    let (server, port) = serve_gsi(
+        &ca,
+        &root,
+        &["--dc-whitelist", "tcp,quic,gsi"],
+        &dir.path().join("transfers.log"),
+    );
+    let site = Site { dir, port, server };
+    Some(site)
+}
+
+/// `ferry serve --gsi` on a free port with the host credential, CAs and grid-mapfile of `ca`,
+/// serving `root` (whose forwarding trees it may join) with `extra` arguments; waits for it.
+fn serve_gsi(ca: &Path, root: &Path, extra: &[&str], transfers: &Path) -> (Child, u16) {
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -114,7 +127,7 @@ fn site() -> Option<Site> {
             &format!("127.0.0.1:{port}"),
             "--root",
         ])
-        .arg(&root)
+        .arg(root)
         .arg("--host-cert")
         .arg(host.join("hostcert.pem"))
         .arg("--host-key")
@@ -123,14 +136,14 @@ fn site() -> Option<Site> {
         .arg(ca.join("certificates"))
         .arg("--gridmap")
         .arg(ca.join("grid-mapfile"))
-        .args(["--dc-whitelist", "tcp,quic,gsi", "--log-transfer"])
-        .arg(dir.path().join("transfers.log"))
+        .args(["--fs-whitelist", "file,gridftp_multicast", "--log-transfer"])
+        .arg(transfers)
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let site = Site { dir, port, server };
     let deadline = Instant::now() + Duration::from_secs(20);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(
@@ -139,7 +152,7 @@ fn site() -> Option<Site> {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    Some(site)
+    (server, port)
 }
 
 /// A proxy for `user` from grid-proxy-init, as a user would make it.
@@ -402,6 +415,11 @@ impl Drop for GlobusGsi {
 }
 
 fn globus_gsi(site: &Site) -> Option<GlobusGsi> {
+    globus_gsi_with(site, "globus-root", &[])
+}
+
+/// A GSI globus-gridftp-server serving `name` in the site's directory, with `extra` arguments.
+fn globus_gsi_with(site: &Site, name: &str, extra: &[&str]) -> Option<GlobusGsi> {
     let Some(bin) = tool("globus-gridftp-server") else {
         eprintln!("skipping: needs globus-gridftp-server (globus-gridftp-server-progs)");
         return None;
@@ -414,7 +432,7 @@ fn globus_gsi(site: &Site) -> Option<GlobusGsi> {
     use std::os::unix::fs::PermissionsExt;
     let dir = site.dir.path();
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let root = dir.join("globus-root");
+    let root = dir.join(name);
     std::fs::create_dir_all(&root).unwrap();
     std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
     std::fs::write(dir.join("empty.conf"), "").unwrap();
@@ -440,7 +458,8 @@ fn globus_gsi(site: &Site) -> Option<GlobusGsi> {
             "127.0.0.1",
         ])
         .args(["-no-chdir", "-l"])
-        .arg(dir.join("globus.log"))
+        .arg(dir.join(format!("{name}.log")))
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -1239,4 +1258,83 @@ fn a_server_killed_mid_quic_transfer_fails_the_copy_and_reports_nothing_done() {
         "the copy took {took:?} to notice: {err}"
     );
     assert!(std::fs::metadata(&got).unwrap().len() < 3 << 30);
+}
+
+/// Multilink over GSI: every hop logs in to the next with the proxy the hop before delegated
+/// to it, DCAU A (and PROT P) on every data channel; a ferry tree with a Globus leaf driven by
+/// `ferry copy --to-many`, and a ferry tree driven by globus-url-copy -MC -p 4 -dcpriv.
+#[test]
+fn multicast_trees_over_gsi_forward_on_delegated_proxies() {
+    let Some(site) = site() else { return };
+    let Some(globus) = globus_gsi_with(
+        &site,
+        "globus-mc",
+        &["-fs-whitelist", "file,gridftp_multicast"],
+    ) else {
+        return;
+    };
+    let proxy = proxy(&site, "Mapped User");
+    let data = pattern(9 << 20, 31);
+    let local = site.dir.path().join("mc-src.bin");
+    std::fs::write(&local, &data).unwrap();
+    let second = site.dir.path().join("root2");
+    std::fs::create_dir(&second).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&second, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let (mut b, b_port) = serve_gsi(&site.ca(), &second, &[], &site.dir.path().join("b.log"));
+    let a_url = |n: &str| format!("gsiftp://localhost:{}/{n}", site.port);
+    let b_url = |n: &str| format!("gsiftp://localhost:{b_port}/{n}");
+    let g_path = globus.root.join("mc.bin");
+    let g_url = format!("gsiftp://localhost:{}{}", globus.port, g_path.display());
+    // A → {B, Globus}, A storing too; all three on the user's delegated proxies.
+    let out = ferry_copy(
+        &site,
+        &proxy,
+        &[
+            "--dcpriv",
+            "--fan-out",
+            "2",
+            "--to-many",
+            local.to_str().unwrap(),
+            &a_url("mc.bin"),
+            &b_url("mc.bin"),
+            &g_url,
+        ],
+    );
+    ok(&out, "ferry copy --to-many over gsiftp");
+    for path in [site.root().join("mc.bin"), second.join("mc.bin"), g_path] {
+        assert!(
+            std::fs::read(&path).unwrap() == data,
+            "{}: bytes differ",
+            path.display()
+        );
+    }
+    // globus-url-copy -MC with four streams into A, which forwards to B.
+    std::fs::write(site.root().join("mc-in.bin"), &data).unwrap();
+    let mc = site.dir.path().join("mc.txt");
+    std::fs::write(&mc, format!("{}\n{}\n", a_url("guc.bin"), b_url("guc.bin"))).unwrap();
+    let out = guc(
+        &site,
+        &proxy,
+        &[
+            "-p",
+            "4",
+            "-dcpriv",
+            "-MC",
+            mc.to_str().unwrap(),
+            &a_url("mc-in.bin"),
+        ],
+    );
+    ok(&out, "globus-url-copy -MC over gsiftp");
+    for path in [site.root().join("guc.bin"), second.join("guc.bin")] {
+        assert!(
+            std::fs::read(&path).unwrap() == data,
+            "{}: bytes differ",
+            path.display()
+        );
+    }
+    let _ = b.kill();
+    let _ = b.wait();
 }
