@@ -2,11 +2,12 @@
 //! (`gridftp_multicast` on the servers), and routes through servers that store nothing.
 //!
 //! The tree is built from what the client measures before the copy: it logs in to every
-//! destination at once, timing each login (a hop's start-up: connection, security, login) and
-//! its round trip. Destinations are ordered by round trip, so servers at one site (similar round
-//! trips, to the millisecond) share a subtree, and the fan-out is the one [`best_fan_out`] estimates soonest for the
-//! file's size at `--link-rate`: a chain for large files, a flat tree for small ones.
-//! After the copy every destination's checksum is compared with the source's.
+//! destination at once, timing each login and its round trip. Destinations are ordered by
+//! round trip (to the millisecond), so servers at one site share a subtree, and the fan-out is
+//! the one [`best_fan_out`] estimates soonest for the file's size at `--link-rate` and a hop's
+//! start-up (twice the slowest login): a chain for large files, a flat tree for small ones.
+//! After the copy every copy the client can reach is checked (checksum, or size), and the
+//! failed destinations alone get the file again.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -86,7 +87,7 @@ pub(crate) fn run(mut job: CopyJob, tree: Tree) -> u8 {
         let source = source.clone();
         let name = source_name(&source);
         let expected = match expected(&source, verify.as_ref(), &gsi).await {
-            Ok(e) => e,
+            Ok(e) => Arc::new(e),
             Err(e) => {
                 eprintln!("ferry copy: {e}");
                 return exit::USAGE;
@@ -207,49 +208,68 @@ async fn expected(
     Ok(Expected::Checksum(alg, value))
 }
 
-/// The stored destinations that do not hold the source's bytes, with what is wrong.
+/// The stored destinations that do not hold the source's bytes, with what is wrong; all are
+/// asked at once.
 async fn check_all(
     plan: &Plan,
-    expected: &Expected,
+    expected: &Arc<Expected>,
     gsi: &Arc<GsiSetup>,
 ) -> Vec<(Destination, String)> {
+    let mut set = tokio::task::JoinSet::new();
+    for d in plan.stored.iter().cloned() {
+        let (expected, gsi) = (Arc::clone(expected), Arc::clone(gsi));
+        set.spawn(async move {
+            let got = check(&d.url, &expected, &gsi).await;
+            (d, got)
+        });
+    }
+    let mut good = Vec::new();
     let mut failed = Vec::new();
-    for d in &plan.stored {
-        let Ok(Location::Remote(u)) = Location::parse(&d.url) else {
-            continue;
-        };
-        let got = async {
-            let mut s = RemoteSession::connect(&u, gsi)
-                .await
-                .map_err(|e| e.to_string())?;
-            match expected {
-                Expected::Checksum(alg, want) => {
-                    let got = s
-                        .checksum(&u.path, alg, 0, None)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    if &got == want {
-                        Ok(())
-                    } else {
-                        Err(format!("{alg} {got} where the source has {want}"))
-                    }
-                }
-                Expected::Size(want) => {
-                    let got = s.size(&u.path).await.map_err(|e| e.to_string())?;
-                    if got == *want {
-                        Ok(())
-                    } else {
-                        Err(format!("{got} bytes where the source has {want}"))
-                    }
-                }
-            }
+    while let Some(joined) = set.join_next().await {
+        match joined {
+            Ok((d, Ok(()))) => good.push(d.url),
+            Ok((d, Err(why))) => failed.push((d, why)),
+            Err(e) => tracing::warn!("a check stopped: {e}"),
         }
-        .await;
-        if let Err(why) = got {
-            failed.push((d.clone(), why));
+    }
+    // A check that stopped without an answer counts as a failure.
+    for d in &plan.stored {
+        if !good.contains(&d.url) && !failed.iter().any(|(f, _)| f.url == d.url) {
+            failed.push((d.clone(), "not checked: the check stopped".into()));
         }
     }
     failed
+}
+
+/// Whether the copy at `url` holds the source's bytes.
+async fn check(url: &str, expected: &Expected, gsi: &Arc<GsiSetup>) -> Result<(), String> {
+    let Ok(Location::Remote(u)) = Location::parse(url) else {
+        return Err("not a server URL".into());
+    };
+    let mut s = RemoteSession::connect(&u, gsi)
+        .await
+        .map_err(|e| e.to_string())?;
+    match expected {
+        Expected::Checksum(alg, want) => {
+            let got = s
+                .checksum(&u.path, alg, 0, None)
+                .await
+                .map_err(|e| e.to_string())?;
+            if &got == want {
+                Ok(())
+            } else {
+                Err(format!("{alg} {got} where the source has {want}"))
+            }
+        }
+        Expected::Size(want) => {
+            let got = s.size(&u.path).await.map_err(|e| e.to_string())?;
+            if got == *want {
+                Ok(())
+            } else {
+                Err(format!("{got} bytes where the source has {want}"))
+            }
+        }
+    }
 }
 
 /// The copy's first hop, its disk stack, the destinations that store the file, and what was
@@ -303,7 +323,7 @@ async fn plan(
         .zip(&relays)
         .map(|(m, r)| {
             m.map(|(_, setup)| setup)
-                .map_err(|e| format!("--via {}: {e}", r.url))
+                .map_err(|e| format!("--via {}: {}", r.url, e.why))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let mut dests: Vec<(Destination, Option<Duration>, Duration)> = Vec::new();
@@ -315,7 +335,7 @@ async fn plan(
             Ok((rtt, setup)) => dests.push((d, Some(rtt), setup)),
             // Behind a relay (a worker behind its head node): not reachable from here, as
             // expected; the relay's own start-up stands in for its hops.
-            Err(_) if !relays.is_empty() => {
+            Err(e) if e.unreachable && !relays.is_empty() => {
                 hidden.push(d.clone());
                 dests.push((
                     d,
@@ -323,20 +343,22 @@ async fn plan(
                     relay_setup.iter().copied().max().unwrap_or_default(),
                 ))
             }
-            Err(e) => return Err(format!("{}: {e}", d.url)),
+            Err(e) => return Err(format!("{}: {}", d.url, e.why)),
         }
     }
     // Nearest first by whole milliseconds (closer round trips are noise, and keep the order
     // given); unmeasured destinations last.
     dests.sort_by_key(|(_, rtt, _)| rtt.map_or(u128::MAX, |r| r.as_millis()));
-    let setup = dests.iter().map(|(_, _, s)| *s).max().unwrap_or_default();
+    // A hop starts with a login, then as many round trips again to start its transfer (TYPE,
+    // MODE, SETDISKSTACK, PASV, STOR, the data connection): twice the slowest login measured.
+    let setup = 2 * dests.iter().map(|(_, _, s)| *s).max().unwrap_or_default();
     let transfer_s = size as f64 * 8.0 / tree.link_rate;
     let n = dests.len();
     let (fan_out, estimate) = best_fan_out(n, transfer_s, setup.as_secs_f64());
     let fan_out = tree.fan_out.unwrap_or(fan_out);
     said.push(format!(
         "tree: {n} destinations by round trip ({}), fan-out {fan_out}{} (estimate {estimate:.2} s: \
-         {size} bytes at {:.2} Gbit/s per hop, {:.0} ms to start a hop, measured)",
+         {size} bytes at {:.2} Gbit/s per hop, {:.0} ms to start a hop: twice the slowest login measured)",
         dests
             .iter()
             .map(|(d, rtt, _)| match rtt {
@@ -369,7 +391,7 @@ async fn plan(
         let own = format!("cc={fan_out}");
         d.options = if d.options.is_empty() {
             own
-        } else if d.options.contains("cc=") {
+        } else if d.options.split(';').any(|o| o.starts_with("cc=")) {
             d.options
         } else {
             format!("{own};{}", d.options)
@@ -405,38 +427,65 @@ async fn source_size(source: &Location, gsi: &Arc<GsiSetup>) -> Result<u64, Stri
     }
 }
 
+/// A destination's round trip and login time.
+type Measured = (Duration, Duration);
+
+/// Why a destination could not be measured: `unreachable` when no connection got through
+/// (behind a relay, as expected with `--via`), else a refusal to act on.
+struct Unmeasured {
+    unreachable: bool,
+    why: String,
+}
+
 /// How long a destination may take to let the client in before the copy.
 const MEASURE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Logs in to every destination at once: each one's round trip and log-in time.
-async fn measure(
-    dests: &[Destination],
-    gsi: &Arc<GsiSetup>,
-) -> Vec<Result<(Duration, Duration), String>> {
+async fn measure(dests: &[Destination], gsi: &Arc<GsiSetup>) -> Vec<Result<Measured, Unmeasured>> {
     let mut set = tokio::task::JoinSet::new();
     for (i, d) in dests.iter().enumerate() {
         let url = d.url.clone();
         let gsi = Arc::clone(gsi);
         set.spawn(async move {
             let Ok(Location::Remote(u)) = Location::parse(&url) else {
-                return (i, Err("not a server URL".to_string()));
+                let why = "not a server URL".to_string();
+                return (
+                    i,
+                    Err(Unmeasured {
+                        unreachable: false,
+                        why,
+                    }),
+                );
             };
             let started = Instant::now();
             let r = match tokio::time::timeout(MEASURE_TIMEOUT, RemoteSession::connect(&u, &gsi))
                 .await
             {
                 Ok(Ok(s)) => Ok((s.rtt(), started.elapsed())),
-                Ok(Err(e)) => Err(e.to_string()),
-                Err(_) => Err(format!("no login within {} s", MEASURE_TIMEOUT.as_secs())),
+                Ok(Err(e)) => Err(Unmeasured {
+                    unreachable: e.class() == ferry_client::ErrorClass::Network,
+                    why: e.to_string(),
+                }),
+                Err(_) => Err(Unmeasured {
+                    unreachable: true,
+                    why: format!("no login within {} s", MEASURE_TIMEOUT.as_secs()),
+                }),
             };
             (i, r)
         });
     }
-    let mut out: Vec<Result<(Duration, Duration), String>> = (0..dests.len())
-        .map(|_| Err("not measured".into()))
+    let mut out: Vec<Result<Measured, Unmeasured>> = (0..dests.len())
+        .map(|_| {
+            Err(Unmeasured {
+                unreachable: false,
+                why: "not measured".into(),
+            })
+        })
         .collect();
-    while let Some(Ok((i, r))) = set.join_next().await {
-        out[i] = r;
+    while let Some(joined) = set.join_next().await {
+        if let Ok((i, r)) = joined {
+            out[i] = r;
+        }
     }
     out
 }

@@ -272,10 +272,20 @@ fn resolve(raw: &Raw) -> Result<Vec<CopyJob>, String> {
         ..defaults
     };
     let multicast = multicast(raw)?;
+    if multicast.is_some() && options.retries > 0 {
+        // A retry would send REST, which no forwarding node takes (its children would miss
+        // the skipped bytes).
+        eprintln!("ferry url-copy: -restart ignored with -MC: a forwarding transfer cannot resume (ferry copy --to-many sends the file again to the destinations that failed)");
+    }
     let options = CopyOptions {
         request: FileRequest {
             disk_stack: multicast.as_ref().map(|(_, stack)| stack.clone()),
             ..options.request
+        },
+        retries: if multicast.is_some() {
+            0
+        } else {
+            options.retries
         },
         ..options
     };

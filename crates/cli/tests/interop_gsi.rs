@@ -1338,3 +1338,63 @@ fn multicast_trees_over_gsi_forward_on_delegated_proxies() {
     let _ = b.kill();
     let _ = b.wait();
 }
+
+/// A user who delegated nothing cannot make a node forward to a gsiftp:// server: the node
+/// would have only its own host credential to log in with, and it must never act as itself
+/// for a user. The refusal names the hop; the node's own copy is written.
+#[test]
+fn a_forward_without_a_delegated_proxy_is_refused_not_made_as_the_server() {
+    let Some(site) = site() else { return };
+    let second = site.dir.path().join("root-nd");
+    std::fs::create_dir(&second).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&second, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let (mut b, b_port) = serve_gsi(&site.ca(), &second, &[], &site.dir.path().join("nd.log"));
+    let local = site.dir.path().join("nd-src.bin");
+    std::fs::write(&local, pattern(1 << 20, 5)).unwrap();
+    let cred = ferry_gsi::Credential::load_proxy(&proxy(&site, "Mapped User")).unwrap();
+    let trust = Arc::new(ferry_gsi::TrustStore::load(&site.cert_dir()).unwrap());
+    // DCAU N: without a delegated proxy the node's data channel has only the host credential.
+    let options = ferry_client::GsiOptions {
+        delegation: ferry_gsi::Delegation::None,
+        dcau: false,
+        ..Default::default()
+    };
+    let gsi = ferry_client::GsiSetup::with_credential(options, cred, trust).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let child =
+        ferry_proto::multicast::Destination::parse(&format!("gsiftp://localhost:{b_port}/nd.bin"))
+            .unwrap();
+    let err = rt.block_on(async {
+        let url = match ferry_client::Location::parse(&format!("gsiftp://localhost:{}/", site.port))
+            .unwrap()
+        {
+            ferry_client::Location::Remote(u) => u,
+            other => panic!("{other:?}"),
+        };
+        let mut s = ferry_client::RemoteSession::connect(&url, &gsi)
+            .await
+            .unwrap();
+        let req = ferry_client::FileRequest {
+            parallelism: 1,
+            disk_stack: Some(ferry_proto::multicast::first_hop_stack(Some(""), &[child])),
+            ..Default::default()
+        };
+        s.put(&local, "/nd.bin", &req, &mut |_| {})
+            .await
+            .unwrap_err()
+    });
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("localhost:{b_port}/nd.bin")) && text.contains("delegate"),
+        "the refusal should name the hop and ask for delegation: {text}"
+    );
+    assert!(
+        !second.join("nd.bin").exists(),
+        "the hop was written without a delegated proxy"
+    );
+    let _ = b.kill();
+    let _ = b.wait();
+}

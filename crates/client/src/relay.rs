@@ -17,10 +17,6 @@ use crate::request::FileRequest;
 use crate::session::RemoteSession;
 use crate::ClientError;
 
-/// The FEAT line of a ferry server whose `gridftp_multicast` takes MODE E on any number of
-/// streams.
-const PARALLEL_MULTICAST: &str = "MULTICAST PARALLEL";
-
 /// Where the relayed handle appears in the session's storage while the put runs.
 const RELAYED: &str = "/relayed";
 
@@ -53,7 +49,7 @@ impl RemoteSession {
             .as_deref()
             .is_some_and(|s| s.contains("gridftp_multicast"));
         if multicast
-            && !self.has_feature(PARALLEL_MULTICAST)
+            && !self.has_feature(ferry_proto::multicast::PARALLEL_FEATURE)
             && (req.parallelism != 1 || req.stripe.is_some())
         {
             tracing::info!(server = %self.server().authority(), "multicast through a server without ferry's driver: one stream");

@@ -34,6 +34,9 @@ pub struct Dtp {
     read_only: bool,
     /// The credential data connections authenticate with (DCAU A/S), once a GSI login gave one.
     security: Option<Arc<DataSecurity>>,
+    /// The credential the user delegated, when they delegated one (disk-stack drivers that act
+    /// for them get it; `security` may be the server's own).
+    delegated: Option<Arc<DataSecurity>>,
     /// DCAU/PROT of the cached connections: a change forgets them (as Globus).
     cached_security: ChannelSecurity,
     /// Reads the payload bytes the current (or last) transfer has moved, failed ones included.
@@ -76,6 +79,7 @@ impl Dtp {
             channel: DataChannel::default(),
             read_only,
             security: None,
+            delegated: None,
             cached_security: ChannelSecurity::default(),
             moved: Moved::nothing(),
             tcp: None,
@@ -105,6 +109,11 @@ impl Dtp {
     /// polls its socket for a moment before it sleeps, while `budget` has permits left.
     pub fn poll_lone_streams(&mut self, budget: Option<Arc<PollBudget>>) {
         self.poll_budget = budget;
+    }
+
+    /// Sets the credential the user delegated, which disk-stack drivers may act with.
+    pub fn set_delegated(&mut self, delegated: Option<Arc<DataSecurity>>) {
+        self.delegated = delegated;
     }
 
     /// Sets the credential for DCAU A/S data connections (the server: the delegated one; a
@@ -234,12 +243,16 @@ impl Dtp {
 /// What the disk stack's drivers are told about the file a transfer opens.
 fn access<'a>(
     desc: &'a TransferDescription,
-    security: &'a Option<Arc<DataSecurity>>,
+    delegated: &'a Option<Arc<DataSecurity>>,
 ) -> Access<'a> {
     Access {
         path: &desc.path,
         direction: desc.direction,
         restart: &desc.restart,
-        security: security.as_ref(),
+        whole: desc.section.file_offset == 0
+            && desc.section.length.is_none()
+            && desc.stripe.count <= 1,
+        channel: &desc.security,
+        delegated: delegated.as_ref(),
     }
 }

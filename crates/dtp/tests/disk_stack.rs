@@ -175,3 +175,148 @@ async fn a_stack_this_dtp_cannot_build_fails_before_the_transfer_begins() {
     assert!(!dir.path().join("f.bin").exists(), "nothing was created");
     assert_eq!(written.load(Ordering::Relaxed), 0);
 }
+
+/// A driver with work of its own: `finish` fails when its option says so, and whether it ran,
+/// was dropped unrun, or stored nothing (`relay`) is recorded.
+#[derive(Debug, Default)]
+struct Finishing {
+    finished: Arc<AtomicU64>,
+    dropped: Arc<AtomicU64>,
+}
+
+struct Work {
+    fail: bool,
+    done: bool,
+    finished: Arc<AtomicU64>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl ferry_dtp::disk_stack::Finish for Work {
+    fn finish(
+        mut self: Box<Self>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>> {
+        self.done = true;
+        self.finished.fetch_add(1, Ordering::Relaxed);
+        let fail = self.fail;
+        Box::pin(async move {
+            if fail {
+                Err("a child at gsiftp://b/x failed".into())
+            } else {
+                Ok(())
+            }
+        })
+    }
+}
+
+impl Drop for Work {
+    fn drop(&mut self) {
+        if !self.done {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl DiskDriver for Finishing {
+    fn name(&self) -> &'static str {
+        "finishing"
+    }
+    fn accept(&self, _options: &str) -> Result<(), DiskStackError> {
+        Ok(())
+    }
+    fn stores(&self, options: &str) -> bool {
+        options != "relay"
+    }
+    fn wrap(
+        &self,
+        below: Arc<dyn FileHandle>,
+        _access: Access<'_>,
+        options: &str,
+    ) -> Result<Layer, StorageError> {
+        Ok(Layer {
+            file: below,
+            finish: Some(Box::new(Work {
+                fail: options == "fail",
+                done: false,
+                finished: Arc::clone(&self.finished),
+                dropped: Arc::clone(&self.dropped),
+            })),
+        })
+    }
+}
+
+/// Receives `data` through `stack` from a peer that sends it and closes.
+async fn receive_through(dtp: &mut Dtp, stack: &str, data: &[u8]) -> Result<(), DtpError> {
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let desc = description(Direction::Receive, l.local_addr().expect("addr"), stack);
+    let sent = data.to_vec();
+    let peer = tokio::spawn(async move {
+        let (mut c, _) = l.accept().await.expect("accept");
+        c.write_all(&sent).await.expect("send");
+    });
+    let (tx, _rx) = mpsc::channel(64);
+    let r = dtp.run(&desc, &tx).await.map(drop);
+    peer.await.expect("peer");
+    r
+}
+
+#[tokio::test]
+async fn a_drivers_work_is_finished_before_the_reply_and_its_failure_is_a_451() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let storage: Arc<dyn Storage> =
+        Arc::new(PosixStorage::open(dir.path(), false).expect("storage"));
+    let mut dtp = Dtp::new(storage, BufferPool::new(ferry_dtp::IO_CHUNK, 4), false);
+    let driver = Finishing::default();
+    let (finished, dropped) = (Arc::clone(&driver.finished), Arc::clone(&driver.dropped));
+    dtp.use_disk_stacks(Arc::new(DiskStacks::standard().with(Arc::new(driver))));
+    let data = pattern(1 << 20);
+
+    receive_through(&mut dtp, "file,finishing", &data)
+        .await
+        .expect("ok");
+    assert_eq!(
+        (
+            finished.load(Ordering::Relaxed),
+            dropped.load(Ordering::Relaxed)
+        ),
+        (1, 0)
+    );
+
+    let err = receive_through(&mut dtp, "file,finishing:fail", &data)
+        .await
+        .expect_err("the driver's failure fails the transfer");
+    assert_eq!(err.reply_code(), 451);
+    assert!(err.to_string().contains("gsiftp://b/x"), "{err}");
+    assert_eq!(
+        std::fs::read(dir.path().join("f.bin")).expect("stored"),
+        data
+    );
+
+    // A relay stores nothing: the file from before is untouched, no new one appears.
+    std::fs::remove_file(dir.path().join("f.bin")).expect("rm");
+    receive_through(&mut dtp, "file,finishing:relay", &data)
+        .await
+        .expect("relay");
+    assert!(
+        !dir.path().join("f.bin").exists(),
+        "a relay created the file"
+    );
+    assert_eq!(finished.load(Ordering::Relaxed), 3);
+
+    // A transfer that fails (no data connection) drops the work unfinished.
+    let desc = description(
+        Direction::Receive,
+        "127.0.0.1:9".parse().expect("addr"),
+        "file,finishing",
+    );
+    let (tx, _rx) = mpsc::channel(64);
+    dtp.run(&desc, &tx)
+        .await
+        .expect_err("nothing listens on port 9");
+    assert_eq!(
+        (
+            finished.load(Ordering::Relaxed),
+            dropped.load(Ordering::Relaxed)
+        ),
+        (3, 1)
+    );
+}

@@ -10,6 +10,10 @@
 
 use crate::stack::percent_decode;
 
+/// The FEAT line of a ferry server that may forward (`gridftp_multicast` whitelisted) and takes
+/// MODE E on any number of streams, which Globus' driver does not.
+pub const PARALLEL_FEATURE: &str = "MULTICAST PARALLEL";
+
 /// Characters globus-url-copy and the driver %-encode in stack strings (besides `%`, controls
 /// and non-ASCII): the stack syntax's own.
 const ENCODED: &[u8] = b"#;:=+ ,";

@@ -20,7 +20,7 @@ use ferry_proto::stack::StackSpec;
 use ferry_proto::RangeSet;
 use ferry_storage::{FileHandle, StorageError, VirtualPath};
 
-use crate::Direction;
+use crate::{ChannelSecurity, Direction};
 
 /// Why a disk stack cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -56,9 +56,14 @@ pub struct Access<'a> {
     pub direction: Direction,
     /// The bytes a restarted transfer will not move again (REST), empty for a fresh one.
     pub restart: &'a RangeSet,
-    /// The session's data credential (the delegated proxy after a GSI login), for drivers
-    /// that open connections of their own on the user's behalf.
-    pub security: Option<&'a Arc<DataSecurity>>,
+    /// Whether the transfer covers the whole file from offset 0 on this DTP alone: no ERET/ESTO
+    /// section, no append, not one stripe of several.
+    pub whole: bool,
+    /// The data channels' DCAU and PROT, for drivers that open data channels of their own.
+    pub channel: &'a ChannelSecurity,
+    /// The credential the user delegated to the session (GSI), for drivers that connect on
+    /// their behalf; `None` when nothing was delegated (never the server's own credential).
+    pub delegated: Option<&'a Arc<DataSecurity>>,
 }
 
 /// What a driver must still do once every byte of a transfer has passed through it; the

@@ -40,7 +40,7 @@ impl Dtp {
             TransferSource::File => {
                 let o = disk.wrap(
                     self.storage.open_read(&desc.path)?,
-                    access(desc, &self.security),
+                    access(desc, &self.delegated),
                 )?;
                 let file = Arc::clone(&o.file);
                 opened = Some(o);
@@ -210,7 +210,7 @@ impl Dtp {
                 } else {
                     Arc::new(crate::disk_stack::Nowhere)
                 };
-                let o = disk.wrap(bottom, access(desc, &self.security))?;
+                let o = disk.wrap(bottom, access(desc, &self.delegated))?;
                 let file = Arc::clone(&o.file);
                 opened = Some(o);
                 file

@@ -4,11 +4,19 @@
 use std::sync::Arc;
 
 use ferry_client::{FileRequest, GsiOptions, GsiSetup, Location, RemoteSession};
+use ferry_dtp::ChannelSecurity;
 use ferry_gsi::DataSecurity;
+use ferry_proto::command::Dcau;
 use ferry_proto::multicast::{Child, MulticastOptions};
 use tokio::sync::oneshot;
 
 use super::tee::{ChildView, Tee};
+
+/// Most streams a forwarded transfer opens (the server's own cap on `OPTS RETR Parallelism`).
+const MAX_STREAMS: u32 = 64;
+
+/// How long a child's server may take to let the forwarder in.
+const LOGIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How a node forwards: the options every child's transfer shares.
 #[derive(Debug, Clone)]
@@ -16,18 +24,35 @@ pub(super) struct Forwarding {
     pub(super) parallelism: u32,
     pub(super) tcp_buffer: Option<u32>,
     pub(super) subject: Option<String>,
-    /// The session's data credential (the user's delegated proxy), for gsiftp:// children.
-    pub(super) security: Option<Arc<DataSecurity>>,
+    /// DCAU and PROT of the node's own transfer, asked of every child's data channel.
+    pub(super) channel: ChannelSecurity,
+    /// The credential the user delegated to the session, for gsiftp:// children.
+    pub(super) delegated: Option<Arc<DataSecurity>>,
 }
 
 impl Forwarding {
-    pub(super) fn new(o: &MulticastOptions, security: Option<Arc<DataSecurity>>) -> Forwarding {
+    pub(super) fn new(
+        o: &MulticastOptions,
+        channel: &ChannelSecurity,
+        delegated: Option<Arc<DataSecurity>>,
+    ) -> Forwarding {
         Forwarding {
-            parallelism: o.parallelism,
+            parallelism: o.parallelism.min(MAX_STREAMS),
             tcp_buffer: o.tcp_buffer.map(|b| u32::try_from(b).unwrap_or(u32::MAX)),
             subject: o.subject.clone(),
-            security,
+            channel: channel.clone(),
+            delegated,
         }
+    }
+}
+
+/// Takes child `index` out of the buffer when its thread ends, however it ends (a panic too),
+/// so the node never waits for a reader that is gone.
+struct Leave<'a>(&'a Tee, usize);
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.0.leave(self.1);
     }
 }
 
@@ -43,17 +68,25 @@ pub(super) fn start(
     std::thread::Builder::new()
         .name(format!("multicast-{index}"))
         .spawn(move || {
+            let leave = Leave(&tee, index);
             // Reads of the buffer block (see Tee::wait): a multi-threaded runtime keeps the
             // child's control channel and other streams running meanwhile.
-            let result = tokio::runtime::Builder::new_multi_thread()
+            let result = match tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .enable_all()
                 .build()
-                .map_err(|e| format!("cannot start a runtime: {e}"))
-                .and_then(|rt| rt.block_on(put(&child, index, &how, &tee)));
+            {
+                Ok(rt) => {
+                    let r = rt.block_on(put(&child, index, &how, &tee));
+                    // Streams still blocked in a read end once the child has left.
+                    drop(leave);
+                    rt.shutdown_background();
+                    r
+                }
+                Err(e) => Err(format!("cannot start a runtime: {e}")),
+            };
             if let Err(e) = &result {
                 tracing::warn!(url = %child.url, error = %e, "multicast: forwarding failed");
-                tee.leave(index);
             }
             let _ = tx.send(result.map_err(|e| format!("{url}: {e}")));
         })?;
@@ -66,9 +99,11 @@ async fn put(child: &Child, index: usize, how: &Forwarding, tee: &Arc<Tee>) -> R
     };
     let options = GsiOptions {
         subject: how.subject.clone(),
+        dcau: how.channel.dcau != Dcau::None,
+        prot: how.channel.prot,
         ..GsiOptions::default()
     };
-    let gsi = match &how.security {
+    let gsi = match &how.delegated {
         Some(s) if url.scheme == ferry_client::url::Scheme::GsiFtp => {
             GsiSetup::with_credential(options, s.credential().clone(), Arc::clone(s.trust()))
                 .map_err(|e| e.to_string())?
@@ -78,8 +113,9 @@ async fn put(child: &Child, index: usize, how: &Forwarding, tee: &Arc<Tee>) -> R
         }
         _ => GsiSetup::new(options),
     };
-    let mut session = RemoteSession::connect(&url, &gsi)
+    let mut session = tokio::time::timeout(LOGIN_TIMEOUT, RemoteSession::connect(&url, &gsi))
         .await
+        .map_err(|_| format!("no login within {} s", LOGIN_TIMEOUT.as_secs()))?
         .map_err(|e| e.to_string())?;
     let req = FileRequest {
         parallelism: how.parallelism,

@@ -1,8 +1,10 @@
 //! `gridftp_multicast`: the disk-stack driver that makes a server one node of a forwarding
 //! tree (Globus' `globus_xio_gridftp_multicast_driver`, with the same option string). While
 //! the node's own transfer receives a file, it writes it locally (unless `local_write=n`) and
-//! sends every block on to its children as it arrives, each child a GridFTP put in MODE E with
-//! the driver's `P` streams, told by its own disk stack which part of the tree it forwards to.
+//! sends every block on to its children as it arrives, each child a GridFTP put (MODE E with
+//! the driver's `P` streams to ferry servers, one stream to others: see
+//! `RemoteSession::storable`), told by its own disk stack which part of the tree it forwards
+//! to, with the DCAU and PROT of the node's own transfer and the credential the user delegated.
 //! The node's final reply waits for its children and names each one that failed.
 //!
 //! It lives in the server, not beside `file` in `ferry_dtp`, because a forwarder is a GridFTP
@@ -66,12 +68,18 @@ impl DiskDriver for Multicast {
                  byte); send the whole file again"
             )));
         }
+        if !access.whole {
+            return Err(StorageError::Invalid(format!(
+                "{NAME}: forwards whole files only (not a partial transfer, an append or one \
+                 stripe of several)"
+            )));
+        }
         let children = o.children();
         if children.is_empty() {
             return Ok(Layer::plain(below));
         }
         let tee = Arc::new(Tee::new(children.len(), HELD_LIMIT));
-        let how = forward::Forwarding::new(&o, access.security.cloned());
+        let how = forward::Forwarding::new(&o, access.channel, access.delegated.cloned());
         let mut waiting = Vec::with_capacity(children.len());
         for (i, child) in children.into_iter().enumerate() {
             let url = child.url.clone();

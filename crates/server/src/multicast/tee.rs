@@ -2,8 +2,9 @@
 //! read them: the node's own transfer writes (in any order, from any stream), each child reads
 //! at the offsets its DTP claims, and a block leaves memory once every live child has it.
 //!
-//! Memory is bounded: a write waits while more than the limit is held, except a write at or
-//! below the lowest offset some child still waits for. A sender's streams carry rising offsets,
+//! Memory is bounded: a write waits while the limit or more is held, except a write at or
+//! below the lowest offset some child still waits for (and bytes every child has read already
+//! are not held again). A sender's streams carry rising offsets,
 //! so the block a child waits for is never queued behind a write that waits for memory.
 
 use std::collections::BTreeMap;
@@ -123,12 +124,17 @@ impl Tee {
             }
             s = self.wait(s);
         }
+        let end = offset.saturating_add(data.len() as u64);
+        if s.read_by_all(offset, end) {
+            // A repeat of bytes every child already has: nothing to hold.
+            return Ok(());
+        }
         let block: Arc<[u8]> = Arc::from(data);
         if let Some(old) = s.blocks.insert(offset, block) {
             s.held -= old.len();
         }
         s.held += data.len();
-        s.high = s.high.max(offset + data.len() as u64);
+        s.high = s.high.max(end);
         drop(s);
         self.changed.notify_all();
         Ok(())
@@ -143,7 +149,8 @@ impl Tee {
     ) -> Result<usize, StorageError> {
         let mut s = self.lock();
         loop {
-            if s.aborted {
+            // Aborted, or this child has left (its own transfer failed): its streams stop.
+            if s.aborted || !matches!(s.readers.get(child), Some(Some(_))) {
                 return Err(gone());
             }
             let found = s

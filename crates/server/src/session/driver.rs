@@ -254,7 +254,12 @@ impl Driver {
                 dtp.use_disk_stacks(Arc::clone(&self.ctx.disk_stacks));
                 dtp.use_transports(Arc::clone(&self.ctx.transports));
                 if let Some(delegated) = gsi {
-                    dtp.set_security(self.data_security(delegated, peer));
+                    let was_delegated = delegated.is_some();
+                    let security = self.data_security(delegated, peer);
+                    if was_delegated {
+                        dtp.set_delegated(security.clone());
+                    }
+                    dtp.set_security(security);
                 }
                 Box::new(dtp)
             }

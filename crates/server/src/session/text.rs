@@ -18,9 +18,6 @@ pub(crate) fn offered_congestion() -> &'static str {
 /// The FEAT reply, modelled on what globus-gridftp-server advertises (clients match lines by
 /// name, so order does not matter). `congestion` lists what `SITE SETNETSTACK
 /// tcp:congestion=NAME` may choose (a ferry extension; empty: the line is left out).
-/// The FEAT line of a server whose disk stacks may forward (`gridftp_multicast` whitelisted).
-pub(crate) const MULTICAST_FEATURE: &str = "MULTICAST PARALLEL";
-
 pub(crate) fn feat(congestion: &str, multicast: bool) -> Reply {
     let cksm: String = ChecksumAlgorithm::all()
         .iter()
@@ -55,7 +52,7 @@ pub(crate) fn feat(congestion: &str, multicast: bool) -> Reply {
     if multicast {
         // ferry's gridftp_multicast takes MODE E from any number of streams; a client tells
         // it from Globus' driver, which corrupts the file unless one stream brings it.
-        lines.push(format!(" {}", MULTICAST_FEATURE));
+        lines.push(format!(" {}", ferry_proto::multicast::PARALLEL_FEATURE));
     }
     lines.push("End.".into());
     Reply::multi(211, lines)

@@ -1,0 +1,206 @@
+"""Multilink: one file to 1, 2, 4 and 8 destinations on netlab, serial and parallel unicast
+against forwarding trees (ferry's at fan-out 1, 2, 4 and its own choice; Globus' -MC)."""
+
+import os
+import re
+import shutil
+import subprocess
+import time
+
+from .. import processes
+from ..results import ScenarioResult, Table
+from ..stats import ratio, summarize
+from ..units import fmt, format_size
+from .netlab import NETLAB, TOPOLOGIES, _exec, _lab, _netlab
+from .registry import scenario
+from .wan import _spawn_in, _wait_port
+
+MIB = 1 << 20
+TOPO = "multilink"
+DATA = "/dev/shm/ferry-bench-multilink"
+FERRY_PORT, GLOBUS_PORT = 2811, 2812
+LINK_RATE = "100M"  # the topology's links, told to ferry's fan-out rule
+COUNTS = (1, 2, 4, 8)
+SUBJECTS = ("ferry serial", "ferry parallel", "ferry tree 1", "ferry tree 2", "ferry tree 4",
+            "ferry tree auto", "Globus -MC")
+
+METHOD = (
+    "**Topology** (netlab, `bench/topologies/multilink.toml`): a source host and eight destination "
+    "hosts d1–d8, each on its own 100 Mbit/s link to one router, 5 ms each way, MTU 9000 (100 Mbit/s "
+    "so the userspace emulator carries a whole tree on two cores; the topology file says why). "
+    "Hosts' TCP congestion control: CC. Every destination runs `ferry serve --fs-whitelist "
+    "file,gridftp_multicast` and `globus-gridftp-server -fs-whitelist file,gridftp_multicast` "
+    "(anonymous), each writing to its own tmpfs directory. The client runs on the source host and "
+    "sends one file of SIZE random bytes from tmpfs (file to file) to the first N destinations: "
+    "**ferry serial** one `ferry copy` after another; **ferry parallel** N `ferry copy` at once; "
+    "**ferry tree K** `ferry copy --to-many --fan-out K` (the first destination forwards, "
+    "gridftp_multicast); **ferry tree auto** `ferry copy --to-many --link-rate 100M` with the fan-out it chooses from what it measures (the link rate is told); "
+    "**Globus -MC** `globus-url-copy -MC FILE` (Globus' default fan-out, cc=2, one stream, as "
+    "more corrupt its files). Time = the client's wall time until every copy is written (ferry "
+    "runs with --no-verify, as Globus verifies nothing; its trees still compare every copy's size); every destination is compared with the "
+    "source after each run. Subjects alternate run by run; RUNS runs."
+)
+
+
+def _source(path, size, ctx):
+    if not os.path.exists(path) or os.path.getsize(path) != size:
+        ctx.log(f"multilink: writing {format_size(size)} of random data to {path}")
+        with open(path + ".part", "wb") as f:
+            for _ in range(size // MIB):
+                f.write(os.urandom(MIB))
+        os.rename(path + ".part", path)
+    os.chmod(path, 0o644)
+
+
+def _same(a, b):
+    return subprocess.run(["cmp", "-s", a, b]).returncode == 0
+
+
+def _topology(tmp, cc):
+    text = open(os.path.join(TOPOLOGIES, f"{TOPO}.toml")).read()
+    text = re.sub(r'^name = ".*"$', f'name = "{TOPO}"\ncongestion = "{cc}"', text, count=1, flags=re.M)
+    path = os.path.join(tmp, f"{TOPO}-{cc}.toml")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def _commands(ctx, subject, addr, n, src, work):
+    """The command lines (run one after another, or all at once for parallel) for one run."""
+    f = ctx.options.ferry
+    hosts = [f"d{i}" for i in range(1, n + 1)]
+    ferry_urls = [f"ftp://{addr[h]}:{FERRY_PORT}/out.bin" for h in hosts]
+    if subject in ("ferry serial", "ferry parallel"):
+        return [[f, "copy", "-q", "--no-verify", src, u] for u in ferry_urls]
+    if subject.startswith("ferry tree"):
+        k = subject.rsplit(" ", 1)[1]
+        fan = ["--link-rate", LINK_RATE] if k == "auto" else ["--fan-out", k]
+        return [[f, "copy", "-q", "--no-verify", *fan, "--to-many", src, *ferry_urls]]
+    mc = os.path.join(work, f"mc-{n}.txt")
+    with open(mc, "w") as fh:
+        fh.write("".join(f"ftp://{addr[h]}:{GLOBUS_PORT}{DATA}/globus-{h}/out.bin\n" for h in hosts))
+    return [["globus-url-copy", "-MC", mc, f"file://{src}"]]
+
+
+def _outputs(subject, n):
+    hosts = [f"d{i}" for i in range(1, n + 1)]
+    kind = "globus" if subject.startswith("Globus") else "ferry"
+    return [f"{DATA}/{kind}-{h}/out.bin" for h in hosts]
+
+
+def _run(ctx, result, lab, subject, addr, n, src, work):
+    outs = _outputs(subject, n)
+    for o in outs:
+        if os.path.exists(o):
+            os.remove(o)
+    cmds = _commands(ctx, subject, addr, n, src, work)
+    for c in cmds:
+        ctx.record_command(result, c)
+    t0 = time.monotonic()
+    if subject == "ferry parallel":
+        procs = [processes.spawn([NETLAB, "exec", "--lab", lab, "src", "--", *c], stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT) for c in cmds]
+        texts = [p.communicate(timeout=900)[0].decode(errors="replace") for p in procs]
+        codes = [p.returncode for p in procs]
+    else:
+        codes, texts = [], []
+        for c in cmds:
+            p = _exec(lab, "src", c, timeout=900, check=False)
+            codes.append(p.returncode)
+            texts.append((p.stderr or "") + (p.stdout or ""))
+    wall = time.monotonic() - t0
+    bad = [o for o in outs if not os.path.exists(o) or not _same(src, o)]
+    if any(codes) or bad:
+        ctx.failures += 1
+        result.notes.append(f"{subject} to {n} failed: exits {codes}, differing {bad}: "
+                            f"{' '.join(texts).strip()[-300:]}")
+        return None
+    return wall
+
+
+def _part(ctx, result, size, runs, cc):
+    work = ctx.scratch(f"multilink-{cc}")
+    src = f"{DATA}/src.bin"
+    _source(src, size, ctx)
+    _netlab("down", "--all", check=False)
+    times = {(s, n): [] for s in SUBJECTS for n in COUNTS}
+    with _lab(_topology(work, cc), TOPO) as lab:
+        addr = {h: _netlab("addr", "--lab", lab, h).stdout.strip() for h in [f"d{i}" for i in range(1, 9)]}
+        procs = []
+        try:
+            empty = os.path.join(work, "empty.conf")
+            open(empty, "w").close()
+            for h, a in addr.items():
+                for kind in ("ferry", "globus"):
+                    root = f"{DATA}/{kind}-{h}"
+                    os.makedirs(root, exist_ok=True)
+                    os.chmod(root, 0o777)
+                log = open(os.path.join(work, f"{h}.log"), "ab")
+                procs.append(_spawn_in(lab, h, [ctx.options.ferry, "serve", "--listen", f"{a}:{FERRY_PORT}",
+                                                "--root", f"{DATA}/ferry-{h}", "--anonymous", "--anonymous-write",
+                                                "--fs-whitelist", "file,gridftp_multicast"], log))
+                _wait_port(lab, h, FERRY_PORT, procs[-1], f"ferry serve in {h}")
+                procs.append(_spawn_in(lab, h, ["globus-gridftp-server", "-c", empty, "-aa", "-anonymous-user",
+                                                "nobody", "-p", str(GLOBUS_PORT), "-fs-whitelist",
+                                                "file,gridftp_multicast"], log))
+                _wait_port(lab, h, GLOBUS_PORT, procs[-1], f"globus-gridftp-server in {h}")
+            for r in range(runs):
+                for n in COUNTS:
+                    subjects = [s for s in SUBJECTS if n > 1 or s in ("ferry serial", "ferry tree auto",
+                                                                      "Globus -MC")]
+                    if r % 2:
+                        subjects.reverse()
+                    for s in subjects:
+                        ctx.log(f"multilink ({cc}): run {r + 1}/{runs}, {s} to {n}")
+                        wall = _run(ctx, result, lab, s, addr, n, src, work)
+                        if wall is not None:
+                            times[(s, n)].append(wall)
+                            result.raw.append({"congestion": cc, "subject": s, "destinations": n,
+                                               "bytes": size, "seconds": wall})
+        finally:
+            for p in procs:
+                processes.kill_tree(p)
+    summ = {k: summarize(v) for k, v in times.items()}
+    rows = [[s] + [summ[(s, n)].cell(2) for n in COUNTS] for s in SUBJECTS]
+    result.tables.append(Table(f"{format_size(size)} to N destinations, hosts {cc}: seconds, median (min–max)",
+                               ["subject"] + [f"N = {n}" for n in COUNTS], rows))
+    best = min((summ[(s, 8)] for s in SUBJECTS if s.startswith("ferry tree") and summ[(s, 8)].n),
+               key=lambda x: x.median, default=summarize([]))
+    one = summ[("ferry tree auto", 1)]
+    bars = [
+        [f"{cc}: ferry tree auto, 8 destinations / 1 destination (bar ≤ 1.5)",
+         fmt(ratio(summ[("ferry tree auto", 8)], one))],
+        [f"{cc}: Globus -MC / ferry tree auto, 8 destinations, time (bar ≥ 1.0)",
+         fmt(ratio(summ[("Globus -MC", 8)], summ[("ferry tree auto", 8)]))],
+        [f"{cc}: ferry serial / best ferry tree, 8 destinations, time",
+         fmt(ratio(summ[("ferry serial", 8)], best))],
+    ]
+    return summ, bars
+
+
+@scenario("multilink", "Multilink: one file to 1-8 destinations, unicast against forwarding trees")
+def run(ctx) -> ScenarioResult:
+    o = ctx.options
+    size = o.multilink_size
+    method = (METHOD.replace("SIZE", format_size(size)).replace("RUNS", str(o.runs))
+              .replace("CC", ", ".join(o.multilink_congestion)))
+    result = ScenarioResult("multilink", "Multilink: one file to many destinations", method)
+    bars = []
+    if os.geteuid() != 0 or not os.path.exists(NETLAB) or not shutil.which("globus-url-copy"):
+        result.notes.append("Not measured: needs root, target/release/ferry-netlab and globus-url-copy.")
+        ctx.failures += 1
+        return result
+    os.makedirs(DATA, exist_ok=True)
+    os.chmod(DATA, 0o755)
+    try:
+        for cc in o.multilink_congestion:
+            summ, b = _part(ctx, result, size, o.runs, cc)
+            bars += b
+            result.summaries.update({(f"{cc}, N = {n}", s): v for (s, n), v in summ.items()})
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        ctx.failures += 1
+        result.notes.append(f"multilink failed: {str(e).splitlines()[0]}")
+    finally:
+        shutil.rmtree(DATA, ignore_errors=True)
+    result.tables.insert(0, Table("Bars", ["measure", "value"], bars))
+    return result
