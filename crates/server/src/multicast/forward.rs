@@ -69,10 +69,10 @@ pub(super) fn start(
         .name(format!("multicast-{index}"))
         .spawn(move || {
             let leave = Leave(&tee, index);
-            // Reads of the buffer block (see Tee::wait): a multi-threaded runtime keeps the
-            // child's control channel and other streams running meanwhile.
+            // Reads of the buffer block their thread (see Tee::read): a worker for each
+            // stream and one more keep the control channel and the other streams running.
             let result = match tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
+                .worker_threads(how.parallelism as usize + 1)
                 .enable_all()
                 .build()
             {

@@ -16,6 +16,13 @@ use ferry_storage::{FileHandle, StorageError};
 /// How many bytes a multicast transfer holds for its children before writes wait.
 pub(super) const HELD_LIMIT: usize = 64 << 20;
 
+/// How much a child's read waits to find in one piece (up to its buffer), so that it wakes
+/// once per batch rather than once per piece its parent's streams deliver.
+const READ_BATCH: u64 = 1 << 20;
+
+/// The longest a read waits for a fuller batch before taking what there is.
+const BATCH_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// The shared buffer between a node's transfer and its children.
 #[derive(Debug)]
 pub(super) struct Tee {
@@ -37,6 +44,8 @@ struct State {
     high: u64,
     /// The node's transfer failed: children stop.
     aborted: bool,
+    /// Writes waiting for memory: readers then take what there is at once.
+    writers_waiting: usize,
 }
 
 impl State {
@@ -50,6 +59,25 @@ impl State {
                 _ => 0,
             })
             .min()
+    }
+
+    /// Bytes held in one piece from `offset` on.
+    fn contiguous(&self, offset: u64) -> u64 {
+        let mut at = offset;
+        let start = self
+            .blocks
+            .range(..=offset)
+            .next_back()
+            .filter(|(&b, d)| offset < b + d.len() as u64)
+            .map(|(&b, _)| b);
+        let Some(start) = start else { return 0 };
+        for (&b, d) in self.blocks.range(start..) {
+            if b > at {
+                break;
+            }
+            at = at.max(b + d.len() as u64);
+        }
+        at - offset
     }
 
     fn read_by_all(&self, start: u64, end: u64) -> bool {
@@ -86,6 +114,7 @@ impl Tee {
                 end: None,
                 high: 0,
                 aborted: false,
+                writers_waiting: 0,
             }),
             changed: Condvar::new(),
             limit,
@@ -96,8 +125,8 @@ impl Tee {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Waits on the condition variable without holding up a tokio worker thread (other tasks
-    /// of the runtime, among them the ones that make this wait end, move to another).
+    /// A write waits on the condition variable without holding up a worker thread of the
+    /// session's runtime (its other tasks, among them the ones that end this wait, move on).
     fn wait<'a>(&self, guard: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
         let wait = || self.changed.wait(guard).unwrap_or_else(|p| p.into_inner());
         match tokio::runtime::Handle::try_current() {
@@ -122,7 +151,9 @@ impl Tee {
             if s.held < self.limit || offset <= frontier {
                 break;
             }
+            s.writers_waiting += 1;
             s = self.wait(s);
+            s.writers_waiting -= 1;
         }
         let end = offset.saturating_add(data.len() as u64);
         if s.read_by_all(offset, end) {
@@ -153,6 +184,20 @@ impl Tee {
             if s.aborted || !matches!(s.readers.get(child), Some(Some(_))) {
                 return Err(gone());
             }
+            let want = READ_BATCH.min(buf.len() as u64);
+            let have = s.contiguous(offset);
+            if have > 0 && have < want && s.end.is_none() && s.writers_waiting == 0 {
+                // A fuller batch is on its way; wait a little for it (never while a write
+                // waits for memory: that write may be waiting for this read).
+                let (g, _) = self
+                    .changed
+                    .wait_timeout(s, BATCH_WAIT)
+                    .unwrap_or_else(|p| p.into_inner());
+                s = g;
+                if s.aborted || !matches!(s.readers.get(child), Some(Some(_))) {
+                    return Err(gone());
+                }
+            }
             let found = s
                 .blocks
                 .range(..=offset)
@@ -182,7 +227,9 @@ impl Tee {
                         "multicast: no data at offset {offset}"
                     )))
                 }
-                None => s = self.wait(s),
+                // The child's own runtime has a worker per stream and one more (see
+                // forward::start), so a plain wait holds up nothing it needs.
+                None => s = self.changed.wait(s).unwrap_or_else(|p| p.into_inner()),
             }
         }
     }
