@@ -68,7 +68,6 @@ pub(super) fn start(
     std::thread::Builder::new()
         .name(format!("multicast-{index}"))
         .spawn(move || {
-            let leave = Leave(&tee, index);
             // Reads of the buffer block their thread (see Tee::read): a worker for each
             // stream and one more keep the control channel and the other streams running.
             let result = match tokio::runtime::Builder::new_multi_thread()
@@ -77,13 +76,19 @@ pub(super) fn start(
                 .build()
             {
                 Ok(rt) => {
+                    // Declared after the runtime, so dropped before it even on a panic:
+                    // streams still blocked in a read end once the child has left, and the
+                    // runtime has nothing left to wait for.
+                    let leave = Leave(&tee, index);
                     let r = rt.block_on(put(&child, index, &how, &tee));
-                    // Streams still blocked in a read end once the child has left.
                     drop(leave);
                     rt.shutdown_background();
                     r
                 }
-                Err(e) => Err(format!("cannot start a runtime: {e}")),
+                Err(e) => {
+                    tee.leave(index);
+                    Err(format!("cannot start a runtime: {e}"))
+                }
             };
             if let Err(e) = &result {
                 tracing::warn!(url = %child.url, error = %e, "multicast: forwarding failed");
