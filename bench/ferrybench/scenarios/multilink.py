@@ -13,6 +13,7 @@ from ..stats import ratio, summarize
 from ..units import fmt, format_size
 from .netlab import NETLAB, TOPOLOGIES, _exec, _lab, _netlab
 from .registry import scenario
+from .striping import _same
 from .wan import _spawn_in, _wait_port
 
 MIB = 1 << 20
@@ -50,10 +51,6 @@ def _source(path, size, ctx):
                 f.write(os.urandom(MIB))
         os.rename(path + ".part", path)
     os.chmod(path, 0o644)
-
-
-def _same(a, b):
-    return subprocess.run(["cmp", "-s", a, b]).returncode == 0
 
 
 def _topology(tmp, cc):

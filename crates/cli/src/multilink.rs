@@ -182,19 +182,22 @@ async fn expected(
     let alg = verify.algorithm.name();
     let value = match source {
         Location::Local(p) => {
-            let f = std::fs::File::open(p).map_err(|e| format!("{}: {e}", p.display()))?;
-            let mut c = ferry_storage::Checksummer::new(verify.algorithm);
-            let mut r = std::io::BufReader::with_capacity(1 << 20, f);
-            let mut buf = vec![0u8; 1 << 20];
-            loop {
-                let n = std::io::Read::read(&mut r, &mut buf)
-                    .map_err(|e| format!("{}: {e}", p.display()))?;
-                if n == 0 {
-                    break;
-                }
-                c.update(&buf[..n]);
-            }
-            c.finish_hex()
+            // As the copy's own verification sums a local end: the storage's checksum.
+            let shown = p.display().to_string();
+            let abs = std::path::absolute(p).map_err(|e| format!("{shown}: {e}"))?;
+            let vp = ferry_storage::VirtualPath::resolve(
+                &ferry_storage::VirtualPath::root(),
+                &abs.to_string_lossy(),
+            )
+            .map_err(|e| format!("{shown}: {e}"))?;
+            let alg = verify.algorithm;
+            tokio::task::spawn_blocking(move || {
+                let storage = ferry_storage::PosixStorage::open(std::path::Path::new("/"), true)?;
+                ferry_storage::Storage::checksum(&storage, &vp, alg, 0, None)
+            })
+            .await
+            .map_err(|e| format!("checksum task failed: {e}"))?
+            .map_err(|e| format!("{shown}: {e}"))?
         }
         Location::Remote(u) => {
             let mut s = RemoteSession::connect(u, gsi)
