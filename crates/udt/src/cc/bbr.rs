@@ -1,0 +1,329 @@
+//! ferry's controller: a model of the path in the manner of BBR. It paces at the bottleneck
+//! rate it measured and keeps about two bandwidth-delay products in flight, so random loss,
+//! which says nothing about the path's capacity, costs only the retransmissions.
+//!
+//! Estimates:
+//! - bottleneck rate: the largest delivery-rate sample of the last ten rounds; a sample is
+//!   the arrival rate the receiver reports in its ACK (libudt's receivers measure it the same
+//!   way: median-filtered gaps between the last 16 packets, retransmissions included). Only
+//!   when the receiver cannot tell (gaps below its microsecond clock, as on loopback) is the
+//!   rate taken from the ACKs over at least one RTT, which a filled hole can make jump;
+//! - minimum RTT: the smallest RTT the receiver reported in the last ten seconds.
+//!
+//! Phases: start-up (gain 2.89) until the rate stops growing by a quarter for three rounds,
+//! drain, then probing in eight-phase cycles (1.25, 0.75, then six at 1).
+//!
+//! Fair to TCP on a shared bottleneck: loss above [`LOSS_CEILING`] of a round's packets is
+//! congestion, not noise. It caps what is in flight at 0.85 of what was in flight then, and
+//! the cap grows back by an eighth per round without such loss. A cubic flow that fills the
+//! queue therefore pushes ferry back as it pushes another cubic flow, while a path's 1 % random
+//! loss never reaches the ceiling.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use super::{AckSample, CongestionControl, LossSample};
+
+/// Start-up's gain: 2/ln 2, the least that doubles the delivery rate every round.
+const STARTUP_GAIN: f64 = 2.885;
+/// Probing cycle, one phase per minimum RTT.
+const CYCLE: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+/// In-flight allowance in bandwidth-delay products while probing.
+const WINDOW_GAIN: f64 = 2.0;
+/// More in flight by ACK's count: without selective ACKs, packets that arrived behind a hole
+/// stay unacknowledged until its resend lands, about one RTT later, or two when the resend
+/// is lost too.
+const HOLE_ALLOWANCE: f64 = 1.0;
+/// Rounds the rate filter remembers.
+const BW_ROUNDS: u64 = 10;
+/// How long a minimum RTT stays good.
+const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
+/// Share of a round's packets lost above which the loss is taken as congestion.
+pub(crate) const LOSS_CEILING: f64 = 0.05;
+/// Extra window for the receiver's ACK timer (it acknowledges every 10 ms).
+const ACK_ALLOWANCE_US: f64 = 20_000.0;
+/// Before any measurement: libudt's first window and RTT.
+const INITIAL_WINDOW: f64 = 16.0;
+const INITIAL_RTT_US: f64 = 100_000.0;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    Startup,
+    Drain,
+    Probe { index: usize, since: Instant },
+}
+
+/// ferry's model-based controller.
+#[derive(Debug)]
+pub struct Bbr {
+    phase: Phase,
+    max_window: f64,
+    /// (round, best sample of that round), oldest first.
+    rates: VecDeque<(u64, f64)>,
+    min_rtt_us: f64,
+    min_rtt_at: Instant,
+    round: u64,
+    round_ends_at: u64,
+    full_rate: f64,
+    flat_rounds: u32,
+    acks: VecDeque<(Instant, u64)>,
+    in_flight: f64,
+    ceiling: f64,
+    round_sent_from: u64,
+    round_lost: u64,
+    capped_in_round: bool,
+}
+
+impl Bbr {
+    /// Before anything is known.
+    pub fn new(now: Instant, max_window: u32) -> Bbr {
+        Bbr {
+            phase: Phase::Startup,
+            max_window: f64::from(max_window.max(16)),
+            rates: VecDeque::new(),
+            min_rtt_us: INITIAL_RTT_US,
+            min_rtt_at: now,
+            round: 0,
+            round_ends_at: 0,
+            full_rate: 0.0,
+            flat_rounds: 0,
+            acks: VecDeque::new(),
+            in_flight: 0.0,
+            ceiling: f64::INFINITY,
+            round_sent_from: 0,
+            round_lost: 0,
+            capped_in_round: false,
+        }
+    }
+
+    /// Bottleneck rate, packets per second (0 before a sample).
+    pub fn bottleneck_rate(&self) -> f64 {
+        self.rates.iter().map(|&(_, r)| r).fold(0.0, f64::max)
+    }
+
+    fn bdp(&self) -> f64 {
+        self.bottleneck_rate() * self.min_rtt_us / 1e6
+    }
+
+    fn gains(&self) -> (f64, f64) {
+        match self.phase {
+            Phase::Startup => (STARTUP_GAIN, STARTUP_GAIN),
+            Phase::Drain => (1.0 / STARTUP_GAIN, STARTUP_GAIN),
+            Phase::Probe { index, .. } => (CYCLE[index], WINDOW_GAIN),
+        }
+    }
+
+    fn sample_rate(&mut self, now: Instant, ack: &AckSample) -> Option<f64> {
+        self.acks.push_back((now, ack.acked));
+        let span = Duration::from_micros(self.min_rtt_us.max(20_000.0) as u64);
+        // Keep one entry at least `span` old: the window's start.
+        while self.acks.len() > 2 && now.duration_since(self.acks[1].0) >= span {
+            self.acks.pop_front();
+        }
+        let &(then, acked_then) = self.acks.front()?;
+        let elapsed = now.duration_since(then).as_secs_f64();
+        if elapsed < span.as_secs_f64() * 0.5 || elapsed <= 0.0 {
+            return None;
+        }
+        match ack.receive_rate_sample {
+            Some(0) => Some(ack.acked.saturating_sub(acked_then) as f64 / elapsed),
+            Some(rate) => Some(f64::from(rate)),
+            None => None,
+        }
+    }
+
+    /// Heavy loss in this round (checked as losses come, since a congested round's ACKs
+    /// stall): caps the window once per round.
+    fn check_loss(&mut self, sent: u64) {
+        let share =
+            self.round_lost as f64 / sent.saturating_sub(self.round_sent_from).max(1) as f64;
+        if self.capped_in_round || share <= LOSS_CEILING || self.round_lost < 8 {
+            return;
+        }
+        self.capped_in_round = true;
+        // Never below one and a half products: what is in flight may have been cut short
+        // by a timeout.
+        let floor = (1.5 * self.bdp()).max(INITIAL_WINDOW);
+        self.ceiling = (self.in_flight * 0.85).min(self.ceiling).max(floor);
+        if self.phase == Phase::Startup {
+            self.phase = Phase::Drain;
+        }
+    }
+
+    fn end_round(&mut self, ack: &AckSample) {
+        if !self.capped_in_round && self.ceiling.is_finite() {
+            self.ceiling += (self.ceiling / 8.0).max(1.0);
+            if self.ceiling > self.max_window {
+                self.ceiling = f64::INFINITY;
+            }
+        }
+        self.round += 1;
+        self.round_ends_at = ack.sent;
+        self.round_sent_from = ack.sent;
+        self.round_lost = 0;
+        self.capped_in_round = false;
+        while self
+            .rates
+            .front()
+            .is_some_and(|&(r, _)| r + BW_ROUNDS <= self.round)
+        {
+            self.rates.pop_front();
+        }
+        if self.phase == Phase::Startup {
+            let rate = self.bottleneck_rate();
+            if rate >= self.full_rate * 1.25 {
+                self.full_rate = rate;
+                self.flat_rounds = 0;
+            } else {
+                self.flat_rounds += 1;
+                if self.flat_rounds >= 3 {
+                    self.phase = Phase::Drain;
+                }
+            }
+        }
+    }
+}
+
+impl CongestionControl for Bbr {
+    fn name(&self) -> &'static str {
+        "bbr"
+    }
+
+    fn on_ack(&mut self, now: Instant, ack: &AckSample) {
+        self.in_flight = ack.sent.saturating_sub(ack.acked) as f64;
+        let rtt = f64::from(ack.rtt_sample_us.max(1));
+        if rtt <= self.min_rtt_us || now.duration_since(self.min_rtt_at) > MIN_RTT_WINDOW {
+            self.min_rtt_us = rtt;
+            self.min_rtt_at = now;
+        }
+        if let Some(rate) = self.sample_rate(now, ack) {
+            match self.rates.back_mut() {
+                Some((r, best)) if *r == self.round => *best = best.max(rate),
+                _ => self.rates.push_back((self.round, rate)),
+            }
+        }
+        if ack.acked >= self.round_ends_at {
+            self.end_round(ack);
+        }
+        match self.phase {
+            Phase::Drain if self.in_flight <= self.bdp() => {
+                self.phase = Phase::Probe {
+                    index: 2,
+                    since: now,
+                }
+            }
+            Phase::Probe { index, since }
+                if now.duration_since(since).as_secs_f64() * 1e6 >= self.min_rtt_us =>
+            {
+                self.phase = Phase::Probe {
+                    index: (index + 1) % CYCLE.len(),
+                    since: now,
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn on_loss(&mut self, _now: Instant, loss: &LossSample) {
+        self.round_lost += loss.newly_lost;
+        self.in_flight = loss.sent.saturating_sub(loss.acked) as f64;
+        self.check_loss(loss.sent);
+    }
+
+    fn on_timeout(&mut self, _now: Instant) {}
+
+    fn period_us(&self) -> f64 {
+        let rate = self.bottleneck_rate();
+        let (gain, _) = self.gains();
+        if rate <= 0.0 {
+            return INITIAL_RTT_US.min(self.min_rtt_us) / (INITIAL_WINDOW * STARTUP_GAIN);
+        }
+        1e6 / (rate * gain)
+    }
+
+    fn window(&self) -> f64 {
+        let (_, gain) = self.gains();
+        let rate = self.bottleneck_rate();
+        // Start-up sees few holes; its own gain is allowance enough.
+        let holes = if self.phase == Phase::Startup {
+            0.0
+        } else {
+            HOLE_ALLOWANCE
+        };
+        let window = if rate <= 0.0 {
+            INITIAL_WINDOW
+        } else {
+            ((gain + holes) * self.bdp() + rate * ACK_ALLOWANCE_US / 1e6).max(INITIAL_WINDOW)
+        };
+        window.min(self.ceiling)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds ACKs of a path delivering `rate` packets/s with `rtt`, 10 ms apart.
+    fn drive(cc: &mut Bbr, t0: Instant, rate: f64, rtt_us: u32, ms: u64) {
+        for i in 1..=ms / 10 {
+            let acked = (rate * i as f64 / 100.0) as u64;
+            cc.on_ack(
+                t0 + Duration::from_millis(i * 10),
+                &AckSample {
+                    acked,
+                    sent: acked + (rate * f64::from(rtt_us) / 1e6) as u64,
+                    rtt_us,
+                    rtt_sample_us: rtt_us,
+                    receive_rate: rate as u32,
+                    receive_rate_sample: Some(rate as u32),
+                    bandwidth: rate as u32,
+                },
+            );
+        }
+    }
+
+    #[test]
+    fn the_model_finds_the_path_rate_and_paces_at_it() {
+        let t0 = Instant::now();
+        let mut cc = Bbr::new(t0, 100_000);
+        drive(&mut cc, t0, 80_000.0, 60_000, 5_000);
+        assert!(matches!(cc.phase, Phase::Probe { .. }), "{:?}", cc.phase);
+        let rate = 1e6 / cc.period_us();
+        assert!((55_000.0..110_000.0).contains(&rate), "pacing {rate}");
+        let bdp = 80_000.0 * 0.06;
+        assert!(
+            cc.window() > 2.9 * bdp && cc.window() < 3.6 * bdp,
+            "{}",
+            cc.window()
+        );
+    }
+
+    #[test]
+    fn random_loss_below_the_ceiling_changes_nothing_but_heavy_loss_caps_the_window() {
+        let t0 = Instant::now();
+        let mut cc = Bbr::new(t0, 100_000);
+        drive(&mut cc, t0, 80_000.0, 60_000, 3_000);
+        let before = cc.window();
+        cc.on_loss(
+            t0,
+            &LossSample {
+                first: 1,
+                newly_lost: 10,
+                sent: 300_000,
+                acked: 295_000,
+            },
+        );
+        assert!(cc.window() >= before * 0.9);
+        cc.round_sent_from = 405_000;
+        cc.on_loss(
+            t0,
+            &LossSample {
+                first: 1,
+                newly_lost: 1_000,
+                sent: 410_000,
+                acked: 400_000,
+            },
+        );
+        assert!(cc.window() < before);
+    }
+}

@@ -1,0 +1,832 @@
+//! One UDT connection, driven from outside: datagrams in ([`Connection::handle`]), datagrams
+//! out ([`Connection::poll_transmit`]), time passed in ([`Connection::handle_timeout`] at
+//! [`Connection::poll_timeout`]), bytes written and read by the application.
+//!
+//! Both directions number their packets from the client's initial sequence number, as libudt
+//! does; internally every packet is counted from it (64 bits), so nothing wraps.
+
+mod receiver;
+mod sender;
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use self::receiver::Receiver;
+use self::sender::Sender;
+use crate::cc::{AckSample, CongestionControl, Controller, LossSample};
+use crate::error::ConnError;
+use crate::handshake::{ip_words, Handshake, REFUSED, REQUEST, RESPONSE, STREAM, VERSION};
+use crate::packet::{self, Ack, Control, Packet, HEADER, IP_UDP};
+use crate::seq;
+
+/// libudt's SYN interval: the ACK timer and the rate-control period.
+pub const SYN: Duration = Duration::from_millis(10);
+/// How often an unanswered connection request is repeated (libudt: 250 ms).
+const REQUEST_AGAIN: Duration = Duration::from_millis(250);
+/// The retransmission timer's floor (libudt: 300 ms per expiration).
+const MIN_EXP: Duration = Duration::from_millis(300);
+/// How late paced packets may still go out at once, so a late wake-up costs no rate.
+const PACING_SLACK: Duration = Duration::from_millis(2);
+/// The shortest gap between two shutdowns repeated to a peer that did not hear the first.
+const RESHUTDOWN: Duration = Duration::from_millis(100);
+/// The shortest gap between two reports of the same loss.
+const MIN_NAK_INTERVAL: Duration = Duration::from_millis(20);
+
+/// A connection's settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Largest packet, IP and UDP headers included (libudt's MSS); the peers take the smaller.
+    pub mss: u32,
+    /// Packets this side takes in flight at most: the receive ring's size and the largest
+    /// flow window it offers (libudt's flight flag and receive buffer). The ring grows only
+    /// as far as used, and the window offered follows the path (`Receiver::available`).
+    pub flight_flag: u32,
+    /// Bytes written and not yet acknowledged this side holds at most.
+    pub send_buffer: usize,
+    /// The sending controller.
+    pub controller: Controller,
+    /// Silence after which the peer is taken for gone.
+    pub silence: Duration,
+    /// How long a connection request is repeated before giving up.
+    pub connect_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            mss: 1500,
+            flight_flag: 131_072,
+            send_buffer: 64 << 20,
+            controller: Controller::default(),
+            silence: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+#[derive(Debug)]
+enum State {
+    Connecting {
+        request: Handshake,
+        since: Instant,
+        last_sent: Option<Instant>,
+    },
+    Open,
+    Closed,
+}
+
+/// What a read found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadOutcome {
+    /// This many bytes.
+    Data(usize),
+    /// Nothing yet.
+    Blocked,
+    /// The peer closed and every byte was read.
+    End,
+}
+
+/// Counters for logs and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Data packets sent, first time.
+    pub sent: u64,
+    /// Data packets resent.
+    pub resent: u64,
+    /// Data packets received (duplicates included).
+    pub received: u64,
+    /// NAKs sent.
+    pub naks_sent: u64,
+    /// NAKs received.
+    pub naks_received: u64,
+    /// NAK entries ignored as beyond what was sent.
+    pub bogus_naks: u64,
+    /// Retransmission timer expirations.
+    pub timeouts: u64,
+}
+
+/// One connection.
+#[derive(Debug)]
+pub struct Connection {
+    config: Config,
+    state: State,
+    local_id: u32,
+    peer_id: u32,
+    peer: SocketAddr,
+    start: Instant,
+    isn: u32,
+    payload: usize,
+    response: Option<Handshake>,
+    sender: Option<Sender>,
+    receiver: Option<Receiver>,
+    cc: Option<Box<dyn CongestionControl>>,
+    next_send: Instant,
+    probe_pair: bool,
+    rtt: u32,
+    rtt_var: u32,
+    receive_rate: u32,
+    bandwidth: u32,
+    last_ack2: Option<(u32, Instant)>,
+    next_ack: Instant,
+    next_nak_check: Instant,
+    last_heard: Instant,
+    /// The last ACK that moved, or NAK: the retransmission timer runs from it.
+    last_progress: Instant,
+    last_exp: Instant,
+    exp_count: u32,
+    control: VecDeque<Control>,
+    closing: bool,
+    shutdown_sent: Option<Instant>,
+    peer_closed: bool,
+    error: Option<ConnError>,
+    stats: Stats,
+}
+
+impl Connection {
+    fn blank(
+        config: Config,
+        now: Instant,
+        local_id: u32,
+        peer: SocketAddr,
+        state: State,
+    ) -> Connection {
+        Connection {
+            config,
+            state,
+            local_id,
+            peer_id: 0,
+            peer,
+            start: now,
+            isn: 0,
+            payload: 0,
+            response: None,
+            sender: None,
+            receiver: None,
+            cc: None,
+            next_send: now,
+            probe_pair: false,
+            rtt: 100_000,
+            rtt_var: 50_000,
+            receive_rate: 16,
+            bandwidth: 1,
+            last_ack2: None,
+            next_ack: now + SYN,
+            next_nak_check: now + SYN,
+            last_heard: now,
+            last_progress: now,
+            last_exp: now,
+            exp_count: 1,
+            control: VecDeque::new(),
+            closing: false,
+            shutdown_sent: None,
+            peer_closed: false,
+            error: None,
+            stats: Stats::default(),
+        }
+    }
+
+    /// A connection to the listener at `peer`; its first datagram is a request.
+    pub fn connect(config: Config, now: Instant, local_id: u32, peer: SocketAddr) -> Connection {
+        let request = Handshake {
+            version: VERSION,
+            socket_type: STREAM,
+            isn: rand::random::<u32>() & seq::MAX_SEQ,
+            mss: config.mss,
+            flight_flag: config.flight_flag,
+            request_type: REQUEST,
+            id: local_id,
+            cookie: 0,
+            peer_ip: ip_words(peer.ip()),
+        };
+        let state = State::Connecting {
+            request,
+            since: now,
+            last_sent: None,
+        };
+        Connection::blank(config, now, local_id, peer, state)
+    }
+
+    /// The connection a listener makes for `request` (its cookie checked) from `peer`; the
+    /// answer to send is queued.
+    pub fn accept(
+        config: Config,
+        now: Instant,
+        local_id: u32,
+        peer: SocketAddr,
+        request: &Handshake,
+    ) -> Connection {
+        let mut c = Connection::blank(config, now, local_id, peer, State::Open);
+        let mss = request.mss.min(c.config.mss);
+        let response = Handshake {
+            mss,
+            flight_flag: c.config.flight_flag,
+            request_type: RESPONSE,
+            id: local_id,
+            peer_ip: ip_words(peer.ip()),
+            ..*request
+        };
+        c.open(now, request.isn, request.id, mss, request.flight_flag);
+        c.response = Some(response);
+        c.control.push_back(Control::Handshake(response));
+        c
+    }
+
+    fn open(&mut self, now: Instant, isn: u32, peer_id: u32, mss: u32, flow_window: u32) {
+        self.isn = isn;
+        self.peer_id = peer_id;
+        self.payload = (mss as usize).saturating_sub(IP_UDP + HEADER).max(64);
+        let ring = self.config.flight_flag.max(32) as usize;
+        self.sender = Some(Sender::new(
+            self.payload,
+            self.config.send_buffer,
+            u64::from(flow_window),
+        ));
+        self.receiver = Some(Receiver::new(now, ring));
+        self.cc = Some(self.config.controller.build(now, mss, flow_window));
+        self.state = State::Open;
+        self.last_heard = now;
+        self.last_progress = now;
+        self.last_exp = now;
+    }
+
+    /// The peer's address.
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// The peer's socket id (0 until connected).
+    pub fn peer_id(&self) -> u32 {
+        self.peer_id
+    }
+
+    /// This side's socket id.
+    pub fn local_id(&self) -> u32 {
+        self.local_id
+    }
+
+    /// The listener's answer, for a repeated request.
+    pub fn resend_response(&mut self) {
+        if let Some(r) = self.response {
+            self.control.push_back(Control::Handshake(r));
+        }
+    }
+
+    /// Whether the handshake is done.
+    pub fn is_open(&self) -> bool {
+        matches!(self.state, State::Open | State::Closed) && self.sender.is_some()
+    }
+
+    /// Whether nothing more will happen: closed cleanly or failed. A connection that closed
+    /// itself should still be fed the peer's datagrams for a while ([`Connection::LINGER`]),
+    /// so a lost shutdown is repeated.
+    pub fn is_closed(&self) -> bool {
+        matches!(self.state, State::Closed)
+    }
+
+    /// How long a closed connection keeps answering a peer that missed its shutdown.
+    pub const LINGER: Duration = Duration::from_secs(10);
+
+    /// Why the connection failed, if it did.
+    pub fn error(&self) -> Option<&ConnError> {
+        self.error.as_ref()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Smoothed RTT in microseconds.
+    pub fn rtt_us(&self) -> u32 {
+        self.rtt
+    }
+
+    /// The sending controller's name.
+    pub fn controller(&self) -> &'static str {
+        self.cc.as_ref().map_or("none", |c| c.name())
+    }
+
+    fn fail(&mut self, error: ConnError) {
+        if self.error.is_none() && !self.is_closed() {
+            self.error = Some(error);
+        }
+        self.state = State::Closed;
+    }
+
+    fn timestamp(&self, now: Instant) -> u32 {
+        now.duration_since(self.start).as_micros() as u32
+    }
+
+    // ---- application side ----
+
+    /// Queues bytes to send; returns how many were taken (0: the buffer is full or closed).
+    pub fn write(&mut self, data: &[u8]) -> usize {
+        if self.closing || self.peer_closed || self.error.is_some() {
+            return 0;
+        }
+        self.sender.as_mut().map_or(0, |s| s.write(data))
+    }
+
+    /// Whether a write would take bytes now.
+    pub fn writable(&self) -> bool {
+        self.sender.as_ref().is_some_and(Sender::writable) && !self.closing && !self.peer_closed
+    }
+
+    /// Reads in-order bytes.
+    pub fn read(&mut self, out: &mut [u8]) -> Result<ReadOutcome, ConnError> {
+        if let Some(r) = self.receiver.as_mut() {
+            let n = r.read(out);
+            if n > 0 {
+                return Ok(ReadOutcome::Data(n));
+            }
+        }
+        if let Some(e) = &self.error {
+            return Err(e.clone());
+        }
+        if self.peer_closed {
+            if self.receiver.as_ref().is_some_and(Receiver::has_gaps) {
+                return Err(ConnError::PeerClosed("packets still missing"));
+            }
+            return Ok(ReadOutcome::End);
+        }
+        Ok(ReadOutcome::Blocked)
+    }
+
+    /// Whether a read would return something other than `Blocked`.
+    pub fn readable(&self) -> bool {
+        self.receiver.as_ref().is_some_and(Receiver::readable)
+            || self.peer_closed
+            || self.error.is_some()
+    }
+
+    /// Closes gracefully: once everything written is acknowledged, a shutdown goes out.
+    pub fn close(&mut self) {
+        self.closing = true;
+    }
+
+    /// Whether everything written was acknowledged.
+    pub fn flushed(&self) -> bool {
+        self.sender.as_ref().is_none_or(Sender::all_acked)
+    }
+
+    /// Stops now, telling the peer.
+    pub fn abort(&mut self, why: &'static str) {
+        if self.is_open() && !self.is_closed() {
+            self.control.push_back(Control::Shutdown);
+        }
+        self.fail(ConnError::Aborted(why));
+    }
+
+    // ---- network side ----
+
+    /// A datagram from the peer, already parsed and addressed to this socket.
+    pub fn handle(&mut self, now: Instant, packet: &Packet<'_>) {
+        if self.is_closed() {
+            // Our shutdown may have been lost: a peer still talking hears it again.
+            let shut = matches!(
+                packet,
+                Packet::Control {
+                    body: Control::Shutdown,
+                    ..
+                }
+            );
+            if let Some(sent) = self.shutdown_sent.filter(|_| !shut && !self.peer_closed) {
+                if now.duration_since(sent) >= RESHUTDOWN {
+                    self.shutdown_sent = Some(now);
+                    self.control.push_back(Control::Shutdown);
+                }
+            }
+            return;
+        }
+        self.last_heard = now;
+        match packet {
+            Packet::Data {
+                seq: s, payload, ..
+            } => self.on_data(now, *s, payload),
+            Packet::Control { body, .. } => self.on_control(now, body),
+        }
+    }
+
+    fn on_data(&mut self, now: Instant, wire: u32, payload: &[u8]) {
+        let isn = self.isn;
+        let Some(r) = self.receiver.as_mut() else {
+            return;
+        };
+        self.stats.received += 1;
+        r.arrivals.arrived(now, wire);
+        let Some(count) = seq::unwrap(isn, r.contiguous, wire) else {
+            return;
+        };
+        if payload.len() != self.payload {
+            // A short packet ends a write: acknowledge it without waiting for the timer.
+            self.next_ack = now;
+        }
+        if let Some((from, to)) = r.insert(now, count, payload) {
+            self.stats.naks_sent += 1;
+            let words = if from == to {
+                vec![seq::wire(isn, from)]
+            } else {
+                vec![seq::wire(isn, from) | 0x8000_0000, seq::wire(isn, to)]
+            };
+            self.control.push_back(Control::Nak(words));
+        }
+        if let Some(ack) = r.light_ack_due() {
+            self.control.push_back(Control::Ack(Ack {
+                number: 0,
+                ack: seq::wire(isn, ack),
+                full: None,
+            }));
+        }
+    }
+
+    fn on_control(&mut self, now: Instant, body: &Control) {
+        match body {
+            Control::Handshake(hs) => self.on_handshake(now, hs),
+            Control::Ack(ack) => self.on_ack(now, ack),
+            Control::Ack2 { number } => {
+                if let Some(rtt) = self.receiver.as_mut().and_then(|r| r.ack2(now, *number)) {
+                    self.update_rtt(rtt);
+                }
+            }
+            Control::Nak(words) => self.on_nak(now, words),
+            Control::Shutdown => {
+                self.peer_closed = true;
+                if !self.flushed() {
+                    self.fail(ConnError::PeerClosed("data of ours unacknowledged"));
+                } else if self.closing {
+                    self.state = State::Closed;
+                }
+            }
+            Control::PeerError { code } => self.fail(ConnError::PeerError(*code)),
+            Control::KeepAlive
+            | Control::CongestionWarning
+            | Control::DropRequest { .. }
+            | Control::Other { .. } => {}
+        }
+    }
+
+    fn on_handshake(&mut self, now: Instant, hs: &Handshake) {
+        match &mut self.state {
+            State::Connecting { request, .. } => {
+                if hs.request_type == REQUEST {
+                    request.request_type = RESPONSE;
+                    request.cookie = hs.cookie;
+                    let again = *request;
+                    self.control.push_back(Control::Handshake(again));
+                } else if hs.request_type == REFUSED {
+                    self.fail(ConnError::Refused);
+                } else if hs.request_type == RESPONSE {
+                    if hs.isn != request.isn {
+                        self.fail(ConnError::ForeignAnswer);
+                        return;
+                    }
+                    let mss = hs.mss.min(self.config.mss);
+                    self.open(now, hs.isn, hs.id, mss, hs.flight_flag);
+                }
+            }
+            State::Open if hs.request_type > 0 => self.resend_response(),
+            _ => {}
+        }
+    }
+
+    /// The peer acknowledged or asked for something: the retransmission timer restarts.
+    fn progress(&mut self, now: Instant) {
+        self.last_progress = now;
+        self.exp_count = 1;
+    }
+
+    fn update_rtt(&mut self, rtt: u32) {
+        let diff = rtt.abs_diff(self.rtt);
+        self.rtt_var = ((u64::from(self.rtt_var) * 3 + u64::from(diff)) >> 2) as u32;
+        self.rtt = ((u64::from(self.rtt) * 7 + u64::from(rtt)) >> 3) as u32;
+    }
+
+    fn on_ack(&mut self, now: Instant, ack: &Ack) {
+        let isn = self.isn;
+        let Some(s) = self.sender.as_mut() else {
+            return;
+        };
+        let Some(count) = seq::unwrap(isn, s.una, ack.ack) else {
+            return;
+        };
+        if count > s.next {
+            return;
+        }
+        let Some(info) = ack.full else {
+            if count > s.una {
+                let delta = count - s.una;
+                s.flow_window = s.flow_window.saturating_sub(delta);
+                s.acknowledge(count);
+                self.progress(now);
+            }
+            return;
+        };
+        let repeated = self.last_ack2.is_some_and(|(n, _)| n == ack.number);
+        if repeated
+            || self
+                .last_ack2
+                .is_none_or(|(_, t)| now.duration_since(t) > SYN)
+        {
+            self.control.push_back(Control::Ack2 { number: ack.number });
+            self.last_ack2 = Some((ack.number, now));
+        }
+        let advanced = count > s.una;
+        if count >= s.una {
+            s.flow_window = u64::from(info.available);
+            s.acknowledge(count);
+        }
+        let (acked, sent) = (s.una, s.next);
+        if advanced {
+            self.progress(now);
+        }
+        self.update_rtt(info.rtt);
+        if let Some(rate) = info.receive_rate.filter(|&r| r > 0) {
+            self.receive_rate = ((u64::from(self.receive_rate) * 7 + u64::from(rate)) >> 3) as u32;
+        }
+        if let Some(bw) = info.bandwidth.filter(|&b| b > 0) {
+            self.bandwidth = ((u64::from(self.bandwidth) * 7 + u64::from(bw)) >> 3) as u32;
+        }
+        let sample = AckSample {
+            acked,
+            sent,
+            rtt_us: self.rtt,
+            rtt_sample_us: info.rtt,
+            receive_rate: self.receive_rate,
+            receive_rate_sample: info.receive_rate,
+            bandwidth: self.bandwidth,
+        };
+        if let Some(cc) = self.cc.as_mut() {
+            cc.on_ack(now, &sample);
+        }
+    }
+
+    fn on_nak(&mut self, now: Instant, words: &[u32]) {
+        let isn = self.isn;
+        let Some(s) = self.sender.as_mut() else {
+            return;
+        };
+        self.stats.naks_received += 1;
+        let mut newly = 0;
+        let mut first = None;
+        let mut i = 0;
+        while i < words.len() {
+            let (a, b) = if words[i] & 0x8000_0000 != 0 && i + 1 < words.len() {
+                i += 2;
+                (words[i - 2] & seq::MAX_SEQ, words[i - 1])
+            } else {
+                i += 1;
+                (words[i - 1] & seq::MAX_SEQ, words[i - 1] & seq::MAX_SEQ)
+            };
+            let (Some(from), Some(to)) = (seq::unwrap(isn, s.una, a), seq::unwrap(isn, s.una, b))
+            else {
+                self.stats.bogus_naks += 1;
+                continue;
+            };
+            if from > to || to >= s.next {
+                self.stats.bogus_naks += 1;
+                continue;
+            }
+            first = Some(first.map_or(from, |f: u64| f.min(from)));
+            newly += s.lose(from, to);
+        }
+        if first.is_some() {
+            self.progress(now);
+        }
+        let (Some(first), Some(s), Some(cc)) = (first, self.sender.as_ref(), self.cc.as_mut())
+        else {
+            return;
+        };
+        let (sent, acked) = (s.next, s.una);
+        cc.on_loss(
+            now,
+            &LossSample {
+                first,
+                newly_lost: newly,
+                sent,
+                acked,
+            },
+        );
+    }
+
+    /// Writes the next datagram into `out` (at least the MSS long); `None` when nothing is
+    /// due now.
+    pub fn poll_transmit(&mut self, now: Instant, out: &mut [u8]) -> Option<usize> {
+        let ts = self.timestamp(now);
+        if let Some(body) = self.control.pop_front() {
+            let dst = match (&self.state, &body) {
+                (State::Connecting { .. }, Control::Handshake(_)) => 0,
+                _ => self.peer_id,
+            };
+            return Some(packet::write_control(out, ts, dst, &body));
+        }
+        if !matches!(self.state, State::Open) || (now < self.next_send && !self.probe_pair) {
+            return None;
+        }
+        let cc = self.cc.as_mut()?;
+        let s = self.sender.as_mut()?;
+        let window = cc.window().max(2.0) as u64;
+        let (count, resent) = s.next_to_send(now, window)?;
+        let data = s.packet(count)?;
+        let wire = seq::wire(self.isn, count);
+        packet::write_data_header(out, wire, ts, self.peer_id);
+        out[HEADER..HEADER + data.len()].copy_from_slice(data);
+        let len = HEADER + data.len();
+        cc.on_sent(now, resent);
+        if resent {
+            self.stats.resent += 1;
+        } else {
+            self.stats.sent += 1;
+        }
+        let period = Duration::from_nanos((cc.period_us() * 1000.0) as u64);
+        if self.probe_pair {
+            self.probe_pair = false;
+        } else {
+            self.next_send = self.next_send.max(now - PACING_SLACK.min(now - self.start)) + period;
+            // Every sixteenth packet goes with its successor back to back: the receiver's
+            // capacity probe.
+            self.probe_pair = !resent && wire & 0xF == 0;
+        }
+        Some(len)
+    }
+
+    /// When [`Connection::handle_timeout`] is next due.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match &self.state {
+            State::Closed => None,
+            State::Connecting {
+                since, last_sent, ..
+            } => Some(
+                last_sent
+                    .map_or(*since, |t| t + REQUEST_AGAIN)
+                    .min(*since + self.config.connect_timeout),
+            ),
+            State::Open => {
+                let mut due = self
+                    .next_ack
+                    .min(self.next_nak_check)
+                    .min(self.exp_deadline());
+                if self.can_send() {
+                    due = due.min(self.next_send);
+                }
+                Some(due)
+            }
+        }
+    }
+
+    /// Whether a datagram is waiting to go now (control, or data the pacing allows).
+    pub fn wants_transmit(&self, now: Instant) -> bool {
+        !self.control.is_empty() || ((now >= self.next_send || self.probe_pair) && self.can_send())
+    }
+
+    /// Whether a data packet could go once the pacing allows: a loss to resend, or a new
+    /// packet within the windows.
+    fn can_send(&self) -> bool {
+        let (Some(s), Some(cc)) = (self.sender.as_ref(), self.cc.as_ref()) else {
+            return false;
+        };
+        matches!(self.state, State::Open)
+            && (!s.losses.is_empty()
+                || (s.has_unsent()
+                    && s.in_flight() < (cc.window().max(2.0) as u64).min(s.flow_window)))
+    }
+
+    /// The retransmission timer (libudt's EXP): it runs from the last progress while data is
+    /// outstanding (a peer that only repeats its ACK is alive but has not got the tail),
+    /// else from the last packet heard, when it sends a keep-alive.
+    fn exp_deadline(&self) -> Instant {
+        let per = Duration::from_micros(u64::from(self.rtt) + 4 * u64::from(self.rtt_var)) + SYN;
+        let interval = (per * self.exp_count).max(MIN_EXP * self.exp_count);
+        let outstanding = self.sender.as_ref().is_some_and(|s| s.in_flight() > 0);
+        let base = if outstanding {
+            self.last_progress
+        } else {
+            self.last_heard
+        };
+        self.last_exp.max(base) + interval
+    }
+
+    /// Runs the timers due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if let State::Connecting {
+            request,
+            since,
+            last_sent,
+        } = &mut self.state
+        {
+            if now.duration_since(*since) >= self.config.connect_timeout {
+                let secs = self.config.connect_timeout.as_secs();
+                self.fail(ConnError::HandshakeTimeout(secs));
+                return;
+            }
+            if last_sent.is_none_or(|t| now.duration_since(t) >= REQUEST_AGAIN) {
+                *last_sent = Some(now);
+                let again = *request;
+                self.control.push_back(Control::Handshake(again));
+            }
+            return;
+        }
+        if !matches!(self.state, State::Open) {
+            return;
+        }
+        if now >= self.next_ack {
+            self.next_ack = now + SYN;
+            let isn = self.isn;
+            let (rtt, var) = (self.rtt, self.rtt_var);
+            if let Some((ack, mut body)) = self
+                .receiver
+                .as_mut()
+                .and_then(|r| r.full_ack(now, rtt, var))
+            {
+                body.ack = seq::wire(isn, ack);
+                self.control.push_back(Control::Ack(body));
+            }
+        }
+        if now >= self.next_nak_check {
+            self.next_nak_check = now + SYN;
+            self.report_overdue_losses(now);
+        }
+        if now >= self.exp_deadline() {
+            self.expire(now);
+        }
+        if self.closing && self.flushed() && !self.is_closed() {
+            self.control.push_back(Control::Shutdown);
+            self.shutdown_sent = Some(now);
+            self.state = State::Closed;
+        }
+    }
+
+    fn report_overdue_losses(&mut self, now: Instant) {
+        let isn = self.isn;
+        let limit = self.payload / 4;
+        let per = Duration::from_micros(u64::from(self.rtt) + 4 * u64::from(self.rtt_var));
+        let Some(r) = self.receiver.as_mut() else {
+            return;
+        };
+        let missing = r.loss_count() as u64;
+        // libudt's allowance for the time the sender takes to resend the list, held to one
+        // more round trip so a long list never silences the reports.
+        let draining = if self.receive_rate > 0 {
+            Duration::from_micros(missing * 1_000_000 / u64::from(self.receive_rate.max(1)))
+                .min(per)
+        } else {
+            Duration::ZERO
+        };
+        let interval = (per + draining).max(MIN_NAK_INTERVAL);
+        let due = r.overdue_losses(now, interval, limit);
+        if !due.is_empty() {
+            self.stats.naks_sent += 1;
+            self.control.push_back(Control::Nak(nak_words(isn, &due)));
+        }
+    }
+
+    fn expire(&mut self, now: Instant) {
+        if now.duration_since(self.last_heard) >= self.config.silence {
+            let secs = self.config.silence.as_secs();
+            self.fail(ConnError::PeerSilent(secs));
+            return;
+        }
+        self.stats.timeouts += 1;
+        let patience =
+            Duration::from_micros(u64::from(self.rtt) + 4 * u64::from(self.rtt_var)) + SYN;
+        let s = self.sender.as_mut();
+        match s {
+            Some(s) if s.in_flight() > 0 || s.has_unsent() => {
+                // libudt resends everything outstanding; packets sent within the last round
+                // trip cannot have been acknowledged yet and are left alone.
+                if s.in_flight() > 0 && s.losses.is_empty() {
+                    s.lose_older_than(now.checked_sub(patience).unwrap_or(self.start));
+                }
+                if let Some(cc) = self.cc.as_mut() {
+                    cc.on_timeout(now);
+                }
+            }
+            _ => self.control.push_back(Control::KeepAlive),
+        }
+        self.exp_count += 1;
+        self.last_exp = now;
+    }
+}
+
+/// Loss-list words for sorted counts: runs as flagged ranges, single packets alone.
+fn nak_words(isn: u32, counts: &[u64]) -> Vec<u32> {
+    let mut words = Vec::new();
+    let mut i = 0;
+    while i < counts.len() {
+        let mut j = i;
+        while j + 1 < counts.len() && counts[j + 1] == counts[j] + 1 {
+            j += 1;
+        }
+        if j > i {
+            words.push(seq::wire(isn, counts[i]) | 0x8000_0000);
+            words.push(seq::wire(isn, counts[j]));
+        } else {
+            words.push(seq::wire(isn, counts[i]));
+        }
+        i = j + 1;
+    }
+    words
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,250 @@
+//! The receiving half: packets into a ring in sequence order, losses found and reported,
+//! ACKs on the SYN timer and every 64 packets, RTT from ACK2.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use crate::packet::{Ack, AckInfo};
+use crate::stats::ArrivalWindow;
+
+/// ACKs remembered for their ACK2 (libudt's CACKWindow holds 1024).
+const ACK_HISTORY: usize = 1024;
+/// The flow window offered whatever the path: libudt's default receive buffer.
+const MIN_WINDOW: u64 = 8192;
+/// A light ACK goes every this many packets.
+const LIGHT_ACK_EVERY: u32 = 64;
+
+/// Packets received and waiting for the application.
+#[derive(Debug)]
+pub(crate) struct Receiver {
+    /// Ring of packets, indexed by count modulo `capacity`; it grows only as far as the
+    /// window the sender actually used.
+    slots: Vec<Vec<u8>>,
+    filled: Vec<bool>,
+    capacity: u64,
+    /// First packet the application has not finished reading, and bytes of it already read.
+    pub(crate) base: u64,
+    read_offset: usize,
+    /// First packet not received: everything before it is in order.
+    pub(crate) contiguous: u64,
+    /// One past the highest packet received.
+    pub(crate) highest: u64,
+    /// Missing packets and when each was last reported.
+    losses: BTreeMap<u64, Option<Instant>>,
+    pub(crate) arrivals: ArrivalWindow,
+    ack_number: u32,
+    acks: VecDeque<(u32, u64, Instant)>,
+    last_ack: u64,
+    /// The highest ACK the sender confirmed with an ACK2.
+    last_ack_acked: u64,
+    last_full_ack: Option<Instant>,
+    since_ack: u32,
+    light_acks: u32,
+    /// Bytes delivered to the application.
+    pub(crate) delivered_bytes: u64,
+}
+
+impl Receiver {
+    pub(crate) fn new(now: Instant, capacity: usize) -> Receiver {
+        Receiver {
+            slots: Vec::new(),
+            filled: Vec::new(),
+            capacity: capacity as u64,
+            base: 0,
+            read_offset: 0,
+            contiguous: 0,
+            highest: 0,
+            losses: BTreeMap::new(),
+            arrivals: ArrivalWindow::new(now),
+            ack_number: 0,
+            acks: VecDeque::new(),
+            last_ack: 0,
+            last_ack_acked: 0,
+            last_full_ack: None,
+            since_ack: 0,
+            light_acks: 1,
+            delivered_bytes: 0,
+        }
+    }
+
+    fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Free packets to advertise: the ring's room, held to four bandwidth-delay products
+    /// of what arrives (at least [`MIN_WINDOW`]), so memory follows the path.
+    pub(crate) fn available(&self, rtt_us: u32) -> u32 {
+        let rate = u64::from(self.arrivals.receive_rate());
+        let bdp = rate * u64::from(rtt_us) / 1_000_000;
+        let window = (4 * bdp).clamp(MIN_WINDOW, self.capacity());
+        let used = self.contiguous - self.base;
+        u32::try_from(window.saturating_sub(used + 1))
+            .unwrap_or(u32::MAX)
+            .max(2)
+    }
+
+    /// Stores packet `count`. Returns the newly found gap `[from, to]` to report at once.
+    pub(crate) fn insert(
+        &mut self,
+        now: Instant,
+        count: u64,
+        payload: &[u8],
+    ) -> Option<(u64, u64)> {
+        if count < self.contiguous || count >= self.base + self.capacity() {
+            return None;
+        }
+        let slot = (count % self.capacity()) as usize;
+        if slot >= self.slots.len() {
+            self.slots.resize_with(slot + 1, Vec::new);
+            self.filled.resize(slot + 1, false);
+        }
+        if self.filled[slot] {
+            return None;
+        }
+        self.slots[slot].clear();
+        self.slots[slot].extend_from_slice(payload);
+        self.filled[slot] = true;
+        self.since_ack += 1;
+        let mut gap = None;
+        if count > self.highest {
+            for lost in self.highest..count {
+                self.losses.insert(lost, Some(now));
+            }
+            gap = Some((self.highest, count - 1));
+            self.highest = count + 1;
+        } else if count == self.highest {
+            self.highest = count + 1;
+        } else {
+            self.losses.remove(&count);
+        }
+        self.contiguous = self.losses.keys().next().copied().unwrap_or(self.highest);
+        gap
+    }
+
+    /// Copies in-order bytes into `out`; 0 when none are ready.
+    pub(crate) fn read(&mut self, out: &mut [u8]) -> usize {
+        let mut n = 0;
+        while n < out.len() && self.base < self.contiguous {
+            let slot = (self.base % self.capacity()) as usize;
+            let packet = &self.slots[slot][self.read_offset..];
+            let take = packet.len().min(out.len() - n);
+            out[n..n + take].copy_from_slice(&packet[..take]);
+            n += take;
+            self.read_offset += take;
+            if self.read_offset == self.slots[slot].len() {
+                self.filled[slot] = false;
+                self.read_offset = 0;
+                self.base += 1;
+            }
+        }
+        self.delivered_bytes += n as u64;
+        n
+    }
+
+    /// Whether bytes are waiting for the application.
+    pub(crate) fn readable(&self) -> bool {
+        self.base < self.contiguous
+    }
+
+    /// Whether packets are missing below the highest one received.
+    pub(crate) fn has_gaps(&self) -> bool {
+        !self.losses.is_empty()
+    }
+
+    /// A light ACK once 64 packets more arrived since the last ACK.
+    pub(crate) fn light_ack_due(&mut self) -> Option<u64> {
+        if self.since_ack >= LIGHT_ACK_EVERY * self.light_acks
+            && self.contiguous > self.last_ack_acked
+        {
+            self.light_acks += 1;
+            return Some(self.contiguous);
+        }
+        None
+    }
+
+    /// The full ACK the SYN timer sends, if one is owed (libudt's rules).
+    pub(crate) fn full_ack(&mut self, now: Instant, rtt: u32, rtt_var: u32) -> Option<(u64, Ack)> {
+        self.since_ack = 0;
+        self.light_acks = 1;
+        let ack = self.contiguous;
+        // libudt says nothing while the ACK point is stuck behind a hole (the sender
+        // confirmed it already); ferry repeats its ACK once per round trip, so a sender
+        // busy resending never mistakes the silence for a dead peer and resends everything.
+        let wait = Duration::from_micros(u64::from(rtt) + 4 * u64::from(rtt_var));
+        let waited = self
+            .last_full_ack
+            .is_none_or(|t| now.duration_since(t) >= wait);
+        if ack == self.last_ack && !waited {
+            return None;
+        }
+        if ack < self.last_ack_acked || (ack == self.last_ack_acked && (!waited || ack == 0)) {
+            return None;
+        }
+        self.last_ack = ack;
+        self.ack_number = (self.ack_number + 1) & crate::seq::MAX_SEQ;
+        if self.ack_number == 0 {
+            self.ack_number = 1;
+        }
+        let with_rates = self
+            .last_full_ack
+            .is_none_or(|t| now.duration_since(t) > crate::conn::SYN);
+        let info = AckInfo {
+            rtt,
+            rtt_var,
+            available: self.available(rtt),
+            receive_rate: with_rates.then(|| self.arrivals.receive_rate()),
+            bandwidth: with_rates.then(|| self.arrivals.bandwidth()),
+        };
+        if with_rates {
+            self.last_full_ack = Some(now);
+        }
+        if self.acks.len() == ACK_HISTORY {
+            self.acks.pop_front();
+        }
+        self.acks.push_back((self.ack_number, ack, now));
+        Some((
+            ack,
+            Ack {
+                number: self.ack_number,
+                ack: 0,
+                full: Some(info),
+            },
+        ))
+    }
+
+    /// An ACK2 for ACK `number`: the RTT it took, in microseconds.
+    pub(crate) fn ack2(&mut self, now: Instant, number: u32) -> Option<u32> {
+        let at = self.acks.iter().position(|&(n, _, _)| n == number)?;
+        let (_, ack, sent) = self.acks[at];
+        self.acks.drain(..=at);
+        self.last_ack_acked = self.last_ack_acked.max(ack);
+        u32::try_from(now.duration_since(sent).as_micros())
+            .ok()
+            .filter(|&rtt| rtt > 0)
+    }
+
+    /// Losses not reported within `interval`, as NAK words (ranges flagged), at most `limit`.
+    pub(crate) fn overdue_losses(
+        &mut self,
+        now: Instant,
+        interval: Duration,
+        limit: usize,
+    ) -> Vec<u64> {
+        let mut due = Vec::new();
+        for (&count, last) in self.losses.iter_mut() {
+            if due.len() >= limit {
+                break;
+            }
+            if last.is_none_or(|t| now.duration_since(t) >= interval) {
+                *last = Some(now);
+                due.push(count);
+            }
+        }
+        due
+    }
+
+    /// Packets missing now.
+    pub(crate) fn loss_count(&self) -> usize {
+        self.losses.len()
+    }
+}

@@ -1,0 +1,164 @@
+//! The sending half: bytes packed into packets, kept until acknowledged, resent from the loss
+//! list first, paced by the controller.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::time::Instant;
+
+/// Packets written and not yet acknowledged.
+#[derive(Debug)]
+pub(crate) struct Sender {
+    /// Packets from `una` on; those from `next` on are not sent yet (the last may still grow).
+    packets: VecDeque<Vec<u8>>,
+    /// When each packet from `una` to `next` last went out.
+    sent_at: VecDeque<Instant>,
+    spare: Vec<Vec<u8>>,
+    payload: usize,
+    limit_packets: usize,
+    /// First packet not acknowledged.
+    pub(crate) una: u64,
+    /// Next new packet to send.
+    pub(crate) next: u64,
+    /// Packets the peer reported lost (or the timer gave up on), to resend first.
+    pub(crate) losses: BTreeSet<u64>,
+    /// Packets the peer can take in flight, from its last ACK.
+    pub(crate) flow_window: u64,
+    /// Bytes acknowledged.
+    pub(crate) acked_bytes: u64,
+}
+
+impl Sender {
+    pub(crate) fn new(payload: usize, buffer_bytes: usize, flow_window: u64) -> Sender {
+        Sender {
+            packets: VecDeque::new(),
+            sent_at: VecDeque::new(),
+            spare: Vec::new(),
+            payload,
+            limit_packets: (buffer_bytes / payload).max(32),
+            una: 0,
+            next: 0,
+            losses: BTreeSet::new(),
+            flow_window,
+            acked_bytes: 0,
+        }
+    }
+
+    /// Takes as many bytes of `data` as the buffer has room for.
+    pub(crate) fn write(&mut self, data: &[u8]) -> usize {
+        let mut taken = 0;
+        while taken < data.len() {
+            let unsent = (self.una + self.packets.len() as u64) > self.next;
+            let last_open = unsent && self.packets.back().is_some_and(|p| p.len() < self.payload);
+            if !last_open {
+                if self.packets.len() >= self.limit_packets {
+                    break;
+                }
+                let fresh = self.spare.pop().unwrap_or_default();
+                self.packets.push_back(fresh);
+            }
+            let Some(packet) = self.packets.back_mut() else {
+                break;
+            };
+            let take = (self.payload - packet.len()).min(data.len() - taken);
+            packet.extend_from_slice(&data[taken..taken + take]);
+            taken += take;
+        }
+        taken
+    }
+
+    /// Whether the buffer has room for more bytes.
+    pub(crate) fn writable(&self) -> bool {
+        self.packets.len() < self.limit_packets
+            || self.packets.back().is_some_and(|p| {
+                p.len() < self.payload && self.una + self.packets.len() as u64 > self.next
+            })
+    }
+
+    /// Packets sent and not acknowledged.
+    pub(crate) fn in_flight(&self) -> u64 {
+        self.next - self.una
+    }
+
+    /// Whether a packet was written and not sent yet.
+    pub(crate) fn has_unsent(&self) -> bool {
+        self.una + (self.packets.len() as u64) > self.next
+    }
+
+    /// Whether everything written was acknowledged.
+    pub(crate) fn all_acked(&self) -> bool {
+        self.packets.is_empty()
+    }
+
+    /// The bytes of packet `count`, if still held.
+    pub(crate) fn packet(&self, count: u64) -> Option<&[u8]> {
+        let index = count.checked_sub(self.una)?;
+        self.packets
+            .get(usize::try_from(index).ok()?)
+            .map(Vec::as_slice)
+    }
+
+    /// Everything before `ack` arrived: frees it. Returns packets newly acknowledged.
+    pub(crate) fn acknowledge(&mut self, ack: u64) -> u64 {
+        if ack <= self.una || ack > self.next {
+            return 0;
+        }
+        let count = ack - self.una;
+        for _ in 0..count {
+            self.sent_at.pop_front();
+            if let Some(mut p) = self.packets.pop_front() {
+                self.acked_bytes += p.len() as u64;
+                p.clear();
+                if self.spare.len() < 1024 {
+                    self.spare.push(p);
+                }
+            }
+        }
+        self.una = ack;
+        self.losses = self.losses.split_off(&ack);
+        count
+    }
+
+    /// The next packet to send: a lost one first, else a new one within `window` packets in
+    /// flight. Returns its count and whether it is resent.
+    pub(crate) fn next_to_send(&mut self, now: Instant, window: u64) -> Option<(u64, bool)> {
+        while let Some(lost) = self.losses.pop_first() {
+            if lost >= self.una && lost < self.next {
+                if let Some(at) = self.sent_at.get_mut((lost - self.una) as usize) {
+                    *at = now;
+                }
+                return Some((lost, true));
+            }
+        }
+        if self.has_unsent() && self.in_flight() < window.min(self.flow_window) {
+            let count = self.next;
+            self.next += 1;
+            self.sent_at.push_back(now);
+            return Some((count, false));
+        }
+        None
+    }
+
+    /// Marks lost every outstanding packet last sent before `before`: the timer's guess,
+    /// which spares packets that have not had a round trip's time yet.
+    pub(crate) fn lose_older_than(&mut self, before: Instant) {
+        for (i, &at) in self.sent_at.iter().enumerate() {
+            if at < before {
+                self.losses.insert(self.una + i as u64);
+            }
+        }
+    }
+
+    /// Marks `[from, to]` lost (clipped to what is outstanding). Returns how many are new.
+    pub(crate) fn lose(&mut self, from: u64, to: u64) -> u64 {
+        let from = from.max(self.una);
+        let to = to.min(self.next.saturating_sub(1));
+        let mut new = 0;
+        let mut c = from;
+        while c <= to && self.next > 0 {
+            if self.losses.insert(c) {
+                new += 1;
+            }
+            c += 1;
+        }
+        new
+    }
+}

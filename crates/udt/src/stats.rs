@@ -1,0 +1,110 @@
+//! The receiver's rate estimates, as libudt computes them for its ACKs (window.cpp): the
+//! arrival rate from the median-filtered gaps of the last 16 packets, and the link capacity
+//! from the gaps of the last 64 packet pairs (each packet numbered 0 mod 16 and its successor
+//! leave the sender back to back).
+
+use std::time::Instant;
+
+const ARRIVALS: usize = 16;
+const PAIRS: usize = 64;
+
+/// Arrival-time windows.
+#[derive(Debug, Clone)]
+pub(crate) struct ArrivalWindow {
+    gaps: [u32; ARRIVALS],
+    gap_at: usize,
+    last: Instant,
+    pairs: [u32; PAIRS],
+    pair_at: usize,
+    probe: Option<Instant>,
+}
+
+fn micros(from: Instant, to: Instant) -> u32 {
+    u32::try_from(to.saturating_duration_since(from).as_micros()).unwrap_or(u32::MAX)
+}
+
+impl ArrivalWindow {
+    pub(crate) fn new(now: Instant) -> ArrivalWindow {
+        ArrivalWindow {
+            gaps: [1_000_000; ARRIVALS],
+            gap_at: 0,
+            last: now,
+            pairs: [1_000; PAIRS],
+            pair_at: 0,
+            probe: None,
+        }
+    }
+
+    /// A data packet numbered `seq` arrived.
+    pub(crate) fn arrived(&mut self, now: Instant, seq: u32) {
+        self.gaps[self.gap_at] = micros(self.last, now);
+        self.gap_at = (self.gap_at + 1) % ARRIVALS;
+        self.last = now;
+        match seq & 0xF {
+            0 => self.probe = Some(now),
+            1 => {
+                if let Some(first) = self.probe.take() {
+                    self.pairs[self.pair_at] = micros(first, now);
+                    self.pair_at = (self.pair_at + 1) % PAIRS;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Packets per second arriving, or 0 when too few gaps agree.
+    pub(crate) fn receive_rate(&self) -> u32 {
+        let median = median(&self.gaps);
+        let (upper, lower) = (median.saturating_mul(8), median / 8);
+        let (count, sum) = self
+            .gaps
+            .iter()
+            .filter(|&&g| g < upper && g > lower)
+            .fold((0u64, 0u64), |(c, s), &g| (c + 1, s + u64::from(g)));
+        if count > (ARRIVALS / 2) as u64 && sum > 0 {
+            (1_000_000.0 / (sum as f64 / count as f64)).ceil() as u32
+        } else {
+            0
+        }
+    }
+
+    /// Link capacity in packets per second from packet pairs.
+    pub(crate) fn bandwidth(&self) -> u32 {
+        let median = median(&self.pairs);
+        let (upper, lower) = (median.saturating_mul(8), median / 8);
+        let (count, sum) = self
+            .pairs
+            .iter()
+            .filter(|&&g| g < upper && g > lower)
+            .fold((1u64, u64::from(median)), |(c, s), &g| {
+                (c + 1, s + u64::from(g))
+            });
+        if sum == 0 {
+            return 0;
+        }
+        (1_000_000.0 / (sum as f64 / count as f64)).ceil() as u32
+    }
+}
+
+fn median<const N: usize>(values: &[u32; N]) -> u32 {
+    let mut copy = *values;
+    let (_, m, _) = copy.select_nth_unstable(N / 2);
+    *m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn steady_arrivals_give_their_rate() {
+        let t0 = Instant::now();
+        let mut w = ArrivalWindow::new(t0);
+        for i in 1..=2_000u32 {
+            w.arrived(t0 + Duration::from_micros(u64::from(i) * 100), i);
+        }
+        assert_eq!(w.receive_rate(), 10_000);
+        assert_eq!(w.bandwidth(), 10_000);
+    }
+}
