@@ -7,6 +7,7 @@
 
 mod quic;
 mod tcp;
+mod udt;
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -75,7 +76,7 @@ impl Transports {
     /// Every transport of this build: the one place a transport is registered.
     pub fn standard() -> Transports {
         Transports {
-            transports: vec![Arc::new(tcp::Tcp), Arc::new(quic::Quic)],
+            transports: vec![Arc::new(tcp::Tcp), Arc::new(quic::Quic), Arc::new(udt::Udt)],
         }
     }
 
@@ -152,11 +153,12 @@ mod tests {
         let stack = |s: &str| StackSpec::parse(s).unwrap();
         assert_eq!(t.transport_of(&stack("tcp")).unwrap().0.name(), "tcp");
         assert_eq!(t.transport_of(&stack("tcp,gsi")).unwrap().0.name(), "tcp");
-        assert!(t.has_driver("gsi") && t.has_driver("tcp") && !t.has_driver("udt"));
+        assert!(t.has_driver("gsi") && t.has_driver("tcp") && !t.has_driver("rate"));
         assert_eq!(t.transport_of(&stack("quic,gsi")).unwrap().0.name(), "quic");
+        assert_eq!(t.transport_of(&stack("udt,gsi")).unwrap().0.name(), "udt");
         assert!(matches!(
-            t.transport_of(&stack("udt,gsi")),
-            Err(NetError::DriverNotAllowed(n)) if n == "udt"
+            t.transport_of(&stack("rate,gsi")),
+            Err(NetError::DriverNotAllowed(n)) if n == "rate"
         ));
         assert!(matches!(
             t.transport_of(&stack("gsi,tcp")),

@@ -1,0 +1,113 @@
+//! A `udt:` stack entry's options: Globus' UDT driver's keys, and ferry's `cc`.
+
+use std::time::Duration;
+
+use ferry_udt::cc::Controller;
+use ferry_udt::Config;
+
+use crate::NetError;
+
+/// A `udt:` stack entry's options.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(super) struct Options {
+    pub(super) mss: Option<u32>,
+    pub(super) flight_flag: Option<u32>,
+    /// UDP socket buffers (Globus' `sndbuf`/`rcvbuf` set these, not libudt's own).
+    pub(super) send_buffer: Option<u32>,
+    pub(super) recv_buffer: Option<u32>,
+    pub(super) controller: Controller,
+}
+
+/// Keys Globus' driver takes that mean nothing here: blocking and timeouts are the DTP's,
+/// linger is always on, ports come from PASV/PORT.
+const IGNORED: [&str; 6] = [
+    "sndsyn",
+    "rcvsyn",
+    "linger",
+    "sndtimeo",
+    "rcvtimeo",
+    "reuseaddr",
+];
+
+impl Options {
+    pub(super) fn parse(options: &str) -> Result<Options, NetError> {
+        let bad = |why: String| NetError::DriverOptions {
+            driver: "udt".into(),
+            why,
+        };
+        let number = |key: &str, v: &str, lo: u32, hi: u32| -> Result<u32, NetError> {
+            let n: u32 = v
+                .parse()
+                .map_err(|_| bad(format!("{key} must be a number, got {v:?}")))?;
+            if !(lo..=hi).contains(&n) {
+                return Err(bad(format!("{key}={n} is outside {lo} to {hi}")));
+            }
+            Ok(n)
+        };
+        let mut o = Options::default();
+        for pair in options.split(';').filter(|p| !p.is_empty()) {
+            let Some((key, value)) = pair.split_once('=') else {
+                return Err(bad(format!("{pair:?} is not key=value")));
+            };
+            match key {
+                "mss" => o.mss = Some(number(key, value, 128, 65_535)?),
+                "fc" => o.flight_flag = Some(number(key, value, 32, 1 << 24)?),
+                "sndbuf" => o.send_buffer = Some(number(key, value, 1500, 1 << 30)?),
+                "rcvbuf" => o.recv_buffer = Some(number(key, value, 1500, 1 << 30)?),
+                "cc" => {
+                    o.controller = Controller::parse(value).ok_or_else(|| {
+                        bad(format!("unknown congestion control {value:?} (bbr or udt)"))
+                    })?
+                }
+                "rendezvous" if matches!(value, "0" | "false" | "no") => {}
+                "rendezvous" => return Err(bad("rendezvous connections are not offered".into())),
+                "port" => {
+                    number(key, value, 0, 65_535)?;
+                }
+                k if IGNORED.contains(&k) => {}
+                _ => {
+                    return Err(bad(format!(
+                        "unknown option {key:?} (the udt driver takes mss, fc, sndbuf, rcvbuf and cc=bbr|udt)"
+                    )))
+                }
+            }
+        }
+        Ok(o)
+    }
+
+    /// The connection settings these options ask for.
+    pub(super) fn config(&self) -> Config {
+        let mut c = Config {
+            controller: self.controller,
+            silence: Duration::from_secs(30),
+            ..Config::default()
+        };
+        if let Some(mss) = self.mss {
+            c.mss = mss;
+        }
+        if let Some(fc) = self.flight_flag {
+            c.flight_flag = fc;
+        }
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globus_keys_parse_and_unknown_ones_are_named() {
+        let o = Options::parse("mss=9000;fc=25600;rcvbuf=10000000;linger=1;cc=udt").unwrap();
+        assert_eq!(o.mss, Some(9000));
+        assert_eq!(o.flight_flag, Some(25_600));
+        assert_eq!(o.recv_buffer, Some(10_000_000));
+        assert_eq!(o.controller, Controller::Udt);
+        assert_eq!(o.config().mss, 9000);
+        let e = Options::parse("window=5").unwrap_err().to_string();
+        assert!(e.contains("\"window\""), "{e}");
+        assert!(Options::parse("mss=12").is_err());
+        assert!(Options::parse("rendezvous=1").is_err());
+        assert!(Options::parse("cc=reno").is_err());
+    }
+}

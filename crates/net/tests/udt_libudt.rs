@@ -1,0 +1,184 @@
+//! ferry's UDT against libudt 4.11 itself (Debian's libudt, the library Globus' UDT driver
+//! links): a small C++ peer built from `crates/udt/tests/peer/udt_peer.cpp` sends and
+//! receives files, ferry takes the other end, each side listening in turn, both of ferry's
+//! controllers sending; the bytes are compared every time.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use ferry_net::{DataConn, SocketTuning, Transports};
+use ferry_proto::stack::StackSpec;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+/// The libudt peer, built once; `None` (with the reason printed) where libudt-dev or g++
+/// is missing. CI installs both (`scripts/install-deps`).
+fn peer_program() -> Option<&'static Path> {
+    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let source =
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../udt/tests/peer/udt_peer.cpp");
+            let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("udt_peer");
+            if !Path::new("/usr/include/udt/udt.h").exists() {
+                eprintln!("skipped: libudt-dev is not installed (apt-get install libudt-dev)");
+                return None;
+            }
+            let built = Command::new("g++")
+                .args(["-O2", "-std=c++11", "-Wall", "-o"])
+                .arg(&out)
+                .arg(&source)
+                .args(["-ludt", "-lpthread"])
+                .status();
+            match built {
+                Ok(s) if s.success() => Some(out),
+                other => {
+                    eprintln!("skipped: could not build the libudt peer ({other:?})");
+                    None
+                }
+            }
+        })
+        .as_deref()
+}
+
+fn data(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 13 + i / 7919) as u8).collect()
+}
+
+fn stack(s: &str) -> StackSpec {
+    StackSpec::parse(s).unwrap()
+}
+
+/// Starts the libudt peer listening; returns it and its port.
+fn peer_listening(program: &Path, role: &str, file: &Path) -> (Child, u16) {
+    let mut child = Command::new(program)
+        .args(["listen", "127.0.0.1", "0", role])
+        .arg(file)
+        .args(["--timeout", "90"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line
+        .trim()
+        .strip_prefix("port ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("the libudt peer said {line:?}"));
+    (child, port)
+}
+
+fn peer_connecting(program: &Path, port: u16, role: &str, file: &Path) -> Child {
+    Command::new(program)
+        .args(["connect", "127.0.0.1", &port.to_string(), role])
+        .arg(file)
+        .args(["--timeout", "90"])
+        .spawn()
+        .unwrap()
+}
+
+fn wait_ok(mut child: Child) {
+    let status = child.wait().unwrap();
+    assert!(status.success(), "the libudt peer failed: {status}");
+}
+
+async fn send(mut conn: DataConn, bytes: &[u8]) {
+    conn.write_all(bytes).await.unwrap();
+    conn.shutdown().await.unwrap();
+}
+
+async fn receive(mut conn: DataConn) -> Vec<u8> {
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(90), conn.read_to_end(&mut got))
+        .await
+        .expect("the transfer hung")
+        .unwrap();
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn libudt_sends_to_ferry_whichever_side_listens() {
+    let Some(program) = peer_program() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("in");
+    let d = data(24 << 20);
+    std::fs::File::create(&file).unwrap().write_all(&d).unwrap();
+    let t = Transports::standard();
+
+    let listener = t
+        .listen(&stack("udt"), LOCAL, None, SocketTuning::default())
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let child = peer_connecting(program, port, "send", &file);
+    let got = receive(listener.accept().await.unwrap()).await;
+    wait_ok(child);
+    assert!(
+        got == d,
+        "ferry listening: {} of {} bytes, or different ones",
+        got.len(),
+        d.len()
+    );
+
+    let (child, port) = peer_listening(program, "send", &file);
+    let conn = t
+        .connect(
+            &stack("udt"),
+            SocketAddr::new(LOCAL, port),
+            SocketTuning::default(),
+        )
+        .await
+        .unwrap();
+    let got = receive(conn).await;
+    wait_ok(child);
+    assert!(
+        got == d,
+        "ferry connecting: {} of {} bytes, or different ones",
+        got.len(),
+        d.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ferry_sends_to_libudt_with_either_controller() {
+    let Some(program) = peer_program() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = data(24 << 20);
+    let t = Transports::standard();
+    for cc in ["bbr", "udt"] {
+        let s = stack(&format!("udt:cc={cc}"));
+        let out = dir.path().join(format!("connected-{cc}"));
+        let (child, port) = peer_listening(program, "recv", &out);
+        let conn = t
+            .connect(&s, SocketAddr::new(LOCAL, port), SocketTuning::default())
+            .await
+            .unwrap();
+        send(conn, &d).await;
+        wait_ok(child);
+        assert!(
+            std::fs::read(&out).unwrap() == d,
+            "{cc}, ferry connecting: bytes differ"
+        );
+
+        let out = dir.path().join(format!("listened-{cc}"));
+        let listener = t.listen(&s, LOCAL, None, SocketTuning::default()).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let child = peer_connecting(program, port, "recv", &out);
+        send(listener.accept().await.unwrap(), &d).await;
+        wait_ok(child);
+        assert!(
+            std::fs::read(&out).unwrap() == d,
+            "{cc}, ferry listening: bytes differ"
+        );
+    }
+}
