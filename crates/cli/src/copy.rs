@@ -46,8 +46,9 @@ pub(crate) struct CopyArgs {
     /// servers), instead of copying with one stream in stream mode after a warning.
     #[arg(long = "require-parallel")]
     require_parallel: bool,
-    /// The data channels' transport: auto, tcp, or quic (UDP; ferry servers whose admin
-    /// allows it in --dc-whitelist), with options as in SITE SETNETSTACK (quic:congestion=cubic).
+    /// The data channels' transport: auto, tcp, udt or quic (both over UDP; udt also with
+    /// Globus servers, quic with ferry servers, each where the admin allows it in
+    /// --dc-whitelist), with options as in SITE SETNETSTACK (udt:cc=udt, quic:congestion=cubic).
     /// auto picks quic for files of 16 MiB or more when the round trip is 20 ms or more, the
     /// sender's TCP is loss-based (cubic, reno) and every server offers quic; else tcp (-v
     /// says which and why). A named transport is used at both ends of every data connection;

@@ -106,6 +106,10 @@ pub(crate) struct ServeArgs {
     /// first names). [default: tcp,gsi]
     #[arg(long, value_name = "DRIVER,...", value_delimiter = ',')]
     dc_whitelist: Vec<String>,
+    /// The data-channel stack of sessions that send no SITE SETNETSTACK (Globus'
+    /// -dc-default), e.g. udt; its drivers must be in --dc-whitelist. [default: tcp]
+    #[arg(long, value_name = "STACK")]
+    dc_default: Option<String>,
     /// Disk-stack drivers clients may choose with SITE SETDISKSTACK (comma-separated).
     /// [default: file]
     #[arg(long, value_name = "DRIVER,...", value_delimiter = ',')]
@@ -236,6 +240,9 @@ impl ServeArgs {
         }
         if !self.dc_whitelist.is_empty() {
             c.dc_whitelist = self.dc_whitelist;
+        }
+        if self.dc_default.is_some() {
+            c.dc_default = self.dc_default;
         }
         if !self.fs_whitelist.is_empty() {
             c.fs_whitelist = self.fs_whitelist;

@@ -43,6 +43,7 @@ struct Raw {
     source_subject: Option<String>,
     dest_subject: Option<String>,
     dcstack: Option<String>,
+    udt: bool,
     multicast: Option<String>,
     unsupported: Vec<String>,
     urls: Vec<String>,
@@ -124,6 +125,7 @@ fn parse(args: &[String]) -> Result<Raw, String> {
             "-ss" | "-source-subject" => raw.source_subject = Some(value(a)?),
             "-ds" | "-dest-subject" => raw.dest_subject = Some(value(a)?),
             "-dcstack" | "-data-channel-stack" => raw.dcstack = Some(value(a)?),
+            "-udt" | "-u" => raw.udt = true,
             "-MC" | "-multicast" => raw.multicast = Some(value(a)?),
             f if UNSUPPORTED_WITH_VALUE.contains(&f) => {
                 value(f)?;
@@ -158,8 +160,16 @@ fn size(v: &Option<String>, name: &str) -> Result<Option<u64>, String> {
 /// `-dcstack STACK`: the data channels' net stack (`quic`, `quic,gsi`), checked against this
 /// build's transports. As globus-url-copy, it is sent only to gsiftp:// servers: with other
 /// remote URLs it is ignored, and said so.
+///
+/// `-udt` is `-dcstack udt` (the gsi layer goes above it when DCAU is on) and, as in
+/// globus-url-copy, only when DCAU is on: with `-nodcau` it is ignored, and said so.
 fn dcstack(raw: &Raw) -> Result<Option<String>, String> {
-    let Some(text) = &raw.dcstack else {
+    let udt = raw.udt && raw.dcstack.is_none();
+    if udt && raw.nodcau {
+        eprintln!("ferry url-copy: -udt ignored: as in globus-url-copy, it needs data channel authentication (drop -nodcau, or use -dcstack udt)");
+        return Ok(None);
+    }
+    let Some(text) = raw.dcstack.as_deref().or(udt.then_some("udt")) else {
         return Ok(None);
     };
     let stack = ferry_proto::stack::StackSpec::parse(text).map_err(|e| format!("-dcstack: {e}"))?;
@@ -177,7 +187,12 @@ fn dcstack(raw: &Raw) -> Result<Option<String>, String> {
         .filter(|u| u.contains("://") && !u.starts_with("file:"))
         .collect();
     if remote.is_empty() || !remote.iter().all(|u| u.starts_with("gsiftp://")) {
-        eprintln!("ferry url-copy: -dcstack {text} ignored: as in globus-url-copy, it applies to gsiftp:// URLs only (ferry copy --transport takes any)");
+        let flag = if udt {
+            "-udt".to_string()
+        } else {
+            format!("-dcstack {text}")
+        };
+        eprintln!("ferry url-copy: {flag} ignored: as in globus-url-copy, it applies to gsiftp:// URLs only (ferry copy --transport takes any)");
         return Ok(None);
     }
     Ok(Some(stack.to_string()))
@@ -383,7 +398,8 @@ usage: ferry url-copy [options] SOURCE_URL DEST_URL
 
   -p N, -parallel N          parallel streams (default: chosen by file size)
   -tcp-bs SIZE               TCP buffer size (e.g. 8M)
-  -dcstack STACK             data channel stack on gsiftp:// servers (quic, quic,gsi)
+  -dcstack STACK             data channel stack on gsiftp:// servers (udt, quic, quic,gsi)
+  -udt, -u                   data channels over UDT on gsiftp:// servers (with DCAU, as Globus)
   -bs SIZE                   MODE E block size
   -off N, -len N             partial transfer
   -r, -cd                    recursive; create destination directories
@@ -491,8 +507,22 @@ mod tests {
         );
         // As globus-url-copy: not sent to ftp:// servers.
         assert_eq!(transport("-dcstack quic ftp://h/a /tmp/b").unwrap(), None);
-        let e = transport("-dcstack udt,gsi gsiftp://h/a /tmp/b").unwrap_err();
-        assert!(e.contains("udt driver not available"), "{e}");
+        assert_eq!(
+            transport("-dcstack udt,gsi gsiftp://h/a /tmp/b").unwrap(),
+            Some("udt,gsi".into())
+        );
+        assert_eq!(
+            transport("-udt gsiftp://h/a /tmp/b").unwrap(),
+            Some("udt".into())
+        );
+        assert_eq!(
+            transport("-u gsiftp://h/a gsiftp://g/b").unwrap(),
+            Some("udt".into())
+        );
+        assert_eq!(transport("-udt ftp://h/a /tmp/b").unwrap(), None);
+        assert_eq!(transport("-udt -nodcau gsiftp://h/a /tmp/b").unwrap(), None);
+        let e = transport("-dcstack rate,gsi gsiftp://h/a /tmp/b").unwrap_err();
+        assert!(e.contains("rate driver not available"), "{e}");
     }
 
     #[test]

@@ -103,7 +103,7 @@ fn site() -> Option<Site> {
     let (server, port) = serve_gsi(
         &ca,
         &root,
-        &["--dc-whitelist", "tcp,quic,gsi"],
+        &["--dc-whitelist", "tcp,quic,udt,gsi"],
         &dir.path().join("transfers.log"),
     );
     let site = Site { dir, port, server };
@@ -1397,4 +1397,206 @@ fn a_forward_without_a_delegated_proxy_is_refused_not_made_as_the_server() {
     );
     let _ = b.kill();
     let _ = b.wait();
+}
+
+/// The transfer log's lines for paths starting with `prefix`.
+fn logged(log: &Path, prefix: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &serde_json::Value| v["path"].as_str().unwrap_or("").starts_with(prefix))
+        .collect()
+}
+
+/// globus-url-copy `-udt` (Globus' own UDT driver over Debian's libudt) gets from and puts to
+/// a ferry server with DCAU and with privacy: `SITE SETNETSTACK udt,gsi`, then ferry's UDT
+/// under the GSI layer. Stream mode both ways, and MODE E with four streams for the put, where
+/// globus-url-copy connects. (A MODE E get makes globus-url-copy accept the connections,
+/// which its UDT driver never completes: `-udt -p N` hangs against Globus' own server too.)
+#[test]
+fn globus_url_copy_udt_gets_and_puts_with_a_ferry_server() {
+    let Some(site) = site() else { return };
+    let proxy = proxy(&site, "Mapped User");
+    let data = pattern(12 << 20, 61);
+    std::fs::write(site.root().join("u-src.bin"), &data).unwrap();
+    let local = site.dir.path().join("u-local.bin");
+    std::fs::write(&local, &data).unwrap();
+    let url = |name: &str| format!("gsiftp://localhost:{}/{name}", site.port);
+    let file = |p: &Path| format!("file://{}", p.display());
+    let mut runs = 0;
+    for level in ["", "-dcpriv"] {
+        let tag = level.trim_start_matches('-');
+        let got = site.dir.path().join(format!("u-got-{tag}.bin"));
+        let mut get = vec!["-udt"];
+        get.extend((!level.is_empty()).then_some(level));
+        let (from, to) = (url("u-src.bin"), file(&got));
+        get.extend([from.as_str(), to.as_str()]);
+        ok(
+            &guc(&site, &proxy, &get),
+            &format!("globus-url-copy -udt get {level}"),
+        );
+        assert!(
+            std::fs::read(&got).unwrap() == data,
+            "get {level}: bytes differ"
+        );
+        for p in ["1", "4"] {
+            let name = format!("u-put-{tag}-{p}.bin");
+            let mut put = vec!["-udt"];
+            put.extend((!level.is_empty()).then_some(level));
+            if p == "4" {
+                put.extend(["-p", "4"]);
+            }
+            let (from, to) = (file(&local), url(&name));
+            put.extend([from.as_str(), to.as_str()]);
+            ok(
+                &guc(&site, &proxy, &put),
+                &format!("globus-url-copy -udt put {level} -p {p}"),
+            );
+            assert!(
+                std::fs::read(site.root().join(&name)).unwrap() == data,
+                "put {level} -p {p}: bytes differ"
+            );
+        }
+        runs += 3;
+    }
+    let lines = logged(&site.dir.path().join("transfers.log"), "/u-");
+    assert_eq!(lines.len(), runs, "{lines:?}");
+    for l in &lines {
+        assert_eq!(l["transport"], "udt", "{l}");
+        assert_eq!(l["result"], "ok", "{l}");
+    }
+    assert!(
+        lines.iter().any(|l| l["mode"] == "E" && l["streams"] == 4),
+        "{lines:?}"
+    );
+}
+
+/// `ferry copy --transport udt` against Debian's globus-gridftp-server with udt whitelisted,
+/// getting and putting, one and four streams, with DCAU and with privacy.
+#[test]
+fn ferry_copy_over_udt_with_globus_gridftp_server() {
+    let Some(site) = site() else { return };
+    let Some(globus) = globus_gsi_with(&site, "globus-udt", &["-dc-whitelist", "udt,gsi,tcp"])
+    else {
+        return;
+    };
+    let proxy = proxy(&site, "Mapped User");
+    let data = pattern(12 << 20, 67);
+    let src = globus.root.join("src.bin");
+    std::fs::write(&src, &data).unwrap();
+    readable_by_all(&src);
+    for level in ["--dcsafe", "--dcpriv"] {
+        for p in ["1", "4"] {
+            let tag = format!("{}{p}", level.trim_start_matches('-'));
+            let got = site.dir.path().join(format!("gu-{tag}.bin"));
+            let url = format!("gsiftp://localhost:{}{}", globus.port, src.display());
+            let args = [
+                level,
+                "--transport",
+                "udt",
+                "-p",
+                p,
+                &url,
+                got.to_str().unwrap(),
+            ];
+            ok(&ferry_copy(&site, &proxy, &args), &format!("udt get {tag}"));
+            assert!(
+                std::fs::read(&got).unwrap() == data,
+                "udt get {tag}: bytes differ"
+            );
+
+            let put = globus.root.join(format!("put-{tag}.bin"));
+            let url = format!("gsiftp://localhost:{}{}", globus.port, put.display());
+            let args = [
+                level,
+                "--transport",
+                "udt",
+                "-p",
+                p,
+                got.to_str().unwrap(),
+                &url,
+            ];
+            ok(&ferry_copy(&site, &proxy, &args), &format!("udt put {tag}"));
+            assert!(
+                std::fs::read(&put).unwrap() == data,
+                "udt put {tag}: bytes differ"
+            );
+        }
+    }
+}
+
+/// Servers whose admins made UDT the default (`-dc-default udt,gsi` on Globus, which with `udt`
+/// alone runs no GSI on its data channels whatever DCAU says; `--dc-default udt` on ferry, which
+/// always applies DCAU). From Globus to ferry a client that names no transport gets UDT, in MODE E with
+/// two streams (Globus connects). From ferry to Globus the client says `--transport udt`, and
+/// so knows to copy in stream mode with Globus connecting: Globus never completes a MODE E
+/// connection it accepts over UDT with GSI.
+#[test]
+fn third_party_udt_between_ferry_and_globus_servers_defaulting_to_udt() {
+    let Some(site) = site() else { return };
+    let Some(globus) = globus_gsi_with(
+        &site,
+        "globus-udt-default",
+        &["-dc-whitelist", "udt,gsi,tcp", "-dc-default", "udt,gsi"],
+    ) else {
+        return;
+    };
+    let root = site.dir.path().join("ferry-udt-default");
+    std::fs::create_dir_all(&root).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let log = site.dir.path().join("udt-default.log");
+    let (mut server, port) = serve_gsi(
+        &site.ca(),
+        &root,
+        &["--dc-whitelist", "tcp,udt,gsi", "--dc-default", "udt"],
+        &log,
+    );
+    let proxy = proxy(&site, "Mapped User");
+    let data = pattern(10 << 20, 71);
+    let at_globus = globus.root.join("at-globus.bin");
+    std::fs::write(&at_globus, &data).unwrap();
+    readable_by_all(&at_globus);
+    let out = ferry_copy(
+        &site,
+        &proxy,
+        &[
+            "-p",
+            "2",
+            &format!("gsiftp://localhost:{}{}", globus.port, at_globus.display()),
+            &format!("gsiftp://localhost:{port}/from-globus.bin"),
+        ],
+    );
+    ok(&out, "third party Globus to ferry");
+    assert!(
+        std::fs::read(root.join("from-globus.bin")).unwrap() == data,
+        "Globus to ferry: bytes differ"
+    );
+    let to_globus = globus.root.join("from-ferry.bin");
+    let out = ferry_copy(
+        &site,
+        &proxy,
+        &[
+            "--transport",
+            "udt",
+            &format!("gsiftp://localhost:{port}/from-globus.bin"),
+            &format!("gsiftp://localhost:{}{}", globus.port, to_globus.display()),
+        ],
+    );
+    ok(&out, "third party ferry to Globus");
+    assert!(
+        std::fs::read(&to_globus).unwrap() == data,
+        "ferry to Globus: bytes differ"
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+    let lines = logged(&log, "/from-");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for l in &lines {
+        assert_eq!(l["transport"], "udt", "{l}");
+        assert_eq!(l["result"], "ok", "{l}");
+    }
 }

@@ -257,6 +257,24 @@ impl RemoteSession {
         Ok(offered)
     }
 
+    /// Whether a MODE E data connection this server accepts would hang: UDT with the GSI
+    /// layer to a server that does not say it takes them (Globus' UDT driver; see
+    /// [`ferry_proto::stack::UDT_PARALLEL_FEATURE`]).
+    pub(crate) fn udt_accept_hangs(&self) -> bool {
+        self.data_stack.bottom() == "udt"
+            && self.data_stack.has(ferry_net::GSI_LAYER)
+            && !self.has_feature(ferry_proto::stack::UDT_PARALLEL_FEATURE)
+    }
+
+    /// Stream mode (MODE S) for the next transfer, from MODE E if the session was in it.
+    pub(crate) async fn stream_mode(&mut self) -> Result<(), ClientError> {
+        if self.mode == TransferMode::Extended {
+            self.expect_ok(&Command::Mode(TransferMode::Stream)).await?;
+            self.mode = TransferMode::Stream;
+        }
+        Ok(())
+    }
+
     /// TYPE I, and MODE E when the server offers it: the mode this session's transfers use.
     pub(crate) async fn binary(&mut self) -> Result<TransferMode, ClientError> {
         self.binary_type().await?;
@@ -413,8 +431,10 @@ impl RemoteSession {
             };
         }
         let want = match req.explicit_transport() {
-            Some(t) => StackSpec::parse(t)
-                .map_err(|e| ClientError::Usage(format!("transport {t:?}: {e}")))?,
+            Some(t) => self.with_gsi_layer(
+                StackSpec::parse(t)
+                    .map_err(|e| ClientError::Usage(format!("transport {t:?}: {e}")))?,
+            ),
             None => StackSpec::default_net(),
         };
         if self.data_stack == want {
@@ -445,6 +465,24 @@ impl RemoteSession {
             r.code,
             r.text().trim().replace('\n', " / ")
         )))
+    }
+
+    /// `stack` with the `gsi` layer right above its transport when DCAU is on and the
+    /// transport is a plain byte stream, as globus-url-copy writes it (`udt` → `udt,gsi`): a
+    /// Globus server reads a stack without it as "no GSI on the data channel", whatever DCAU
+    /// says.
+    fn with_gsi_layer(&self, mut stack: StackSpec) -> StackSpec {
+        let plain = ferry_net::Transports::standard()
+            .transport_of(&stack)
+            .is_ok_and(|(t, _)| !t.secures_itself());
+        let dcau = !matches!(self.channel_security.dcau, Dcau::None);
+        if dcau && plain && !stack.has(ferry_net::GSI_LAYER) && !stack.drivers.is_empty() {
+            stack.drivers.insert(
+                1,
+                ferry_proto::stack::DriverSpec::named(ferry_net::GSI_LAYER),
+            );
+        }
+        stack
     }
 
     /// Whether the server takes `stack` for its data channels (`SITE SETNETSTACK`): `Err`

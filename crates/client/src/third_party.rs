@@ -30,6 +30,9 @@ pub async fn third_party(
     src.transport(req).await?;
     dst.transport(req).await?;
     dst.set_disk_stack(req.disk_stack.as_deref()).await?;
+    if dst.udt_accept_hangs() {
+        return third_party_stream(src, src_path, dst, dst_path, req, on_progress).await;
+    }
     src.binary_extended().await?;
     dst.binary_extended().await?;
     src.sender_parallelism(req.parallelism.max(1)).await?;
@@ -52,6 +55,52 @@ pub async fn third_party(
         src.reset_data();
         dst.reset_data();
     }
+    result
+}
+
+/// A third-party copy in stream mode, one stream, the source listening: for a destination
+/// that would hang accepting a MODE E connection over UDT with GSI (Globus' UDT driver, see
+/// [`ferry_proto::stack::UDT_PARALLEL_FEATURE`]); it completes one it makes itself.
+async fn third_party_stream(
+    src: &mut RemoteSession,
+    src_path: &str,
+    dst: &mut RemoteSession,
+    dst_path: &str,
+    req: &FileRequest,
+    on_progress: &mut (dyn FnMut(Progress) + Send),
+) -> Result<TransferOutcome, ClientError> {
+    if req.is_partial() {
+        return Err(ClientError::Unsupported(format!(
+            "{} takes UDT data connections with GSI only in stream mode, which cannot copy part of a file",
+            dst.server().authority()
+        )));
+    }
+    tracing::warn!(
+        server = %dst.server().authority(),
+        "a Globus server never completes a MODE E data connection it accepts over UDT with GSI: stream mode, one stream, the source listening"
+    );
+    for s in [&mut *src, &mut *dst] {
+        s.binary_type().await?;
+        s.stream_mode().await?;
+        s.reset_data();
+    }
+    let result = async {
+        let addr = src.server_listen().await?;
+        dst.expect_ok(&Command::port_or_eprt(HostPort(addr)))
+            .await?;
+        let store = Command::Stor(dst_path.into());
+        let retrieve = Command::Retr(src_path.into());
+        dst.ctl.send(&store).await?;
+        if let Err(e) = src.ctl.send(&retrieve).await {
+            dst.broken = true;
+            return Err(e);
+        }
+        drive_pair(src, &retrieve, dst, &store, on_progress).await
+    }
+    .await;
+    // A stream-mode connection ends with its file.
+    src.reset_data();
+    dst.reset_data();
     result
 }
 

@@ -155,6 +155,15 @@ impl RemoteSession {
         let req = &*req;
         self.transport(req).await?;
         self.set_disk_stack(req.disk_stack.as_deref()).await?;
+        if self.udt_accept_hangs() {
+            tracing::warn!(
+                server = %self.server().authority(),
+                "a Globus server never completes a MODE E data connection it accepts over UDT with GSI: stream mode, one stream"
+            );
+            self.binary_type().await?;
+            self.stream_mode().await?;
+            return self.put_stream(local, remote, req, on_progress).await;
+        }
         if self.binary().await? == TransferMode::Stream {
             return self.put_stream(local, remote, req, on_progress).await;
         }

@@ -8,6 +8,11 @@
 //! nothing is trimmed or case-folded. The word `default` (in any case) stands for the server's
 //! default stack.
 
+/// The FEAT line of a server that takes MODE E data connections over UDT with the GSI layer
+/// in either role. Globus' UDT driver does not: a Globus server or globus-url-copy that
+/// accepts such a connection never answers its GSI handshake (its own `-udt -p N` hangs the
+/// same way; stream mode works), so clients keep that combination for servers saying this.
+pub const UDT_PARALLEL_FEATURE: &str = "UDT PARALLEL";
 use serde::{Deserialize, Serialize};
 
 /// Why a stack string cannot be used.

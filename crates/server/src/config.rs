@@ -59,6 +59,10 @@ pub struct ServerConfig {
     pub dc_whitelist: Vec<String>,
     /// Disk-stack drivers clients may choose with SITE SETDISKSTACK (Globus' `-fs-whitelist`).
     pub fs_whitelist: Vec<String>,
+    /// The data-channel stack of a session that never sends SITE SETNETSTACK, and of
+    /// `SITE SETNETSTACK default` (Globus' `-dc-default`, e.g. `udt`). Its drivers must be in
+    /// `dc_whitelist`; otherwise it is ignored with a warning and sessions use TCP, as Globus.
+    pub dc_default: Option<String>,
     /// Text of the 220 banner (default names ferry and its version).
     pub banner: Option<String>,
     /// GSI logins: AUTH GSSAPI with the host credential, grid-mapfile authorization.
@@ -143,6 +147,7 @@ impl Default for ServerConfig {
             polling_streams: None,
             dc_whitelist: vec!["tcp".into(), "gsi".into()],
             fs_whitelist: vec!["file".into()],
+            dc_default: None,
             banner: None,
             gsi: false,
             host_cert: None,

@@ -172,6 +172,16 @@ impl Server {
                 ));
             }
         }
+        if let Some(text) = &config.dc_default {
+            match crate::session::pi::stacks::default_net_stack(config, &drivers.transports) {
+                Ok(_) => r
+                    .checked
+                    .push(format!("sessions start on the data-channel stack {text}")),
+                Err(why) => r.warnings.push(format!(
+                    "--dc-default {text} ignored, sessions start on tcp: {why}"
+                )),
+            }
+        }
         for name in &config.fs_whitelist {
             if !drivers.disk_stacks.exists(name) {
                 r.warnings.push(format!(

@@ -42,6 +42,13 @@ pub trait Transport: std::fmt::Debug + Send + Sync {
         }
     }
 
+    /// Whether its own handshake authenticates and encrypts (QUIC's TLS 1.3), so DCAU needs
+    /// no GSI layer above it; a plain byte stream (TCP, UDT) answers false, and clients then
+    /// name the `gsi` layer in the stack they ask for, as globus-url-copy does.
+    fn secures_itself(&self) -> bool {
+        false
+    }
+
     /// Connects to `addr` with `tuning` applied before the handshake.
     fn connect<'a>(
         &'a self,

@@ -81,6 +81,10 @@ impl Transport for Quic {
         Options::parse(options).map(drop)
     }
 
+    fn secures_itself(&self) -> bool {
+        true
+    }
+
     fn connect<'a>(
         &'a self,
         addr: SocketAddr,

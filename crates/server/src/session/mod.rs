@@ -4,7 +4,7 @@
 //! file data.
 
 mod driver;
-mod pi;
+pub(crate) mod pi;
 mod text;
 
 use std::borrow::Cow;

@@ -18,7 +18,7 @@ pub(crate) fn offered_congestion() -> &'static str {
 /// The FEAT reply, modelled on what globus-gridftp-server advertises (clients match lines by
 /// name, so order does not matter). `congestion` lists what `SITE SETNETSTACK
 /// tcp:congestion=NAME` may choose (a ferry extension; empty: the line is left out).
-pub(crate) fn feat(congestion: &str, multicast: bool) -> Reply {
+pub(crate) fn feat(congestion: &str, multicast: bool, udt: bool) -> Reply {
     let cksm: String = ChecksumAlgorithm::all()
         .iter()
         .map(|a| format!("{}:10;", a.name()))
@@ -53,6 +53,9 @@ pub(crate) fn feat(congestion: &str, multicast: bool) -> Reply {
         // ferry's gridftp_multicast takes MODE E from any number of streams; a client tells
         // it from Globus' driver, which corrupts the file unless one stream brings it.
         lines.push(format!(" {}", ferry_proto::multicast::PARALLEL_FEATURE));
+    }
+    if udt {
+        lines.push(format!(" {}", ferry_proto::stack::UDT_PARALLEL_FEATURE));
     }
     lines.push("End.".into());
     Reply::multi(211, lines)

@@ -297,6 +297,34 @@ impl Connection {
         self.stats
     }
 
+    /// Where both halves stand, for logs: packets read, in order, received, missing, and
+    /// packets acknowledged, sent, held, lost.
+    pub fn positions(&self) -> String {
+        let r = self.receiver.as_ref().map_or(String::new(), |r| {
+            format!(
+                "recv read={} in_order={} highest={} missing={}",
+                r.base,
+                r.contiguous,
+                r.highest,
+                r.loss_count()
+            )
+        });
+        let s = self.sender.as_ref().map_or(String::new(), |s| {
+            format!(
+                " send acked={} sent={} lost={} flow={} flushed={}",
+                s.una,
+                s.next,
+                s.losses.len(),
+                s.flow_window,
+                s.all_acked()
+            )
+        });
+        format!(
+            "{r}{s} closing={} peer_closed={}",
+            self.closing, self.peer_closed
+        )
+    }
+
     /// Smoothed RTT in microseconds.
     pub fn rtt_us(&self) -> u32 {
         self.rtt

@@ -167,17 +167,25 @@ impl Receiver {
         self.since_ack = 0;
         self.light_acks = 1;
         let ack = self.contiguous;
-        // libudt says nothing while the ACK point is stuck behind a hole (the sender
-        // confirmed it already); ferry repeats its ACK once per round trip, so a sender
-        // busy resending never mistakes the silence for a dead peer and resends everything.
-        let wait = Duration::from_micros(u64::from(rtt) + 4 * u64::from(rtt_var));
-        let waited = self
-            .last_full_ack
-            .is_none_or(|t| now.duration_since(t) >= wait);
-        if ack == self.last_ack && !waited {
+        // libudt's rules, kept exactly: nothing while the ACK point is stuck behind a hole
+        // the sender already confirmed. A libudt sender only resumes after a stall (a full
+        // flow window) from a NAK or its retransmission timer, and every packet it hears
+        // restarts that timer: an ACK repeated to show liveness would stall it for good.
+        if ack == self.last_ack_acked {
             return None;
         }
-        if ack < self.last_ack_acked || (ack == self.last_ack_acked && (!waited || ack == 0)) {
+        if ack == self.last_ack {
+            let wait = Duration::from_micros(u64::from(rtt) + 4 * u64::from(rtt_var));
+            if self
+                .last_full_ack
+                .is_some_and(|t| now.duration_since(t) < wait)
+            {
+                return None;
+            }
+        } else if ack < self.last_ack {
+            return None;
+        }
+        if ack < self.last_ack_acked {
             return None;
         }
         self.last_ack = ack;

@@ -198,11 +198,11 @@ fn transfer(data: &[u8], path: Path, config: Config, seed: u64, limit: Duration)
                 link.send(now, &mut rng, &buf[..n]);
             }
         }
-        if std::env::var("UDT_TRACE").is_ok() && now.duration_since(t0).as_millis() % 500 == 0 {
+        if std::env::var("UDT_TRACE").is_ok() && now.duration_since(t0).as_micros() % 100_000 < 50 {
             if let (Some(cc), Some(s)) = (client.cc.as_ref(), client.sender.as_ref()) {
                 eprintln!(
-                    "{:?}\nt={:?} period={:.1} window={:.0} in_flight={} flow={} losses={} rtt={} rate={} stats={:?}",
-                    cc, now.duration_since(t0), cc.period_us(), cc.window(), s.in_flight(), s.flow_window,
+                    "{:?}\nt={:?} can_send={} unsent={} wait={:?} period={:.1} window={:.0} in_flight={} flow={} losses={} rtt={} rate={} stats={:?}",
+                    cc, now.duration_since(t0), client.can_send(), s.has_unsent(), client.next_send.saturating_duration_since(now), cc.period_us(), cc.window(), s.in_flight(), s.flow_window,
                     s.losses.len(), client.rtt, client.receive_rate, client.stats
                 );
             }
@@ -280,7 +280,7 @@ fn bbr_keeps_a_randomly_lossy_path_full() {
         queue: 2_000,
         ..Path::clean()
     };
-    let d = data(80_000_000);
+    let d = data(160_000_000);
     let bbr = transfer(&d, path, Config::default(), 3, Duration::from_secs(600));
     assert!(bbr.received == d);
     assert!(

@@ -62,6 +62,15 @@ impl Slot {
     /// The stream is gone: the connection closes gracefully in the background.
     pub(super) fn release(&self, now: Instant) {
         let mut st = self.lock();
+        tracing::debug!(
+            peer = %st.conn.peer(),
+            id = st.conn.local_id(),
+            closed = st.conn.is_closed(),
+            flushed = st.conn.flushed(),
+            readable = st.conn.readable(),
+            stats = ?st.conn.stats(),
+            "UDT stream dropped"
+        );
         st.released_at = Some(now);
         st.conn.close();
     }
@@ -271,6 +280,14 @@ impl Endpoint {
             }
             if st.conn.is_closed() && st.closed_at.is_none() {
                 st.closed_at = Some(now);
+                tracing::debug!(
+                    peer = %st.conn.peer(),
+                    id = st.conn.local_id(),
+                    error = ?st.conn.error(),
+                    stats = ?st.conn.stats(),
+                    rtt_us = st.conn.rtt_us(),
+                    "UDT connection closed"
+                );
             }
             wake(&mut st);
             if let Some(t) = st.conn.poll_timeout() {
@@ -300,6 +317,22 @@ impl Endpoint {
             }
         }
         (next, stalled)
+    }
+
+    /// Every connection's state, at trace level.
+    fn dump(&self) {
+        for (id, slot) in &self.table().conns {
+            let st = slot.lock();
+            tracing::trace!(
+                id,
+                peer = %st.conn.peer(),
+                state = %st.conn.positions(),
+                stats = ?st.conn.stats(),
+                reader_waits = st.read.is_some(),
+                writer_waits = st.write.is_some(),
+                "UDT connection"
+            );
+        }
     }
 
     fn finished(&self) -> bool {
@@ -333,8 +366,15 @@ async fn run(ep: Arc<Endpoint>) {
     let mut datagram = vec![0u8; DATAGRAM];
     let mut out = vec![0u8; DATAGRAM];
     let mut stalled: Option<(Vec<u8>, SocketAddr)> = None;
+    let mut dumped = Instant::now();
     loop {
         let now = Instant::now();
+        if tracing::enabled!(tracing::Level::TRACE)
+            && now.duration_since(dumped) >= Duration::from_secs(1)
+        {
+            dumped = now;
+            ep.dump();
+        }
         for _ in 0..READ_BATCH {
             match ep.socket.try_recv_from(&mut datagram) {
                 Ok((n, from)) => ep.dispatch(now, from, &datagram[..n], &mut out),

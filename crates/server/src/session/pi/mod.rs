@@ -8,7 +8,7 @@ mod data_setup;
 mod files;
 mod login;
 mod settings;
-mod stacks;
+pub(crate) mod stacks;
 #[cfg(test)]
 mod tests;
 mod transfer;
@@ -195,6 +195,7 @@ impl Pi {
             closed: false,
             out: VecDeque::new(),
         };
+        pi.settings.net_stack = pi.default_stack(stacks::StackKind::Net);
         pi.reply(220, banner);
         pi
     }
@@ -303,7 +304,8 @@ impl Pi {
                     .fs_whitelist
                     .iter()
                     .any(|d| d == crate::multicast::NAME);
-                return self.send(super::text::feat(cc, multicast));
+                let udt = self.ctx.config.dc_whitelist.iter().any(|d| d == "udt");
+                return self.send(super::text::feat(cc, multicast, udt));
             }
             Command::Help(topic) => return self.send(super::text::help(topic.as_deref())),
             Command::Noop => return self.reply(200, "NOOP command successful."),

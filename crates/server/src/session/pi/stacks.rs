@@ -19,14 +19,24 @@ pub(super) enum StackKind {
     Disk,
 }
 
-impl StackKind {
-    fn default_stack(self) -> StackSpec {
-        match self {
-            StackKind::Net => StackSpec::default_net(),
-            StackKind::Disk => StackSpec::default_disk(),
-        }
-    }
+/// The net stack of a session that sets none: the admin's `dc_default` when it parses and
+/// every driver is whitelisted and exists, else TCP (the start-up report says why).
+pub(crate) fn default_net_stack(
+    config: &crate::ServerConfig,
+    transports: &ferry_net::Transports,
+) -> Result<StackSpec, String> {
+    let Some(text) = &config.dc_default else {
+        return Ok(StackSpec::default_net());
+    };
+    let stack = StackSpec::parse(text).map_err(|e| e.to_string())?;
+    Whitelist::new(config.dc_whitelist.iter().cloned())
+        .admit(&stack, |name| transports.has_driver(name))
+        .map_err(|e| e.to_string())?;
+    transports.transport_of(&stack).map_err(|e| e.to_string())?;
+    Ok(stack)
+}
 
+impl StackKind {
     /// The first line of Globus' refusal.
     fn what(self) -> &'static str {
         match self {
@@ -37,6 +47,15 @@ impl StackKind {
 }
 
 impl Pi {
+    /// The stack `SITE SETNET/DISKSTACK default` restores, and a refusal leaves.
+    pub(super) fn default_stack(&self, kind: StackKind) -> StackSpec {
+        match kind {
+            StackKind::Net => default_net_stack(&self.ctx.config, &self.ctx.transports)
+                .unwrap_or_else(|_| StackSpec::default_net()),
+            StackKind::Disk => StackSpec::default_disk(),
+        }
+    }
+
     /// The socket tuning of this session's data connections: its buffers (SBUF, SITE
     /// RETRBUFSIZE...), the configured congestion control, and above both what the net stack's
     /// transport options say (`tcp:congestion=bbr`).
@@ -56,7 +75,7 @@ impl Pi {
         match self.admit_stack(arg, kind) {
             Ok(stack) => (stack, Reply::new(250, "OK.")),
             Err(why) => (
-                kind.default_stack(),
+                self.default_stack(kind),
                 Reply::multi(500, vec![kind.what().to_string(), why, "End.".into()]),
             ),
         }
@@ -64,7 +83,7 @@ impl Pi {
 
     fn admit_stack(&self, arg: &str, kind: StackKind) -> Result<StackSpec, String> {
         let stack = match StackChoice::parse(arg).map_err(|e| e.to_string())? {
-            StackChoice::Default => return Ok(kind.default_stack()),
+            StackChoice::Default => return Ok(self.default_stack(kind)),
             StackChoice::Stack(s) => s,
         };
         let config = &self.ctx.config;
