@@ -45,6 +45,8 @@ class Options:
     cksm_size: int = 4 << 30
     quic_paths: tuple = ("loopback", "loopback-gsi", "wan", "wan-long-haul", "wan-lossy", "fairness")
     quic_seconds: int = 20
+    udt_paths: tuple = ("loopback", "loopback-gsi", "wan-long-haul", "wan-lossy", "fairness")
+    udt_seconds: int = 20
     multilink_size: int = 0
     multilink_congestion: tuple = ("cubic",)
 
@@ -122,6 +124,11 @@ def parse_options(argv, scenario_names) -> Options:
                    help=f"quic: which parts to measure (default all: {','.join(quic_parts)})")
     p.add_argument("--quic-seconds", type=int, default=20,
                    help="quic: netlab transfers are sized to last at least this long (default 20)")
+    udt_parts = ("loopback", "loopback-gsi", "wan-long-haul", "wan-lossy", "fairness")
+    p.add_argument("--udt-paths", type=_name_list(udt_parts), default=list(udt_parts),
+                   help=f"udt: which parts to measure (default all: {','.join(udt_parts)})")
+    p.add_argument("--udt-seconds", type=int, default=20,
+                   help="udt: netlab transfers are sized to last at least this long (default 20)")
     p.add_argument("--multilink-size", type=parse_size,
                    help="multilink: the file sent to every destination (default 48M; quick 16M)")
     p.add_argument("--multilink-congestion", type=_name_list(("cubic", "bbr")), default=["cubic"],
@@ -159,6 +166,8 @@ def parse_options(argv, scenario_names) -> Options:
         cksm_size=a.cksm_size if a.cksm_size is not None else parse_size("256M" if q else "4G"),
         quic_paths=tuple(a.quic_paths),
         quic_seconds=a.quic_seconds,
+        udt_paths=tuple(a.udt_paths),
+        udt_seconds=a.udt_seconds,
         multilink_size=a.multilink_size if a.multilink_size is not None else parse_size("16M" if q else "48M"),
         multilink_congestion=tuple(a.multilink_congestion),
     )

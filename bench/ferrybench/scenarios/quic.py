@@ -122,9 +122,9 @@ def _fairness(ctx, result):
     result.raw.extend({"where": "fairness", "quic_mbit_s": q, "tcp_mbit_s": t} for q, t in rows)
 
 
-def _share(lab, tmp):
-    """iperf3 (cubic, 40 s) from b to a; after 10 s, `ferry copy --transport quic` of 1 GiB from b
-    to a; returns both rates over the QUIC transfer's span."""
+def _share(lab, tmp, transport="quic"):
+    """iperf3 (cubic, 40 s) from b to a; after 10 s, `ferry copy --transport T` of 1 GiB from b
+    to a; returns both rates over the ferry transfer's span."""
     import json
     _exec(lab, "b", ["iperf3", "-s", "-D", "-1", "-p", "5201"])
     time.sleep(0.3)
@@ -139,7 +139,7 @@ def _share(lab, tmp):
         time.sleep(10)
         start = time.monotonic() - t0
         size = 1024 * MIB
-        wall = _timed(lab, [FERRY, "copy", "-q", "--transport", "quic", "--length", str(size),
+        wall = _timed(lab, [FERRY, "copy", "-q", "--transport", transport, "--length", str(size),
                             "ftp://10.77.0.2:2811/dev/zero", "/dev/null"], 120)
         end = start + wall
         iperf.wait(timeout=60)
@@ -150,11 +150,11 @@ def _share(lab, tmp):
     with open(report) as f:
         data = json.load(f)
     if end > 39:
-        raise RuntimeError(f"the QUIC transfer outlasted the TCP flow ({wall:.1f} s)")
+        raise RuntimeError(f"the {transport} transfer outlasted the TCP flow ({wall:.1f} s)")
     bits = [i["sum"]["bits_per_second"] for i in data["intervals"]
             if i["sum"]["start"] >= start and i["sum"]["end"] <= end]
     if not bits:
-        raise RuntimeError("no iperf3 interval fell within the QUIC transfer")
+        raise RuntimeError(f"no iperf3 interval fell within the {transport} transfer")
     return size * 8 / wall / 1e6, sum(bits) / len(bits) / 1e6
 
 

@@ -81,14 +81,14 @@ def _start_ferry_gsi(ctx, workdir: str, pki: dict) -> Server:
                                "--cert-dir", pki["certs"], "--gridmap", pki["gridmap"]))
 
 
-def _start_globus_gsi(workdir: str, pki: dict) -> Server:
+def _start_globus_gsi(workdir: str, pki: dict, extra: tuple = ()) -> Server:
     if os.geteuid() != 0:
         raise BenchError("a GSI globus-gridftp-server maps users only when run as root")
     conf = os.path.join(workdir, "globus-empty.conf")
     open(conf, "w").close()
     port = free_port()
     cmd = ["globus-gridftp-server", "-c", conf, "-p", str(port), "-control-interface", "127.0.0.1",
-           "-data-interface", "127.0.0.1", "-no-chdir", "-l", os.path.join(workdir, "globus-gsi.log")]
+           "-data-interface", "127.0.0.1", "-no-chdir", "-l", os.path.join(workdir, "globus-gsi.log"), *extra]
     env = dict(os.environ)
     env.pop("X509_USER_PROXY", None)
     env.update(X509_CERT_DIR=pki["certs"], X509_USER_CERT=pki["hostcert"], X509_USER_KEY=pki["hostkey"],
