@@ -24,6 +24,9 @@ const DATAGRAM: usize = 65_536;
 /// is 180 s; a DTP that dropped its stream has given up long before).
 const DROPPED_LIMIT: Duration = Duration::from_secs(60);
 
+/// Accepted connections waiting for the DTP.
+pub(super) type Backlog = mpsc::Receiver<Arc<Slot>>;
+
 /// What a connection's stream and the task share.
 #[derive(Debug)]
 pub(super) struct SlotState {
@@ -106,7 +109,7 @@ impl Endpoint {
         socket: std::net::UdpSocket,
         config: Config,
         backlog: Option<usize>,
-    ) -> io::Result<(Arc<Endpoint>, Option<mpsc::Receiver<Arc<Slot>>>)> {
+    ) -> io::Result<(Arc<Endpoint>, Option<Backlog>)> {
         let socket = UdpSocket::from_std(socket)?;
         let local = socket.local_addr()?;
         let mut table = Table::default();
