@@ -36,6 +36,9 @@ const WINDOW_GAIN: f64 = 2.0;
 const HOLE_ALLOWANCE: f64 = 4.0;
 /// Rounds the rate filter remembers.
 const BW_ROUNDS: u64 = 10;
+/// Packets a round carries at least, and a probing phase lasts at least: the receiver's rate
+/// is the median of 16 packet gaps, so a phase of fewer packets would go unseen.
+const MIN_ROUND_PACKETS: u64 = 16;
 /// How long a minimum RTT stays good.
 const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
 /// Share of a round's packets lost above which the loss is taken as congestion.
@@ -73,6 +76,7 @@ pub struct Bbr {
     round_in_flight: f64,
     round_lost: u64,
     capped_in_round: bool,
+    round_app_limited: bool,
 }
 
 impl Bbr {
@@ -95,6 +99,7 @@ impl Bbr {
             round_in_flight: 0.0,
             round_lost: 0,
             capped_in_round: false,
+            round_app_limited: false,
         }
     }
 
@@ -174,7 +179,8 @@ impl Bbr {
         {
             self.rates.pop_front();
         }
-        if self.phase == Phase::Startup {
+        let app_limited = std::mem::take(&mut self.round_app_limited);
+        if self.phase == Phase::Startup && !app_limited {
             let rate = self.bottleneck_rate();
             if rate >= self.full_rate * 1.25 {
                 self.full_rate = rate;
@@ -202,12 +208,21 @@ impl CongestionControl for Bbr {
             self.min_rtt_at = now;
         }
         if let Some(rate) = self.sample_rate(now, ack) {
-            match self.rates.back_mut() {
-                Some((r, best)) if *r == self.round => *best = best.max(rate),
-                _ => self.rates.push_back((self.round, rate)),
+            if ack.app_limited {
+                self.round_app_limited = true;
+            }
+            if ack.app_limited && rate <= self.bottleneck_rate() {
+                // Sending less than the path takes says nothing about the path.
+            } else {
+                match self.rates.back_mut() {
+                    Some((r, best)) if *r == self.round => *best = best.max(rate),
+                    _ => self.rates.push_back((self.round, rate)),
+                }
             }
         }
-        if ack.acked >= self.round_ends_at {
+        if ack.acked >= self.round_ends_at
+            && ack.sent.saturating_sub(self.round_sent_from) >= MIN_ROUND_PACKETS
+        {
             self.end_round(ack);
         }
         match self.phase {
@@ -218,7 +233,10 @@ impl CongestionControl for Bbr {
                 }
             }
             Phase::Probe { index, since }
-                if now.duration_since(since).as_secs_f64() * 1e6 >= self.min_rtt_us =>
+                if now.duration_since(since).as_secs_f64() * 1e6
+                    >= self
+                        .min_rtt_us
+                        .max(MIN_ROUND_PACKETS as f64 * self.period_us()) =>
             {
                 self.phase = Phase::Probe {
                     index: (index + 1) % CYCLE.len(),
@@ -282,6 +300,7 @@ mod tests {
                     receive_rate: rate as u32,
                     receive_rate_sample: Some(rate as u32),
                     bandwidth: rate as u32,
+                    app_limited: false,
                 },
             );
         }

@@ -30,6 +30,9 @@ pub struct AckSample {
     pub receive_rate_sample: Option<u32>,
     /// Link capacity the receiver measured from packet pairs (smoothed), packets per second.
     pub bandwidth: u32,
+    /// The sender ran out of data while these packets were out (a GSI handshake, an idle
+    /// MODE E connection): their rates say how much was sent, not what the path takes.
+    pub app_limited: bool,
 }
 
 /// A loss report (NAK) as a controller sees it.

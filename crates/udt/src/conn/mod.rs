@@ -123,6 +123,8 @@ pub struct Connection {
     cc: Option<Box<dyn CongestionControl>>,
     next_send: Instant,
     probe_pair: bool,
+    /// The last packet sent before the sender ran out of data, until it is acknowledged.
+    app_limited_mark: Option<u64>,
     rtt: u32,
     rtt_var: u32,
     receive_rate: u32,
@@ -166,6 +168,7 @@ impl Connection {
             cc: None,
             next_send: now,
             probe_pair: false,
+            app_limited_mark: Some(0),
             rtt: 100_000,
             rtt_var: 50_000,
             receive_rate: 16,
@@ -583,7 +586,11 @@ impl Connection {
             receive_rate: self.receive_rate,
             receive_rate_sample: info.receive_rate,
             bandwidth: self.bandwidth,
+            app_limited: self.app_limited_mark.is_some_and(|m| acked <= m),
         };
+        if self.app_limited_mark.is_some_and(|m| acked > m) {
+            self.app_limited_mark = None;
+        }
         if let Some(cc) = self.cc.as_mut() {
             cc.on_ack(now, &sample);
         }
@@ -654,7 +661,12 @@ impl Connection {
         let cc = self.cc.as_mut()?;
         let s = self.sender.as_mut()?;
         let window = cc.window().max(2.0) as u64;
-        let (count, resent) = s.next_to_send(now, window)?;
+        let Some((count, resent)) = s.next_to_send(now, window) else {
+            if !s.has_unsent() && s.losses.is_empty() {
+                self.app_limited_mark = Some(s.next);
+            }
+            return None;
+        };
         let data = s.packet(count)?;
         let wire = seq::wire(self.isn, count);
         packet::write_data_header(out, wire, ts, self.peer_id);

@@ -111,6 +111,20 @@ const SERVER: &str = "10.0.0.2:6000";
 /// Sends `data` from client to server over `path` (and back over the same path), until the
 /// server read it all or `limit` of simulated time passed.
 fn transfer(data: &[u8], path: Path, config: Config, seed: u64, limit: Duration) -> Outcome {
+    transfer_after(data, 0, Duration::ZERO, path, config, seed, limit)
+}
+
+/// As [`transfer`], but the first `prelude` bytes go alone, then the sender idles for `idle`
+/// (a GSI handshake before the data) before the rest.
+fn transfer_after(
+    data: &[u8],
+    prelude: usize,
+    idle: Duration,
+    path: Path,
+    config: Config,
+    seed: u64,
+    limit: Duration,
+) -> Outcome {
     let t0 = Instant::now();
     let mut now = t0;
     let mut rng = SmallRng::seed_from_u64(seed);
@@ -166,8 +180,13 @@ fn transfer(data: &[u8], path: Path, config: Config, seed: u64, limit: Duration)
                 client.handle(now, &p);
             }
         }
-        if client.is_open() && written < data.len() {
-            written += client.write(&data[written..]);
+        let allowed = if now.duration_since(t0) >= idle {
+            data.len()
+        } else {
+            prelude
+        };
+        if client.is_open() && written < allowed {
+            written += client.write(&data[written..allowed]);
             if written == data.len() {
                 client.close();
             }
@@ -305,6 +324,33 @@ fn bbr_keeps_a_randomly_lossy_path_full() {
         "bbr {} udt {}",
         bbr.steady_rate(),
         udt.steady_rate()
+    );
+}
+
+#[test]
+fn a_quiet_start_does_not_hold_the_rate_down() {
+    // A few hundred bytes, then nothing for a second, as a GSI handshake before MODE E data:
+    // the rates measured while the sender had nothing to send must not become the model.
+    let path = Path {
+        rate: 50_000.0,
+        one_way: Duration::from_micros(200),
+        ..Path::clean()
+    };
+    let d = data(60_000_000);
+    let out = transfer_after(
+        &d,
+        300,
+        Duration::from_secs(1),
+        path,
+        Config::default(),
+        5,
+        Duration::from_secs(120),
+    );
+    assert!(out.received == d);
+    assert!(
+        out.steady_rate() > 0.7 * path.rate,
+        "{} pkt/s",
+        out.steady_rate()
     );
 }
 
