@@ -138,7 +138,7 @@ fn check_config_reports_what_it_loaded_without_binding_or_writing() {
     let log = base.path().join("logs").join("xfer.log");
     std::fs::create_dir(base.path().join("logs")).unwrap();
     config.log_transfer = Some(log.clone());
-    config.dc_whitelist = vec!["tcp".into(), "gsi".into(), "udt".into()];
+    config.dc_whitelist = vec!["tcp".into(), "gsi".into(), "rate".into()];
     let report = Server::check_config(&config, &ferry_server::Drivers::default()).unwrap();
     let all = report.checked.join("\n");
     for expected in [
@@ -153,7 +153,7 @@ fn check_config_reports_what_it_loaded_without_binding_or_writing() {
     assert!(!log.exists(), "the check created the transfer log");
     assert_eq!(
         report.warnings,
-        ["--dc-whitelist names 'udt', which this build does not have"]
+        ["--dc-whitelist names 'rate', which this build does not have"]
     );
 }
 

@@ -1,19 +1,15 @@
-//! The receiver's rate estimates, as libudt computes them for its ACKs (window.cpp): the
-//! arrival rate from the median-filtered gaps of the last 16 packets, and the link capacity
-//! from the gaps of the last 64 packet pairs (each packet numbered 0 mod 16 and its successor
-//! leave the sender back to back).
+//! The link capacity libudt's receiver reports in its ACKs (window.cpp): from the gaps of
+//! the last 64 packet pairs, median-filtered (each packet numbered 0 mod 16 and its successor
+//! leave the sender back to back). The arrival rate it reports beside it ferry counts per ACK
+//! interval instead (`Receiver::arrival_rate`).
 
 use std::time::Instant;
 
-const ARRIVALS: usize = 16;
 const PAIRS: usize = 64;
 
-/// Arrival-time windows.
+/// Packet-pair gaps.
 #[derive(Debug, Clone)]
 pub(crate) struct ArrivalWindow {
-    gaps: [u32; ARRIVALS],
-    gap_at: usize,
-    last: Instant,
     pairs: [u32; PAIRS],
     pair_at: usize,
     probe: Option<Instant>,
@@ -24,11 +20,8 @@ fn micros(from: Instant, to: Instant) -> u32 {
 }
 
 impl ArrivalWindow {
-    pub(crate) fn new(now: Instant) -> ArrivalWindow {
+    pub(crate) fn new() -> ArrivalWindow {
         ArrivalWindow {
-            gaps: [1_000_000; ARRIVALS],
-            gap_at: 0,
-            last: now,
             pairs: [1_000; PAIRS],
             pair_at: 0,
             probe: None,
@@ -37,9 +30,6 @@ impl ArrivalWindow {
 
     /// A data packet numbered `seq` arrived.
     pub(crate) fn arrived(&mut self, now: Instant, seq: u32) {
-        self.gaps[self.gap_at] = micros(self.last, now);
-        self.gap_at = (self.gap_at + 1) % ARRIVALS;
-        self.last = now;
         match seq & 0xF {
             0 => self.probe = Some(now),
             1 => {
@@ -49,22 +39,6 @@ impl ArrivalWindow {
                 }
             }
             _ => {}
-        }
-    }
-
-    /// Packets per second arriving, or 0 when too few gaps agree.
-    pub(crate) fn receive_rate(&self) -> u32 {
-        let median = median(&self.gaps);
-        let (upper, lower) = (median.saturating_mul(8), median / 8);
-        let (count, sum) = self
-            .gaps
-            .iter()
-            .filter(|&&g| g < upper && g > lower)
-            .fold((0u64, 0u64), |(c, s), &g| (c + 1, s + u64::from(g)));
-        if count > (ARRIVALS / 2) as u64 && sum > 0 {
-            (1_000_000.0 / (sum as f64 / count as f64)).ceil() as u32
-        } else {
-            0
         }
     }
 
@@ -98,13 +72,12 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn steady_arrivals_give_their_rate() {
+    fn steady_pairs_give_the_link_rate() {
         let t0 = Instant::now();
-        let mut w = ArrivalWindow::new(t0);
+        let mut w = ArrivalWindow::new();
         for i in 1..=2_000u32 {
             w.arrived(t0 + Duration::from_micros(u64::from(i) * 100), i);
         }
-        assert_eq!(w.receive_rate(), 10_000);
         assert_eq!(w.bandwidth(), 10_000);
     }
 }

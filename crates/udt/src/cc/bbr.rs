@@ -3,11 +3,12 @@
 //! which says nothing about the path's capacity, costs only the retransmissions.
 //!
 //! Estimates:
-//! - bottleneck rate: the largest delivery-rate sample of the last ten rounds; a sample is
-//!   the arrival rate the receiver reports in its ACK (libudt's receivers measure it the same
-//!   way: median-filtered gaps between the last 16 packets, retransmissions included). Only
-//!   when the receiver cannot tell (gaps below its microsecond clock, as on loopback) is the
-//!   rate taken from the ACKs over at least one RTT, which a filled hole can make jump;
+//! - bottleneck rate: the largest delivery-rate sample of the last ten rounds; a sample is the
+//!   packets acknowledged over at least one RTT, divided by the longer of the time the ACKs
+//!   took and the time those packets took to send (BBR's guard: a filled hole moves the ACK by
+//!   a round trip's packets at once). The arrival rate a receiver reports is not used: libudt
+//!   times packets on its receiving thread, ferry's endpoint reads them in batches, and
+//!   neither sees the path as the sender's own clock does;
 //! - minimum RTT: the smallest RTT the receiver reported in the last ten seconds.
 //!
 //! Phases: start-up (gain 2.89) until the rate stops growing by a quarter for three rounds,
@@ -69,7 +70,7 @@ pub struct Bbr {
     round_ends_at: u64,
     full_rate: f64,
     flat_rounds: u32,
-    acks: VecDeque<(Instant, u64)>,
+    acks: VecDeque<(Instant, u64, Instant)>,
     in_flight: f64,
     ceiling: f64,
     round_sent_from: u64,
@@ -121,22 +122,23 @@ impl Bbr {
     }
 
     fn sample_rate(&mut self, now: Instant, ack: &AckSample) -> Option<f64> {
-        self.acks.push_back((now, ack.acked));
+        let sent = ack.newest_sent_at?;
+        self.acks.push_back((now, ack.acked, sent));
         let span = Duration::from_micros(self.min_rtt_us.max(20_000.0) as u64);
         // Keep one entry at least `span` old: the window's start.
         while self.acks.len() > 2 && now.duration_since(self.acks[1].0) >= span {
             self.acks.pop_front();
         }
-        let &(then, acked_then) = self.acks.front()?;
-        let elapsed = now.duration_since(then).as_secs_f64();
-        if elapsed < span.as_secs_f64() * 0.5 || elapsed <= 0.0 {
+        let &(then, acked_then, sent_then) = self.acks.front()?;
+        let acked_for = now.duration_since(then).as_secs_f64();
+        if acked_for < span.as_secs_f64() * 0.5 {
             return None;
         }
-        match ack.receive_rate_sample {
-            Some(0) => Some(ack.acked.saturating_sub(acked_then) as f64 / elapsed),
-            Some(rate) => Some(f64::from(rate)),
-            None => None,
-        }
+        // Delivered over the longer of the two spans: when a resend fills a hole the ACK jumps
+        // by a round trip's packets at once, but those were sent over a round trip.
+        let sent_for = sent.saturating_duration_since(sent_then).as_secs_f64();
+        let over = acked_for.max(sent_for);
+        (over > 0.0).then(|| ack.acked.saturating_sub(acked_then) as f64 / over)
     }
 
     /// Heavy loss in this round (checked as losses come, since a congested round's ACKs
@@ -290,8 +292,9 @@ mod tests {
     fn drive(cc: &mut Bbr, t0: Instant, rate: f64, rtt_us: u32, ms: u64) {
         for i in 1..=ms / 10 {
             let acked = (rate * i as f64 / 100.0) as u64;
+            let at = t0 + Duration::from_millis(i * 10);
             cc.on_ack(
-                t0 + Duration::from_millis(i * 10),
+                at,
                 &AckSample {
                     acked,
                     sent: acked + (rate * f64::from(rtt_us) / 1e6) as u64,
@@ -300,6 +303,7 @@ mod tests {
                     receive_rate: rate as u32,
                     receive_rate_sample: Some(rate as u32),
                     bandwidth: rate as u32,
+                    newest_sent_at: at.checked_sub(Duration::from_micros(u64::from(rtt_us))),
                     app_limited: false,
                 },
             );

@@ -178,6 +178,7 @@ mod tests {
             receive_rate: rate,
             receive_rate_sample: Some(rate),
             bandwidth: 100_000,
+            newest_sent_at: None,
             app_limited: false,
         }
     }

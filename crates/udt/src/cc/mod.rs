@@ -21,7 +21,8 @@ pub struct AckSample {
     pub sent: u64,
     /// Smoothed RTT, microseconds.
     pub rtt_us: u32,
-    /// The newest RTT sample, microseconds.
+    /// The newest RTT sample, microseconds: the sender's own (since the newest packet the ACK
+    /// covers went out) when it has one, else the figure the ACK carries.
     pub rtt_sample_us: u32,
     /// Arrival rate the receiver measured (smoothed), packets per second; 0 if unknown.
     pub receive_rate: u32,
@@ -30,6 +31,8 @@ pub struct AckSample {
     pub receive_rate_sample: Option<u32>,
     /// Link capacity the receiver measured from packet pairs (smoothed), packets per second.
     pub bandwidth: u32,
+    /// When the newest packet this ACK covers last went out (`None`: no longer known).
+    pub newest_sent_at: Option<Instant>,
     /// The sender ran out of data while these packets were out (a GSI handshake, an idle
     /// MODE E connection): their rates say how much was sent, not what the path takes.
     pub app_limited: bool,

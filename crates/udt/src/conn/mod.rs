@@ -563,6 +563,13 @@ impl Connection {
             self.last_ack2 = Some((ack.number, now));
         }
         let advanced = count > s.una;
+        // The sender's own RTT sample: the newest packet this ACK covers, sent when? (It
+        // includes up to one ACK interval; the ACK's own field is the receiver's smoothed
+        // figure, which starts at libudt's 100 ms default whatever the path.)
+        let newest_sent_at = s.sent_time(count);
+        let own_rtt = newest_sent_at
+            .map(|t| now.saturating_duration_since(t).as_micros() as u32)
+            .filter(|&r| r > 0);
         if count >= s.una {
             s.flow_window = u64::from(info.available);
             s.acknowledge(count);
@@ -582,10 +589,11 @@ impl Connection {
             acked,
             sent,
             rtt_us: self.rtt,
-            rtt_sample_us: info.rtt,
+            rtt_sample_us: own_rtt.unwrap_or(info.rtt),
             receive_rate: self.receive_rate,
             receive_rate_sample: info.receive_rate,
             bandwidth: self.bandwidth,
+            newest_sent_at,
             app_limited: self.app_limited_mark.is_some_and(|m| acked <= m),
         };
         if self.app_limited_mark.is_some_and(|m| acked > m) {
@@ -628,6 +636,11 @@ impl Connection {
         if first.is_some() {
             self.progress(now);
         }
+        // libudt's receivers report a loss once; ferry's repeat overdue ones. Only news of a
+        // loss is a loss event for the controller (CUDTCC would slow down for every repeat).
+        if newly == 0 {
+            return;
+        }
         let (Some(first), Some(s), Some(cc)) = (first, self.sender.as_ref(), self.cc.as_mut())
         else {
             return;
@@ -662,7 +675,10 @@ impl Connection {
         let s = self.sender.as_mut()?;
         let window = cc.window().max(2.0) as u64;
         let Some((count, resent)) = s.next_to_send(now, window) else {
-            if !s.has_unsent() && s.losses.is_empty() {
+            // Out of data, or held by the receiver's flow window: either way the rates of the
+            // packets out now measure this side, not the path.
+            let starved = !s.has_unsent() && s.losses.is_empty();
+            if starved || s.in_flight() >= s.flow_window {
                 self.app_limited_mark = Some(s.next);
             }
             return None;

@@ -9,8 +9,13 @@ use crate::stats::ArrivalWindow;
 
 /// ACKs remembered for their ACK2 (libudt's CACKWindow holds 1024).
 const ACK_HISTORY: usize = 1024;
-/// The flow window offered whatever the path: libudt's default receive buffer.
-const MIN_WINDOW: u64 = 8192;
+/// The flow window offered whatever the path (four times libudt's default receive buffer):
+/// a sender in start-up must not meet it before the path's own limit, or it stops growing
+/// early. Ring memory follows use, not this figure.
+const MIN_WINDOW: u64 = 32_768;
+/// The flow window in bandwidth-delay products of what arrives: in flight by ACK count is
+/// about twice the product on a lossy path (packets behind a hole wait a round trip).
+const WINDOW_PRODUCTS: u64 = 8;
 /// A light ACK goes every this many packets.
 const LIGHT_ACK_EVERY: u32 = 64;
 
@@ -42,6 +47,11 @@ pub(crate) struct Receiver {
     light_acks: u32,
     /// Bytes delivered to the application.
     pub(crate) delivered_bytes: u64,
+    /// Packets received in all, and at the last rate measurement.
+    received: u64,
+    rate_mark: (Instant, u64),
+    /// Packets per second arriving: the largest rate of the last few ACK intervals.
+    arrival_rate: f64,
 }
 
 impl Receiver {
@@ -55,7 +65,7 @@ impl Receiver {
             contiguous: 0,
             highest: 0,
             losses: BTreeMap::new(),
-            arrivals: ArrivalWindow::new(now),
+            arrivals: ArrivalWindow::new(),
             ack_number: 0,
             acks: VecDeque::new(),
             last_ack: 0,
@@ -64,6 +74,9 @@ impl Receiver {
             since_ack: 0,
             light_acks: 1,
             delivered_bytes: 0,
+            received: 0,
+            rate_mark: (now, 0),
+            arrival_rate: 0.0,
         }
     }
 
@@ -71,12 +84,31 @@ impl Receiver {
         self.capacity
     }
 
-    /// Free packets to advertise: the ring's room, held to four bandwidth-delay products
-    /// of what arrives (at least [`MIN_WINDOW`]), so memory follows the path.
+    /// Counts packets over an ACK interval (10 ms or more): the arrival rate, which decays
+    /// by a tenth per interval so a slower path is followed within a fraction of a second.
+    fn measure_rate(&mut self, now: Instant) {
+        let (then, count) = self.rate_mark;
+        let elapsed = now.saturating_duration_since(then).as_secs_f64();
+        if elapsed < 0.01 {
+            return;
+        }
+        let rate = self.received.saturating_sub(count) as f64 / elapsed;
+        self.arrival_rate = rate.max(self.arrival_rate * 0.9);
+        self.rate_mark = (now, self.received);
+    }
+
+    /// Packets per second arriving (0 before a measurement).
+    pub(crate) fn arrival_rate(&self) -> u32 {
+        self.arrival_rate as u32
+    }
+
+    /// Free packets to advertise: the ring's room, held to [`WINDOW_PRODUCTS`]
+    /// bandwidth-delay products of what arrives (at least [`MIN_WINDOW`]), so memory follows
+    /// the path.
     pub(crate) fn available(&self, rtt_us: u32) -> u32 {
-        let rate = u64::from(self.arrivals.receive_rate());
+        let rate = self.arrival_rate as u64;
         let bdp = rate * u64::from(rtt_us) / 1_000_000;
-        let window = (4 * bdp).clamp(MIN_WINDOW, self.capacity());
+        let window = (WINDOW_PRODUCTS * bdp).clamp(MIN_WINDOW, self.capacity());
         let used = self.contiguous - self.base;
         u32::try_from(window.saturating_sub(used + 1))
             .unwrap_or(u32::MAX)
@@ -90,6 +122,7 @@ impl Receiver {
         count: u64,
         payload: &[u8],
     ) -> Option<(u64, u64)> {
+        self.received += 1;
         if count < self.contiguous || count >= self.base + self.capacity() {
             return None;
         }
@@ -164,6 +197,7 @@ impl Receiver {
 
     /// The full ACK the SYN timer sends, if one is owed (libudt's rules).
     pub(crate) fn full_ack(&mut self, now: Instant, rtt: u32, rtt_var: u32) -> Option<(u64, Ack)> {
+        self.measure_rate(now);
         self.since_ack = 0;
         self.light_acks = 1;
         let ack = self.contiguous;
@@ -200,7 +234,9 @@ impl Receiver {
             rtt,
             rtt_var,
             available: self.available(rtt),
-            receive_rate: with_rates.then(|| self.arrivals.receive_rate()),
+            // libudt fills this from the median gap of 16 arrivals, timed on its receiving
+            // thread; ferry's endpoint reads datagrams in batches, so it counts them instead.
+            receive_rate: with_rates.then(|| self.arrival_rate()),
             bandwidth: with_rates.then(|| self.arrivals.bandwidth()),
         };
         if with_rates {

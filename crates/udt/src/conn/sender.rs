@@ -96,6 +96,12 @@ impl Sender {
             .map(Vec::as_slice)
     }
 
+    /// When the newest packet `ack` covers last went out, if it is still held.
+    pub(crate) fn sent_time(&self, ack: u64) -> Option<Instant> {
+        let index = ack.checked_sub(self.una + 1)?;
+        self.sent_at.get(usize::try_from(index).ok()?).copied()
+    }
+
     /// Everything before `ack` arrived: frees it. Returns packets newly acknowledged.
     pub(crate) fn acknowledge(&mut self, ack: u64) -> u64 {
         if ack <= self.una || ack > self.next {

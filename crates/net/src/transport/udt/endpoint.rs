@@ -380,7 +380,8 @@ async fn run(ep: Arc<Endpoint>) {
         }
         for _ in 0..READ_BATCH {
             match ep.socket.try_recv_from(&mut datagram) {
-                Ok((n, from)) => ep.dispatch(now, from, &datagram[..n], &mut out),
+                // Each datagram its own time: the receiver's packet-pair gaps need it.
+                Ok((n, from)) => ep.dispatch(Instant::now(), from, &datagram[..n], &mut out),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) => {
                     // An ICMP error from an earlier send, reported on this socket.
