@@ -1600,3 +1600,50 @@ fn third_party_udt_between_ferry_and_globus_servers_defaulting_to_udt() {
         assert_eq!(l["result"], "ok", "{l}");
     }
 }
+
+/// ferry to ferry over UDT: a put with four streams, a get, and a third-party copy between two
+/// sessions of the same server, with privacy; MODE E throughout (ferry servers say
+/// `UDT PARALLEL`), the transfer log says `udt`.
+#[test]
+fn ferry_copy_over_udt_to_a_ferry_server_two_and_three_party() {
+    let Some(site) = site() else { return };
+    let proxy = proxy(&site, "Mapped User");
+    let data = pattern(9 << 20, 83);
+    let local = site.dir.path().join("fu-local.bin");
+    std::fs::write(&local, &data).unwrap();
+    let url = |name: &str| format!("gsiftp://localhost:{}/{name}", site.port);
+    let got = site.dir.path().join("fu-got.bin");
+    let tp = format!("gsiftp://127.0.0.1:{}/fu-tp.bin", site.port);
+    let (up, down) = (url("fu-up.bin"), got.to_str().unwrap().to_string());
+    let runs: [(&str, &str, [&str; 2], PathBuf); 3] = [
+        (
+            "put",
+            "4",
+            [local.to_str().unwrap(), &up],
+            site.root().join("fu-up.bin"),
+        ),
+        ("get", "2", [&up, &down], got.clone()),
+        (
+            "third party",
+            "2",
+            [&up, &tp],
+            site.root().join("fu-tp.bin"),
+        ),
+    ];
+    for (what, p, ends, written) in runs {
+        let mut args = vec!["--dcpriv", "--transport", "udt", "-p", p];
+        args.extend(ends);
+        ok(&ferry_copy(&site, &proxy, &args), &format!("udt {what}"));
+        assert!(
+            std::fs::read(&written).unwrap() == data,
+            "udt {what}: bytes differ"
+        );
+    }
+    let lines = logged(&site.dir.path().join("transfers.log"), "/fu-");
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    for l in &lines {
+        assert_eq!(l["transport"], "udt", "{l}");
+        assert_eq!(l["mode"], "E", "{l}");
+        assert_eq!(l["result"], "ok", "{l}");
+    }
+}
