@@ -182,3 +182,39 @@ async fn ferry_sends_to_libudt_with_either_controller() {
         );
     }
 }
+
+/// A libudt sender killed mid-transfer: ferry's reader gets what arrived, then an error that
+/// names the silence (not an end of file), within the 30 s a silent peer is given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sender_killed_mid_transfer_is_an_error_not_an_end() {
+    let Some(program) = peer_program() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("in");
+    let d = data(96 << 20);
+    std::fs::File::create(&file).unwrap().write_all(&d).unwrap();
+    let t = Transports::standard();
+    let listener = t
+        .listen(&stack("udt"), LOCAL, None, SocketTuning::default())
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut child = peer_connecting(program, port, "send", &file);
+    let mut conn = listener.accept().await.unwrap();
+    let mut first = vec![0u8; 1 << 20];
+    conn.read_exact(&mut first).await.unwrap();
+    // Unread, the flow window fills and the sender waits: it dies with most of the file unsent.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let started = std::time::Instant::now();
+    let mut rest = Vec::new();
+    let outcome = tokio::time::timeout(Duration::from_secs(60), conn.read_to_end(&mut rest))
+        .await
+        .expect("the reader hung");
+    let e = outcome.expect_err("a killed sender read as a clean end");
+    assert!(e.to_string().contains("silent"), "{e}");
+    assert!(first.len() + rest.len() < d.len());
+    assert!(first[..] == d[..first.len()] && rest[..] == d[first.len()..first.len() + rest.len()]);
+    assert!(started.elapsed() < Duration::from_secs(45));
+}

@@ -401,3 +401,54 @@ proptest! {
         prop_assert!(out.received == d);
     }
 }
+
+#[test]
+fn a_flood_of_naks_beyond_what_was_sent_is_counted_and_ignored() {
+    let t0 = Instant::now();
+    let request = Handshake {
+        version: crate::handshake::VERSION,
+        socket_type: crate::handshake::STREAM,
+        isn: 5000,
+        mss: 1500,
+        flight_flag: 8192,
+        request_type: crate::handshake::REQUEST,
+        id: 7,
+        cookie: 0,
+        peer_ip: [0; 4],
+    };
+    let mut conn = Connection::accept(Config::default(), t0, 9, CLIENT.parse().unwrap(), &request);
+    conn.write(&data(100 * 1456));
+    let mut out = vec![0u8; 2048];
+    while conn.poll_transmit(t0, &mut out).is_some() {}
+    let sent = conn.stats().sent;
+    assert!(sent > 0);
+    for i in 0..10_000u32 {
+        // Ranges past the last packet sent, reversed ranges, singles far ahead.
+        let words = match i % 3 {
+            0 => vec![0x8000_0000 | (5000 + 200), 5000 + 300],
+            1 => vec![0x8000_0000 | (5000 + 20), 5000 + 10],
+            _ => vec![5000 + 1_000_000],
+        };
+        conn.handle(
+            t0,
+            &Packet::Control {
+                timestamp: 0,
+                dst: 9,
+                body: Control::Nak(words),
+            },
+        );
+    }
+    assert_eq!(conn.stats().bogus_naks, 10_000);
+    assert_eq!(conn.sender.as_ref().unwrap().losses.len(), 0);
+    assert!(conn.error().is_none());
+    // A genuine report still works.
+    conn.handle(
+        t0,
+        &Packet::Control {
+            timestamp: 0,
+            dst: 9,
+            body: Control::Nak(vec![5000]),
+        },
+    );
+    assert_eq!(conn.sender.as_ref().unwrap().losses.len(), 1);
+}
