@@ -300,8 +300,8 @@ impl Connection {
         self.stats
     }
 
-    /// Where both halves stand, for logs: packets read, in order, received, missing, and
-    /// packets acknowledged, sent, held, lost.
+    /// Where both halves stand, for logs: packets read, in order, received, missing; packets
+    /// acknowledged, sent, lost; the controller's window and pacing; the RTT.
     pub fn positions(&self) -> String {
         let r = self.receiver.as_ref().map_or(String::new(), |r| {
             format!(
@@ -322,9 +322,17 @@ impl Connection {
                 s.all_acked()
             )
         });
+        let cc = self.cc.as_ref().map_or(String::new(), |c| {
+            format!(
+                " cc={} window={:.0} period_us={:.1}",
+                c.name(),
+                c.window(),
+                c.period_us()
+            )
+        });
         format!(
-            "{r}{s} closing={} peer_closed={}",
-            self.closing, self.peer_closed
+            "{r}{s}{cc} rtt_us={} closing={} peer_closed={}",
+            self.rtt, self.closing, self.peer_closed
         )
     }
 
