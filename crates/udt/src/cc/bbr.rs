@@ -5,14 +5,17 @@
 //! Estimates:
 //! - bottleneck rate: the largest delivery-rate sample of the last ten rounds; a sample is the
 //!   packets acknowledged over at least one RTT, divided by the longer of the time the ACKs
-//!   took and the time those packets took to send (BBR's guard: a filled hole moves the ACK by
-//!   a round trip's packets at once). The arrival rate a receiver reports is not used: libudt
-//!   times packets on its receiving thread, ferry's endpoint reads them in batches, and
-//!   neither sees the path as the sender's own clock does;
-//! - minimum RTT: the smallest RTT the receiver reported in the last ten seconds.
+//!   took and the time those packets took to send (first sending: BBR's guard, since a filled
+//!   hole moves the ACK by a round trip's packets at once). Without selective ACKs neither
+//!   span bounds a round with holes, so a sample is also held to the arrival rate the
+//!   receiver reports, and a span where resends exceed [`RESENT_SHARE_LIMIT`] is not taken;
+//! - minimum RTT: the smallest RTT sampled in the last ten seconds (the sender's own samples:
+//!   the newest packet an ACK covers, sent when). The first sample replaces libudt's 100 ms
+//!   guess whatever its size.
 //!
-//! Phases: start-up (gain 2.89) until the rate stops growing by a quarter for three rounds,
-//! drain, then probing in eight-phase cycles (1.25, 0.75, then six at 1).
+//! Phases: start-up (gain 2.89, and a slow-start window that grows by every packet
+//! acknowledged) until the rate stops growing by a quarter for three rounds or loss passes the
+//! ceiling, drain, then probing in eight-phase cycles (1.25, 0.75, then six at 1).
 //!
 //! Fair to TCP on a shared bottleneck: loss above [`LOSS_CEILING`] of a round's packets is
 //! congestion, not noise. It caps what is in flight at 0.85 of what was in flight then, and
@@ -44,6 +47,11 @@ const MIN_ROUND_PACKETS: u64 = 16;
 const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
 /// Share of a round's packets lost above which the loss is taken as congestion.
 pub(crate) const LOSS_CEILING: f64 = 0.05;
+/// Share of resent packets above which an ACK span's rate is not taken (random loss of a few
+/// percent stays under it).
+const RESENT_SHARE_LIMIT: f64 = 0.05;
+/// Start-up's slow-start window is held to this many times what the model allows.
+const GROWN_CAP: f64 = 1.5;
 /// Extra window for the receiver's ACK timer (it acknowledges every 10 ms).
 const ACK_ALLOWANCE_US: f64 = 20_000.0;
 /// Before any measurement: libudt's first window and RTT.
@@ -64,13 +72,19 @@ pub struct Bbr {
     max_window: f64,
     /// (round, best sample of that round), oldest first.
     rates: VecDeque<(u64, f64)>,
+    /// The smallest RTT sampled, or libudt's first guess until there is a sample (which
+    /// replaces it whether larger or smaller: a 200 ms path kept at the guess for ten seconds
+    /// would run at half its product).
     min_rtt_us: f64,
     min_rtt_at: Instant,
+    rtt_known: bool,
     round: u64,
     round_ends_at: u64,
+    /// Recent ACKs: (when, packets acknowledged, when the newest of them first went out,
+    /// packets acknowledged that had been resent).
+    acks: VecDeque<(Instant, u64, Instant, u64)>,
     full_rate: f64,
     flat_rounds: u32,
-    acks: VecDeque<(Instant, u64, Instant)>,
     in_flight: f64,
     ceiling: f64,
     round_sent_from: u64,
@@ -78,6 +92,10 @@ pub struct Bbr {
     round_lost: u64,
     capped_in_round: bool,
     round_app_limited: bool,
+    /// Start-up's slow-start window: grows by every packet acknowledged, so it doubles each
+    /// round whatever the rate filter says (its samples span a round and lag by one).
+    grown: f64,
+    last_acked: u64,
 }
 
 impl Bbr {
@@ -89,11 +107,12 @@ impl Bbr {
             rates: VecDeque::new(),
             min_rtt_us: INITIAL_RTT_US,
             min_rtt_at: now,
+            rtt_known: false,
             round: 0,
             round_ends_at: 0,
+            acks: VecDeque::new(),
             full_rate: 0.0,
             flat_rounds: 0,
-            acks: VecDeque::new(),
             in_flight: 0.0,
             ceiling: f64::INFINITY,
             round_sent_from: 0,
@@ -101,6 +120,8 @@ impl Bbr {
             round_lost: 0,
             capped_in_round: false,
             round_app_limited: false,
+            grown: INITIAL_WINDOW,
+            last_acked: 0,
         }
     }
 
@@ -122,23 +143,41 @@ impl Bbr {
     }
 
     fn sample_rate(&mut self, now: Instant, ack: &AckSample) -> Option<f64> {
-        let sent = ack.newest_sent_at?;
-        self.acks.push_back((now, ack.acked, sent));
+        let sent = ack.newest_first_sent_at?;
+        self.acks
+            .push_back((now, ack.acked, sent, ack.acked_resent));
         let span = Duration::from_micros(self.min_rtt_us.max(20_000.0) as u64);
         // Keep one entry at least `span` old: the window's start.
         while self.acks.len() > 2 && now.duration_since(self.acks[1].0) >= span {
             self.acks.pop_front();
         }
-        let &(then, acked_then, sent_then) = self.acks.front()?;
+        let &(then, acked_then, sent_then, resent_then) = self.acks.front()?;
         let acked_for = now.duration_since(then).as_secs_f64();
         if acked_for < span.as_secs_f64() * 0.5 {
             return None;
         }
         // Delivered over the longer of the two spans: when a resend fills a hole the ACK jumps
-        // by a round trip's packets at once, but those were sent over a round trip.
+        // by a round trip's packets at once, but those were sent over a round trip (their
+        // first sending: a resend's time would shrink the span to nothing).
         let sent_for = sent.saturating_duration_since(sent_then).as_secs_f64();
         let over = acked_for.max(sent_for);
-        (over > 0.0).then(|| ack.acked.saturating_sub(acked_then) as f64 / over)
+        let delivered = ack.acked.saturating_sub(acked_then);
+        // Resent packets crossed the path later than their first sending: after a burst of
+        // loss the packets they release look sent faster than the path carries. A span with
+        // more resends than random loss explains measures nothing.
+        let resent = ack.acked_resent.saturating_sub(resent_then);
+        if resent as f64 > RESENT_SHARE_LIMIT * delivered as f64 {
+            return None;
+        }
+        // Packets a hole held back arrive at the ACK all at once, and were first sent faster
+        // than the path carries them in start-up: neither span then bounds the rate. What the
+        // receiver counted arriving does (ferry's over each ACK interval, libudt's from packet
+        // gaps), with a tenth for its clock.
+        let arrived = ack
+            .receive_rate_sample
+            .filter(|&r| r > 0)
+            .map_or(f64::INFINITY, |r| f64::from(r) * 1.1);
+        (over > 0.0).then(|| (delivered as f64 / over).min(arrived))
     }
 
     /// Heavy loss in this round (checked as losses come, since a congested round's ACKs
@@ -204,8 +243,20 @@ impl CongestionControl for Bbr {
 
     fn on_ack(&mut self, now: Instant, ack: &AckSample) {
         self.in_flight = ack.sent.saturating_sub(ack.acked) as f64;
+        if self.phase == Phase::Startup && self.last_acked > 0 {
+            self.grown += ack.acked.saturating_sub(self.last_acked) as f64;
+        }
+        self.last_acked = self.last_acked.max(ack.acked);
         let rtt = f64::from(ack.rtt_sample_us.max(1));
-        if rtt <= self.min_rtt_us || now.duration_since(self.min_rtt_at) > MIN_RTT_WINDOW {
+        // Only the sender's own samples: the figure an ACK carries starts at libudt's 100 ms
+        // guess whatever the path.
+        let own = ack.newest_sent_at.is_some();
+        if own
+            && (!self.rtt_known
+                || rtt <= self.min_rtt_us
+                || now.duration_since(self.min_rtt_at) > MIN_RTT_WINDOW)
+        {
+            self.rtt_known = true;
             self.min_rtt_us = rtt;
             self.min_rtt_at = now;
         }
@@ -275,11 +326,17 @@ impl CongestionControl for Bbr {
         } else {
             HOLE_ALLOWANCE
         };
-        let window = if rate <= 0.0 {
+        let mut window = if rate <= 0.0 {
             INITIAL_WINDOW
         } else {
             ((gain + holes) * self.bdp() + rate * ACK_ALLOWANCE_US / 1e6).max(INITIAL_WINDOW)
         };
+        if self.phase == Phase::Startup {
+            // Slow start's doubling, bounded by [`GROWN_CAP`] times what the model allows, so
+            // the round that fills the path overshoots it by less than one doubling. (Without
+            // selective ACKs an overshoot costs dearly: every packet behind a hole waits.)
+            window = window.max(self.grown.min(GROWN_CAP * window));
+        }
         window.min(self.ceiling)
     }
 }
@@ -304,6 +361,8 @@ mod tests {
                     receive_rate_sample: Some(rate as u32),
                     bandwidth: rate as u32,
                     newest_sent_at: at.checked_sub(Duration::from_micros(u64::from(rtt_us))),
+                    newest_first_sent_at: at.checked_sub(Duration::from_micros(u64::from(rtt_us))),
+                    acked_resent: 0,
                     app_limited: false,
                 },
             );

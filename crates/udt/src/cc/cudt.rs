@@ -179,6 +179,8 @@ mod tests {
             receive_rate_sample: Some(rate),
             bandwidth: 100_000,
             newest_sent_at: None,
+            newest_first_sent_at: None,
+            acked_resent: 0,
             app_limited: false,
         }
     }

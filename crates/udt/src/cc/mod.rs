@@ -33,6 +33,11 @@ pub struct AckSample {
     pub bandwidth: u32,
     /// When the newest packet this ACK covers last went out (`None`: no longer known).
     pub newest_sent_at: Option<Instant>,
+    /// When the newest packet this ACK covers first went out (a resend aside): the rate a
+    /// controller measures must count packets a filled hole releases as sent when they were.
+    pub newest_first_sent_at: Option<Instant>,
+    /// Packets acknowledged in all that had been resent.
+    pub acked_resent: u64,
     /// The sender ran out of data while these packets were out (a GSI handshake, an idle
     /// MODE E connection): their rates say how much was sent, not what the path takes.
     pub app_limited: bool,

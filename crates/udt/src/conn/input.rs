@@ -1,7 +1,7 @@
 //! What the peer says: data into the receiver, ACKs, ACK2s and NAKs into the sender, the
 //! handshake's later steps, shutdown.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::*;
 
@@ -162,6 +162,7 @@ impl Connection {
         // includes up to one ACK interval; the ACK's own field is the receiver's smoothed
         // figure, which starts at libudt's 100 ms default whatever the path.)
         let newest_sent_at = s.sent_time(count);
+        let newest_first_sent_at = s.first_sent_time(count);
         let own_rtt = newest_sent_at
             .map(|t| now.saturating_duration_since(t).as_micros() as u32)
             .filter(|&r| r > 0);
@@ -189,6 +190,8 @@ impl Connection {
             receive_rate_sample: info.receive_rate,
             bandwidth: self.bandwidth,
             newest_sent_at,
+            newest_first_sent_at,
+            acked_resent: self.sender.as_ref().map_or(0, |s| s.acked_resent),
             app_limited: self.app_limited_mark.is_some_and(|m| acked <= m),
         };
         if self.app_limited_mark.is_some_and(|m| acked > m) {
@@ -196,6 +199,9 @@ impl Connection {
         }
         if let Some(cc) = self.cc.as_mut() {
             cc.on_ack(now, &sample);
+            if let Some(s) = self.sender.as_mut() {
+                s.grow_to(cc.window().min(s.flow_window as f64));
+            }
         }
     }
 
@@ -226,7 +232,15 @@ impl Connection {
                 continue;
             }
             first = Some(first.map_or(from, |f: u64| f.min(from)));
-            newly += s.lose(from, to);
+            if s.was_resent(from) || s.losses.contains(&from) {
+                // Reported again, after its resend or before it: this receiver repeats its
+                // reports (ferry's does; libudt's reports a loss once).
+                self.peer_repeats_naks = true;
+            }
+            // A repeated report of a packet resent within the last round trip crossed that
+            // resend: resending again would only duplicate it.
+            let recent = now.checked_sub(Duration::from_micros(u64::from(self.rtt)));
+            newly += s.lose(from, to, recent);
         }
         if first.is_some() {
             self.progress(now);

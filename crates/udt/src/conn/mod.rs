@@ -43,7 +43,8 @@ pub struct Config {
     /// flow window it offers (libudt's flight flag and receive buffer). The ring grows only
     /// as far as used, and the window offered follows the path (`Receiver::available`).
     pub flight_flag: u32,
-    /// Bytes written and not yet acknowledged this side holds at most.
+    /// Bytes written and not yet acknowledged this side holds at least before it stops
+    /// taking more; the buffer grows past this to what the controller's window needs.
     pub send_buffer: usize,
     /// The sending controller.
     pub controller: Controller,
@@ -138,6 +139,8 @@ pub struct Connection {
     last_progress: Instant,
     last_exp: Instant,
     exp_count: u32,
+    /// The peer reports a loss again when a resend does not arrive (see `expire`).
+    peer_repeats_naks: bool,
     control: VecDeque<Control>,
     closing: bool,
     shutdown_sent: Option<Instant>,
@@ -181,6 +184,7 @@ impl Connection {
             last_progress: now,
             last_exp: now,
             exp_count: 1,
+            peer_repeats_naks: false,
             control: VecDeque::new(),
             closing: false,
             shutdown_sent: None,
@@ -609,10 +613,18 @@ impl Connection {
         let s = self.sender.as_mut();
         match s {
             Some(s) if s.in_flight() > 0 || s.has_unsent() => {
-                // libudt resends everything outstanding; packets sent within the last round
-                // trip cannot have been acknowledged yet and are left alone.
+                // libudt resends everything outstanding, packets sent within the last round
+                // trip aside (they cannot have been acknowledged yet): its receiver reports a
+                // loss once, so a lost resend is found no other way. A receiver that repeats
+                // its reports will name every missing packet again: only the oldest, which
+                // holds the ACK back, goes now. Resending all of a large window when the
+                // receiver holds most of it would cost seconds on a long path.
                 if s.in_flight() > 0 && s.losses.is_empty() {
-                    s.lose_older_than(now.checked_sub(patience).unwrap_or(self.start));
+                    if self.peer_repeats_naks {
+                        s.lose(s.una, s.una, None);
+                    } else {
+                        s.lose_older_than(now.checked_sub(patience).unwrap_or(self.start));
+                    }
                 }
                 if let Some(cc) = self.cc.as_mut() {
                     cc.on_timeout(now);

@@ -4,13 +4,24 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::time::Instant;
 
+/// When a packet went out: last (for RTT samples) and first (for rate samples: a resend's
+/// time would make the packets a filled hole releases look sent in no time at all).
+#[derive(Debug, Clone, Copy)]
+struct SendState {
+    at: Instant,
+    first_at: Instant,
+}
+
+/// Most packets the buffer grows to (the largest flow window a receiver offers here).
+const MAX_PACKETS: usize = 131_072;
+
 /// Packets written and not yet acknowledged.
 #[derive(Debug)]
 pub(crate) struct Sender {
     /// Packets from `una` on; those from `next` on are not sent yet (the last may still grow).
     packets: VecDeque<Vec<u8>>,
-    /// When each packet from `una` to `next` last went out.
-    sent_at: VecDeque<Instant>,
+    /// When each packet from `una` to `next` last went out, and what was known then.
+    sent_at: VecDeque<SendState>,
     spare: Vec<Vec<u8>>,
     payload: usize,
     limit_packets: usize,
@@ -24,6 +35,8 @@ pub(crate) struct Sender {
     pub(crate) flow_window: u64,
     /// Bytes acknowledged.
     pub(crate) acked_bytes: u64,
+    /// Packets acknowledged that had been resent.
+    pub(crate) acked_resent: u64,
 }
 
 impl Sender {
@@ -39,6 +52,7 @@ impl Sender {
             losses: BTreeSet::new(),
             flow_window,
             acked_bytes: 0,
+            acked_resent: 0,
         }
     }
 
@@ -63,6 +77,16 @@ impl Sender {
             taken += take;
         }
         taken
+    }
+
+    /// Lets the buffer hold what `window` packets in flight need, and a quarter more to send
+    /// next: a fixed buffer smaller than the path's product would cap the rate. It never
+    /// shrinks below what the configuration asked, nor grows past the largest flow window.
+    pub(crate) fn grow_to(&mut self, window: f64) {
+        let want = (window * 1.25) as usize;
+        if want > self.limit_packets {
+            self.limit_packets = want.min(MAX_PACKETS);
+        }
     }
 
     /// Whether the buffer has room for more bytes.
@@ -96,10 +120,31 @@ impl Sender {
             .map(Vec::as_slice)
     }
 
-    /// When the newest packet `ack` covers last went out, if it is still held.
+    /// When the newest packet `ack` covers went out, if it is still held and went out once
+    /// (Karn's rule: an ACK after a resend cannot say which sending it answers, and taking
+    /// the resend's time once set a 200 ms path's minimum RTT to a few milliseconds).
     pub(crate) fn sent_time(&self, ack: u64) -> Option<Instant> {
         let index = ack.checked_sub(self.una + 1)?;
-        self.sent_at.get(usize::try_from(index).ok()?).copied()
+        self.sent_at
+            .get(usize::try_from(index).ok()?)
+            .filter(|s| s.at == s.first_at)
+            .map(|s| s.at)
+    }
+
+    /// When the newest packet `ack` covers first went out, if it is still held.
+    pub(crate) fn first_sent_time(&self, ack: u64) -> Option<Instant> {
+        let index = ack.checked_sub(self.una + 1)?;
+        self.sent_at
+            .get(usize::try_from(index).ok()?)
+            .map(|s| s.first_at)
+    }
+
+    /// Whether packet `count` (still held) has been resent.
+    pub(crate) fn was_resent(&self, count: u64) -> bool {
+        count
+            .checked_sub(self.una)
+            .and_then(|i| self.sent_at.get(usize::try_from(i).ok()?))
+            .is_some_and(|s| s.at != s.first_at)
     }
 
     /// Everything before `ack` arrived: frees it. Returns packets newly acknowledged.
@@ -109,7 +154,9 @@ impl Sender {
         }
         let count = ack - self.una;
         for _ in 0..count {
-            self.sent_at.pop_front();
+            if self.sent_at.pop_front().is_some_and(|s| s.at != s.first_at) {
+                self.acked_resent += 1;
+            }
             if let Some(mut p) = self.packets.pop_front() {
                 self.acked_bytes += p.len() as u64;
                 p.clear();
@@ -128,8 +175,8 @@ impl Sender {
     pub(crate) fn next_to_send(&mut self, now: Instant, window: u64) -> Option<(u64, bool)> {
         while let Some(lost) = self.losses.pop_first() {
             if lost >= self.una && lost < self.next {
-                if let Some(at) = self.sent_at.get_mut((lost - self.una) as usize) {
-                    *at = now;
+                if let Some(s) = self.sent_at.get_mut((lost - self.una) as usize) {
+                    s.at = now;
                 }
                 return Some((lost, true));
             }
@@ -137,7 +184,10 @@ impl Sender {
         if self.has_unsent() && self.in_flight() < window.min(self.flow_window) {
             let count = self.next;
             self.next += 1;
-            self.sent_at.push_back(now);
+            self.sent_at.push_back(SendState {
+                at: now,
+                first_at: now,
+            });
             return Some((count, false));
         }
         None
@@ -146,21 +196,27 @@ impl Sender {
     /// Marks lost every outstanding packet last sent before `before`: the timer's guess,
     /// which spares packets that have not had a round trip's time yet.
     pub(crate) fn lose_older_than(&mut self, before: Instant) {
-        for (i, &at) in self.sent_at.iter().enumerate() {
-            if at < before {
+        for (i, s) in self.sent_at.iter().enumerate() {
+            if s.at < before {
                 self.losses.insert(self.una + i as u64);
             }
         }
     }
 
-    /// Marks `[from, to]` lost (clipped to what is outstanding). Returns how many are new.
-    pub(crate) fn lose(&mut self, from: u64, to: u64) -> u64 {
+    /// Marks `[from, to]` lost (clipped to what is outstanding), except packets resent after
+    /// `resent_after` (a report older than their resend). Returns how many are new.
+    pub(crate) fn lose(&mut self, from: u64, to: u64, resent_after: Option<Instant>) -> u64 {
         let from = from.max(self.una);
         let to = to.min(self.next.saturating_sub(1));
         let mut new = 0;
         let mut c = from;
         while c <= to && self.next > 0 {
-            if self.losses.insert(c) {
+            let stale = resent_after.is_some_and(|after| {
+                self.sent_at
+                    .get((c - self.una) as usize)
+                    .is_some_and(|s| s.at != s.first_at && s.at > after)
+            });
+            if !stale && self.losses.insert(c) {
                 new += 1;
             }
             c += 1;
