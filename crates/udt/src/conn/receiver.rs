@@ -108,7 +108,9 @@ impl Receiver {
     pub(crate) fn available(&self, rtt_us: u32) -> u32 {
         let rate = self.arrival_rate as u64;
         let bdp = rate * u64::from(rtt_us) / 1_000_000;
-        let window = (WINDOW_PRODUCTS * bdp).clamp(MIN_WINDOW, self.capacity());
+        // A flight flag below the floor (libudt's default is 25 600) is the limit itself.
+        let cap = self.capacity();
+        let window = (WINDOW_PRODUCTS * bdp).clamp(MIN_WINDOW.min(cap), cap);
         let used = self.contiguous - self.base;
         u32::try_from(window.saturating_sub(used + 1))
             .unwrap_or(u32::MAX)

@@ -277,6 +277,20 @@ fn a_clean_path_delivers_every_byte_in_order() {
 }
 
 #[test]
+fn a_small_flight_flag_is_the_window_limit_not_a_panic() {
+    // libudt's default flight flag is 25 600 packets, below the receiver's 32 768 floor.
+    for fc in [32, 1_024, 25_600] {
+        let d = data(3_000_000);
+        let config = Config {
+            flight_flag: fc,
+            ..Config::default()
+        };
+        let out = transfer(&d, Path::clean(), config, 9, Duration::from_secs(60));
+        assert!(out.received == d, "flight flag {fc}");
+    }
+}
+
+#[test]
 fn both_controllers_recover_from_heavy_loss_duplication_and_reordering() {
     let path = Path {
         loss: 0.05,
