@@ -18,6 +18,7 @@
 //! `cc=bbr|udt`: the sending side's congestion control, the model-based one by default,
 //! libudt's own CUDTCC on request. Globus' other keys are accepted and mean nothing here.
 
+mod batch;
 mod endpoint;
 mod options;
 

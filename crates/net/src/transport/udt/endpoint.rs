@@ -1,7 +1,8 @@
 //! One UDP socket and the UDT connections on it, driven by one task: datagrams are read in
-//! batches and handed to their connection by socket id, timers run, and what the connections
-//! have to send goes out, paced by their controllers. Connections wait for their stream in a
-//! slot the task and the stream share.
+//! batches (`recvmmsg`, GRO) and handed to their connection by socket id, timers run, and what
+//! the connections have to send goes out, paced by their controllers, equal-sized packets to
+//! one peer in one GSO send ([`super::batch`]). Connections wait for their stream in a slot
+//! the task and the stream share.
 
 use std::collections::HashMap;
 use std::io;
@@ -16,10 +17,15 @@ use ferry_udt::{Config, Connection};
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, Notify};
 
+use super::batch::{Batching, MAX_BATCH_BYTES};
+
 /// Datagrams read before the task looks at timers and sends.
-const READ_BATCH: usize = 256;
+const READ_BATCH: usize = 1_024;
 /// Largest datagram (an MSS of 65 535 less nothing: the buffer takes any).
 const DATAGRAM: usize = 65_536;
+
+/// A batch the socket would not take yet: bytes, peer, packet size.
+type Stalled = (Vec<u8>, SocketAddr, usize);
 /// How long a dropped stream's unsent data may take to be acknowledged (libudt's linger
 /// is 180 s; a DTP that dropped its stream has given up long before).
 const DROPPED_LIMIT: Duration = Duration::from_secs(60);
@@ -96,6 +102,7 @@ struct Table {
 #[derive(Debug)]
 pub(super) struct Endpoint {
     socket: UdpSocket,
+    batching: Batching,
     local: SocketAddr,
     config: Config,
     table: Mutex<Table>,
@@ -110,6 +117,7 @@ impl Endpoint {
         config: Config,
         backlog: Option<usize>,
     ) -> io::Result<(Arc<Endpoint>, Option<Backlog>)> {
+        let batching = Batching::new(&socket)?;
         let socket = UdpSocket::from_std(socket)?;
         let local = socket.local_addr()?;
         let mut table = Table::default();
@@ -123,6 +131,7 @@ impl Endpoint {
         });
         let ep = Arc::new(Endpoint {
             socket,
+            batching,
             local,
             config,
             table: Mutex::new(table),
@@ -251,9 +260,72 @@ impl Endpoint {
         }
     }
 
+    /// Sends what `conn` has due to its peer, equal-sized packets batched; `out` holds
+    /// [`MAX_BATCH_BYTES`] and a datagram more. Returns what the socket would not take.
+    fn transmit(&self, now: Instant, conn: &mut Connection, out: &mut [u8]) -> Vec<Stalled> {
+        let peer = conn.peer();
+        let max = self.batching.max_segments();
+        // out[..len] holds packets of `segment` bytes, the last maybe shorter.
+        let (mut len, mut segment) = (0, 0);
+        loop {
+            let room = segment == 0 || (len / segment < max && len + segment <= MAX_BATCH_BYTES);
+            let next = if room {
+                conn.poll_transmit(now, &mut out[len..])
+            } else {
+                None
+            };
+            match next {
+                Some(n) if segment == 0 => (len, segment) = (n, n),
+                Some(n) if n == segment => len += n,
+                // A shorter packet (a control packet, a last one) may end a batch.
+                Some(n) if n < segment => {
+                    if let Some(s) = self.flush(peer, &out[..len + n], segment) {
+                        return vec![s];
+                    }
+                    (len, segment) = (0, 0);
+                }
+                // A longer one starts the next batch.
+                Some(n) => {
+                    let stalled = self.flush(peer, &out[..len], segment);
+                    if let Some(s) = stalled {
+                        return vec![s, (out[len..len + n].to_vec(), peer, n)];
+                    }
+                    out.copy_within(len..len + n, 0);
+                    (len, segment) = (n, n);
+                }
+                None => {
+                    if len > 0 {
+                        if let Some(s) = self.flush(peer, &out[..len], segment) {
+                            return vec![s];
+                        }
+                    }
+                    if room {
+                        return Vec::new();
+                    }
+                    // The batch was full: more may be due.
+                    (len, segment) = (0, 0);
+                }
+            }
+        }
+    }
+
+    /// Sends a batch; gives it back when the socket would block.
+    fn flush(&self, peer: SocketAddr, contents: &[u8], segment: usize) -> Option<Stalled> {
+        match self.batching.send(&self.socket, peer, contents, segment) {
+            Ok(()) => None,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                Some((contents.to_vec(), peer, segment))
+            }
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "UDT send failed");
+                None
+            }
+        }
+    }
+
     /// Runs timers, sends what is due and wakes streams. Returns when to come back, and a
-    /// datagram the socket would not take yet.
-    fn service(&self, now: Instant, out: &mut [u8]) -> (Instant, Option<(Vec<u8>, SocketAddr)>) {
+    /// batch the socket would not take yet.
+    fn service(&self, now: Instant, out: &mut [u8]) -> (Instant, Vec<Stalled>) {
         let slots: Vec<(u32, Arc<Slot>)> = self
             .table()
             .conns
@@ -261,25 +333,15 @@ impl Endpoint {
             .map(|(&id, s)| (id, s.clone()))
             .collect();
         let mut next = now + Duration::from_secs(1);
-        let mut stalled = None;
+        let mut stalled = Vec::new();
         let mut gone = Vec::new();
         for (id, slot) in slots {
             let mut st = slot.lock();
             if st.conn.poll_timeout().is_some_and(|t| t <= now) {
                 st.conn.handle_timeout(now);
             }
-            let peer = st.conn.peer();
-            while stalled.is_none() {
-                let Some(n) = st.conn.poll_transmit(now, out) else {
-                    break;
-                };
-                match self.socket.try_send_to(&out[..n], peer) {
-                    Ok(_) => {}
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        stalled = Some((out[..n].to_vec(), peer));
-                    }
-                    Err(e) => tracing::debug!(%peer, error = %e, "UDT send failed"),
-                }
+            if stalled.is_empty() {
+                stalled = self.transmit(now, &mut st.conn, out);
             }
             if st.conn.is_closed() && st.closed_at.is_none() {
                 st.closed_at = Some(now);
@@ -366,9 +428,9 @@ fn wake(st: &mut SlotState) {
 
 /// The endpoint's task: until no listener and no connection is left.
 async fn run(ep: Arc<Endpoint>) {
-    let mut datagram = vec![0u8; DATAGRAM];
-    let mut out = vec![0u8; DATAGRAM];
-    let mut stalled: Option<(Vec<u8>, SocketAddr)> = None;
+    let mut bufs = ep.batching.buffers();
+    let mut out = vec![0u8; MAX_BATCH_BYTES + DATAGRAM];
+    let mut stalled: Vec<Stalled> = Vec::new();
     let mut dumped = Instant::now();
     loop {
         let now = Instant::now();
@@ -378,10 +440,14 @@ async fn run(ep: Arc<Endpoint>) {
             dumped = now;
             ep.dump();
         }
-        for _ in 0..READ_BATCH {
-            match ep.socket.try_recv_from(&mut datagram) {
-                // Each datagram its own time: the receiver's packet-pair gaps need it.
-                Ok((n, from)) => ep.dispatch(Instant::now(), from, &datagram[..n], &mut out),
+        let mut read = 0;
+        while read < READ_BATCH {
+            // Each datagram its own time: the receiver's packet-pair gaps need it.
+            let got = ep.batching.recv(&ep.socket, &mut bufs, |from, d| {
+                ep.dispatch(Instant::now(), from, d, &mut out)
+            });
+            match got {
+                Ok(n) => read += n.max(1),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) => {
                     // An ICMP error from an earlier send, reported on this socket.
@@ -390,13 +456,15 @@ async fn run(ep: Arc<Endpoint>) {
                 }
             }
         }
-        if let Some((d, peer)) = stalled.take() {
-            match ep.socket.try_send_to(&d, peer) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => stalled = Some((d, peer)),
-                _ => {}
+        while let Some((d, peer, segment)) = stalled.first() {
+            match ep.batching.send(&ep.socket, *peer, d, *segment) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                _ => {
+                    stalled.remove(0);
+                }
             }
         }
-        let next = if stalled.is_none() {
+        let next = if stalled.is_empty() {
             let (next, s) = ep.service(now, &mut out);
             stalled = s;
             next
@@ -410,7 +478,7 @@ async fn run(ep: Arc<Endpoint>) {
             _ = ep.socket.readable() => {}
             _ = ep.wake.notified() => {}
             _ = tokio::time::sleep_until(next.into()) => {}
-            _ = ep.socket.writable(), if stalled.is_some() => {}
+            _ = ep.socket.writable(), if !stalled.is_empty() => {}
         }
     }
 }
