@@ -916,6 +916,97 @@ fn one_stream_get_restarts_after_the_ferry_server_is_killed_mid_transfer() {
     assert_restarted(&out, &source, &dest, marker, &[server.port()]);
 }
 
+/// The restart over UDT, four streams: a killed server's UDT connections just go silent
+/// (there is no reset as TCP has), so the control connection's end must fail the attempt at
+/// once; the retry sends the ranges already stored as `REST` and the server sends the rest,
+/// over UDT again. A flight flag of 2048 packets holds loopback to about 100 MB/s, so the
+/// client's restart markers (every second) come before the kill.
+#[test]
+fn a_udt_get_restarts_from_its_ranges_after_the_ferry_server_is_killed() {
+    let sandbox = Sandbox::new();
+    let mut server = ServerUnderTest::start_ferry_with(
+        &sandbox.served_dir("root"),
+        &["--dc-whitelist", "tcp,udt"],
+    );
+    let source = server.path_of("big.bin");
+    write_marked_pattern_file(&source, RESTART_MIB, 55);
+    let dest = sandbox.local_dir("local").join("big.bin");
+    let url = server.url_for("big.bin");
+    let dest_arg = dest.display().to_string();
+    let run = spawn_ferry(&[
+        "copy",
+        "--transport",
+        "udt:fc=2048",
+        "-p",
+        "4",
+        "--retries",
+        "5",
+        "--json",
+        &url,
+        &dest_arg,
+    ]);
+    let (run, _) = kill_mid_transfer(run, &dest, &mut server, false);
+    let out = run.wait(Duration::from_secs(300));
+    assert_restarted(&out, &source, &dest, true, &[server.port()]);
+}
+
+/// A client that vanishes mid-get over UDT (killed: no shutdown, no reply) costs the server
+/// that transfer only: its transfer log has the failure with its code (426, the control
+/// connection closed), and it serves the next copy at once.
+#[test]
+fn a_udt_client_killed_mid_get_leaves_the_ferry_server_serving() {
+    let sandbox = Sandbox::new();
+    let server = ServerUnderTest::start_ferry_with(
+        &sandbox.served_dir("root"),
+        &["--dc-whitelist", "tcp,udt"],
+    );
+    let source = server.path_of("big.bin");
+    write_marked_pattern_file(&source, RESTART_MIB, 56);
+    let local = sandbox.local_dir("local");
+    let dest = local.join("big.bin");
+    let url = server.url_for("big.bin");
+    let dest_arg = dest.display().to_string();
+    let mut run = spawn_ferry(&["copy", "--transport", "udt", "-p", "4", &url, &dest_arg]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while fs::metadata(&dest).map(|m| m.len()).unwrap_or(0) < RESTART_TOTAL / 4 {
+        if run.has_exited() || Instant::now() > deadline {
+            run.wait(Duration::ZERO)
+                .fail("the get ended (or stalled) before the client could be killed");
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    let killed = run.wait(Duration::ZERO);
+    assert!(
+        killed.status.is_none_or(|s| !s.success()),
+        "the client was to be killed mid-get"
+    );
+    let small = server.path_of("small.bin");
+    write_marked_pattern_file(&small, 8, 57);
+    let again = local.join("small.bin");
+    let out = copy(
+        &["--transport", "udt", "-p", "2"],
+        &server.url_for("small.bin"),
+        &again.display().to_string(),
+    );
+    out.assert_same_file(&small, &again);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let log = server.log_tail(200);
+        let said: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("big.bin") && (l.contains("code=4") || l.contains("code=5")))
+            .collect();
+        if !said.is_empty() {
+            eprintln!("the server said:\n{}", said.join("\n"));
+            break;
+        }
+        if Instant::now() > deadline {
+            panic!("the server's log never said the vanished client's get failed:\n{log}");
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
 // 6. Checksums.
 
 #[test]

@@ -275,6 +275,25 @@ fn third_party_striped_between_ferry_clusters_of_three_and_two_nodes() {
             "ferry copy --transport quic --stripe 3 → 2",
         );
         same(&b_dir.path().join(&quic), &bytes, "3 → 2 over QUIC");
+        // And over UDT: each node's stripes are UDT connections on its own UDP port.
+        let udt = format!("a-to-b-udt-{sbs}.bin");
+        ok(
+            &ferry(&[
+                "copy",
+                "-q",
+                "--transport",
+                "udt",
+                "--stripe",
+                "--stripe-block-size",
+                sbs,
+                "-p",
+                "2",
+                &a.url("src.bin"),
+                &b.url(&udt),
+            ]),
+            "ferry copy --transport udt --stripe 3 → 2",
+        );
+        same(&b_dir.path().join(&udt), &bytes, "3 → 2 over UDT");
     }
     // gcp --big: the same striped third-party copy, with gcp's tuning, verified.
     let log = ok(

@@ -197,7 +197,7 @@ impl FerryCluster {
                 "--remote-nodes",
                 &list.join(","),
                 "--dc-whitelist",
-                "tcp,quic,gsi",
+                "tcp,quic,udt,gsi",
             ])
             .arg("--ipc-secret-file")
             .arg(c.secret_dir.path().join("secret"))
