@@ -5,6 +5,7 @@ clean bottleneck with a cubic TCP flow."""
 
 import contextlib
 import os
+import resource
 import subprocess
 import tempfile
 import time
@@ -36,6 +37,19 @@ SHM = "/dev/shm"
 # 95 % of raw UDT. The issue's own measurement of Globus on these paths, cubic hosts (Mbit/s).
 ISSUE_GLOBUS_UDT = {"wan-long-haul": "91–102", "wan-lossy": "22"}
 
+# The seed's own figures, beside ours (GridFTP over UDT, `../shared/seeds/004_*`, Tables 2 and
+# 3; Table 1's figures are not in the text, only that UDT beat the best TCP 4x at 204 and 60 ms).
+SEED_TABLE = Table(
+    "The seed's figures (GridFTP over UDT, Reno hosts, 1 Gbit/s paths): Mbit/s",
+    ["path", "flows", "GridFTP over TCP", "GridFTP over UDT", "UDT / TCP"],
+    [["Japan–ORNL, 194 ms", "each alone", "132.1", "416.8", "3.2"],
+     ["Japan–ORNL, 194 ms", "1 TCP + 1 UDT at once", "122.6", "404.3", "3.3"],
+     ["the seed's Table 3 path, 193 ms", "each alone", "80.1", "240.2", "3.0"],
+     ["the seed's Table 3 path, 193 ms", "1 TCP + 1 UDT at once", "42.4", "187.6", "4.4"],
+     ["ANL–Auckland 204 ms, ANL–LA 60 ms", "each alone", "(figures lost)", "(figures lost)", "≈ 4"],
+     ["TeraGrid", "alone", "", "≈ 700 (80 % CPU; TCP 30–50 %)", ""]],
+)
+
 METHOD = (
     "**Loopback**: one `ferry serve --anonymous --dc-whitelist tcp,udt,gsi` and `ferry copy -q -p N "
     "--transport T --length SIZE ftp://127.0.0.1:PORT/dev/zero /dev/null`, T = tcp, udt (ferry's "
@@ -50,8 +64,11 @@ METHOD = (
     "60 ms, 1 % loss each way), both hosts on cubic then on bbr (their TCP; ferry's UDT runs its own "
     "controller either way), rmem/wmem_max 64 MiB, servers in host b, clients in host a. **Globus "
     "UDT** is globus-url-copy -udt from a GSI globus-gridftp-server in host b (-ss names the host "
-    "certificate's subject, issued for localhost). iperf3 -P 1 TCP and iperf3 UDP at 1 Gbit/s (the "
-    "link's limit) run on the same hosts. Each subject is first sized, untimed: from "
+    "certificate's subject, issued for localhost); **Globus TCP -p N** the same client and server "
+    "without -udt, N parallel streams. iperf3 -P 1 TCP and iperf3 UDP at 1 Gbit/s (the "
+    "link's limit) run on the same hosts. CPU per decimal GB on netlab is the client's (its "
+    "rusage, through `ferry-netlab exec`) plus the serving server's process tree. "
+    "Each subject is first sized, untimed: from "
     f"{FIRST >> 20} MiB, doubled until one transfer lasts SECONDS s (--udt-seconds) or reaches "
     f"{LARGEST >> 20} MiB; the timed runs move that size. **Fairness**: `wan-60ms` (1 Gbit/s, 60 ms, "
     "no loss, cubic hosts), an iperf3 cubic flow for 40 s and, from its 10th second, one `ferry copy "
@@ -81,6 +98,8 @@ def run(ctx) -> ScenarioResult:
             pki = _setup_pki(ctx, pki_dir)
             for name in wan:
                 _wan(ctx, result, name, pki)
+        if wan:
+            result.tables.append(SEED_TABLE)
         if "fairness" in parts:
             _fairness(ctx, result)
     return result
@@ -215,8 +234,9 @@ def _iperf_udp(lab):
 def _wan(ctx, result, name, pki):
     o = ctx.options
     topo, desc, _rtt = PATHS[name]
-    subjects = [f"{t} -p {n}" for t, n in WAN_SUBJECTS] + ["Globus UDT"]
-    rates, sizes = {}, {}
+    subjects = [f"{t} -p {n}" for t, n in WAN_SUBJECTS] + ["Globus UDT", "Globus TCP -p 1",
+                                                            "Globus TCP -p 8"]
+    rates, sizes, cpus = {}, {}, {}
     subject_dn = _host_subject(pki)
     with tempfile.TemporaryDirectory() as tmp, _shm_file(LARGEST) as path, _client_env(pki):
         os.chmod(tmp, 0o755)
@@ -245,21 +265,28 @@ def _wan(ctx, result, name, pki):
                             result.notes.append(f"{topo} {cc} {what} failed: {str(e).splitlines()[0]}")
 
                     def copy(subject, size):
-                        if subject == "Globus UDT":
+                        """(wall seconds, CPU seconds of client and server)."""
+                        if subject.startswith("Globus"):
                             # Stream mode has no -len: the sparse file takes each size.
                             os.truncate(path, size)
-                            cmd = ["globus-url-copy", "-udt", "-ss", subject_dn,
+                            how = ["-udt"] if subject == "Globus UDT" else ["-p", subject.split()[-1]]
+                            cmd = ["globus-url-copy", *how, "-ss", subject_dn,
                                    f"gsiftp://10.77.0.2:2812{path}", "file:///dev/null"]
+                            server = globus
                         else:
                             transport, _, n = subject.split()
                             cmd = [FERRY, "copy", "-q", "-p", n, "--transport", transport, "--length", str(size),
                                    "ftp://10.77.0.2:2811/dev/zero", "/dev/null"]
-                        return _timed(lab, cmd, 900)
+                            server = ferry
+                        before = _children_cpu(), proctree.tree_cpu_seconds(server.pid)
+                        wall = _timed(lab, cmd, 900)
+                        cpu = _children_cpu() - before[0] + proctree.tree_cpu_seconds(server.pid) - before[1]
+                        return wall, cpu
 
                     for subject in subjects:
                         size = FIRST
                         try:
-                            while size < LARGEST and copy(subject, size) < o.udt_seconds:
+                            while size < LARGEST and copy(subject, size)[0] < o.udt_seconds:
                                 size *= 2
                         except (RuntimeError, subprocess.TimeoutExpired) as e:
                             result.notes.append(f"{topo} {cc} {subject} sizing: {str(e).splitlines()[0]}")
@@ -270,7 +297,7 @@ def _wan(ctx, result, name, pki):
                             size = sizes[(cc, subject)]
                             ctx.log(f"udt: {topo} {cc} {subject} run {r + 1}/{o.runs} {size >> 20} MiB")
                             try:
-                                wall = copy(subject, size)
+                                wall, cpu = copy(subject, size)
                             except (RuntimeError, subprocess.TimeoutExpired) as e:
                                 ctx.failures += 1
                                 result.notes.append(f"{topo} {cc} {subject} run {r + 1} failed: "
@@ -278,8 +305,9 @@ def _wan(ctx, result, name, pki):
                                 continue
                             gbit = size * 8 / wall / 1e9
                             rates.setdefault((cc, subject), []).append(gbit)
+                            cpus.setdefault((cc, subject), []).append(cpu / (size / 1e9))
                             result.raw.append({"where": topo, "cc": cc, "subject": subject, "bytes": size,
-                                               "gbit_s": gbit})
+                                               "gbit_s": gbit, "cpu_s_per_gb": cpu / (size / 1e9)})
                 finally:
                     processes.kill_tree(ferry)
                     processes.kill_tree(globus)
@@ -297,11 +325,20 @@ def _wan(ctx, result, name, pki):
     result.tables.append(Table(f"{topo} ({desc}): Mbit/s, median (min–max) [size moved]",
                                ["hosts' TCP"] + cols + ["udt-1 / Globus UDT", "udt-1 / link (iperf3 udp)",
                                                         "Globus UDT, issue's figure"], rows))
+    cpu_rows = [[cc] + [summarize(cpus.get((cc, sub), [])).cell(2) for sub in subjects] for cc in CCS]
+    result.tables.append(Table(f"{topo}: CPU s per GB, client and server together, median (min–max)",
+                               ["hosts' TCP"] + subjects, cpu_rows))
     if result.panel is None or name == "wan-long-haul":
         groups = [f"{topo}\n{cc}" for cc in CCS]
         result.panel = Panel(f"UDT, TCP and Globus UDT on {topo}", "Mbit/s", groups,
                              {sub: [summarize([g * 1000 for g in rates.get((cc, sub), [])]) for cc in CCS]
                               for sub in cols}, log_scale=True, xlabel="path, hosts' TCP")
+
+
+def _children_cpu():
+    """CPU seconds of every child process this one has waited for."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def _fairness(ctx, result):
