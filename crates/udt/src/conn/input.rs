@@ -232,9 +232,9 @@ impl Connection {
                 continue;
             }
             first = Some(first.map_or(from, |f: u64| f.min(from)));
-            if s.was_resent(from) || s.losses.contains(&from) {
-                // Reported again, after its resend or before it: this receiver repeats its
-                // reports (ferry's does; libudt's reports a loss once).
+            if s.note_reported(from, to) {
+                // Named again: this receiver repeats its reports (ferry's does; libudt's
+                // reports a loss once), so the timer need not resend everything.
                 self.peer_repeats_naks = true;
             }
             // A repeated report of a packet resent within the last round trip crossed that

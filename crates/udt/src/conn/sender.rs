@@ -10,6 +10,8 @@ use std::time::Instant;
 struct SendState {
     at: Instant,
     first_at: Instant,
+    /// A loss report named it.
+    reported: bool,
 }
 
 /// Most packets the buffer grows to (the largest flow window a receiver offers here).
@@ -139,12 +141,22 @@ impl Sender {
             .map(|s| s.first_at)
     }
 
-    /// Whether packet `count` (still held) has been resent.
-    pub(crate) fn was_resent(&self, count: u64) -> bool {
-        count
-            .checked_sub(self.una)
-            .and_then(|i| self.sent_at.get(usize::try_from(i).ok()?))
-            .is_some_and(|s| s.at != s.first_at)
+    /// Notes that a loss report named `[from, to]`. Returns whether it named one of them
+    /// before: libudt's receivers report a loss once, ferry's repeat theirs.
+    pub(crate) fn note_reported(&mut self, from: u64, to: u64) -> bool {
+        let from = from.max(self.una);
+        let mut again = false;
+        for c in from..=to {
+            let Some(s) = usize::try_from(c - self.una)
+                .ok()
+                .and_then(|i| self.sent_at.get_mut(i))
+            else {
+                break;
+            };
+            again |= s.reported;
+            s.reported = true;
+        }
+        again
     }
 
     /// Everything before `ack` arrived: frees it. Returns packets newly acknowledged.
@@ -187,6 +199,7 @@ impl Sender {
             self.sent_at.push_back(SendState {
                 at: now,
                 first_at: now,
+                reported: false,
             });
             return Some((count, false));
         }

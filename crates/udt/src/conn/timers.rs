@@ -1,0 +1,150 @@
+//! The connection's timers: ACK and NAK reports, and the retransmission timer (libudt's
+//! EXP), which resends or gives up on a silent peer.
+
+use super::*;
+
+impl Connection {
+    /// The retransmission timer (libudt's EXP): it runs from the last progress while data is
+    /// outstanding (a peer that only repeats its ACK is alive but has not got the tail),
+    /// else from the last packet heard, when it sends a keep-alive.
+    pub(super) fn exp_deadline(&self) -> Instant {
+        let per = Duration::from_micros(u64::from(self.rtt) + 4 * u64::from(self.rtt_var)) + SYN;
+        let interval = (per * self.exp_count).max(MIN_EXP * self.exp_count);
+        let outstanding = self.sender.as_ref().is_some_and(|s| s.in_flight() > 0);
+        let base = if outstanding {
+            self.last_progress
+        } else {
+            self.last_heard
+        };
+        self.last_exp.max(base) + interval
+    }
+
+    /// Runs the timers due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if let State::Connecting {
+            request,
+            since,
+            last_sent,
+        } = &mut self.state
+        {
+            if now.duration_since(*since) >= self.config.connect_timeout {
+                let secs = self.config.connect_timeout.as_secs();
+                self.fail(ConnError::HandshakeTimeout(secs));
+                return;
+            }
+            if last_sent.is_none_or(|t| now.duration_since(t) >= REQUEST_AGAIN) {
+                *last_sent = Some(now);
+                let again = *request;
+                self.control.push_back(Control::Handshake(again));
+            }
+            return;
+        }
+        if !matches!(self.state, State::Open) {
+            return;
+        }
+        if now >= self.next_ack {
+            self.next_ack = now + SYN;
+            let isn = self.isn;
+            let (rtt, var) = (self.rtt, self.rtt_var);
+            if let Some((ack, mut body)) = self
+                .receiver
+                .as_mut()
+                .and_then(|r| r.full_ack(now, rtt, var))
+            {
+                body.ack = seq::wire(isn, ack);
+                self.control.push_back(Control::Ack(body));
+            }
+        }
+        if now >= self.next_nak_check {
+            self.next_nak_check = now + SYN;
+            self.report_overdue_losses(now);
+        }
+        if now >= self.exp_deadline() {
+            self.expire(now);
+        }
+        if self.closing && self.flushed() && !self.is_closed() {
+            self.control.push_back(Control::Shutdown);
+            self.shutdown_sent = Some(now);
+            self.state = State::Closed;
+        }
+    }
+
+    fn report_overdue_losses(&mut self, now: Instant) {
+        let isn = self.isn;
+        let limit = self.payload / 4;
+        let per = Duration::from_micros(u64::from(self.rtt) + 4 * u64::from(self.rtt_var));
+        let Some(r) = self.receiver.as_mut() else {
+            return;
+        };
+        let missing = r.loss_count() as u64;
+        // libudt's allowance for the time the sender takes to resend the list, held to one
+        // more round trip so a long list never silences the reports.
+        let draining = if self.receive_rate > 0 {
+            Duration::from_micros(missing * 1_000_000 / u64::from(self.receive_rate.max(1)))
+                .min(per)
+        } else {
+            Duration::ZERO
+        };
+        let interval = (per + draining).max(MIN_NAK_INTERVAL);
+        let due = r.overdue_losses(now, interval, limit);
+        if !due.is_empty() {
+            self.stats.naks_sent += 1;
+            self.control.push_back(Control::Nak(nak_words(isn, &due)));
+        }
+    }
+
+    fn expire(&mut self, now: Instant) {
+        if now.duration_since(self.last_heard) >= self.config.silence {
+            let secs = self.config.silence.as_secs();
+            self.fail(ConnError::PeerSilent(secs));
+            return;
+        }
+        self.stats.timeouts += 1;
+        let patience =
+            Duration::from_micros(u64::from(self.rtt) + 4 * u64::from(self.rtt_var)) + SYN;
+        let s = self.sender.as_mut();
+        match s {
+            Some(s) if s.in_flight() > 0 || s.has_unsent() => {
+                // libudt resends everything outstanding, packets sent within the last round
+                // trip aside (they cannot have been acknowledged yet): its receiver reports a
+                // loss once, so a lost resend is found no other way. A receiver that repeats
+                // its reports will name every missing packet again: only the oldest, which
+                // holds the ACK back, goes now. Resending all of a large window when the
+                // receiver holds most of it would cost seconds on a long path.
+                if s.in_flight() > 0 && s.losses.is_empty() {
+                    if self.peer_repeats_naks {
+                        s.lose(s.una, s.una, None);
+                    } else {
+                        s.lose_older_than(now.checked_sub(patience).unwrap_or(self.start));
+                    }
+                }
+                if let Some(cc) = self.cc.as_mut() {
+                    cc.on_timeout(now);
+                }
+            }
+            _ => self.control.push_back(Control::KeepAlive),
+        }
+        self.exp_count += 1;
+        self.last_exp = now;
+    }
+}
+
+/// Loss-list words for sorted counts: runs as flagged ranges, single packets alone.
+fn nak_words(isn: u32, counts: &[u64]) -> Vec<u32> {
+    let mut words = Vec::new();
+    let mut i = 0;
+    while i < counts.len() {
+        let mut j = i;
+        while j + 1 < counts.len() && counts[j + 1] == counts[j] + 1 {
+            j += 1;
+        }
+        if j > i {
+            words.push(seq::wire(isn, counts[i]) | 0x8000_0000);
+            words.push(seq::wire(isn, counts[j]));
+        } else {
+            words.push(seq::wire(isn, counts[i]));
+        }
+        i = j + 1;
+    }
+    words
+}
