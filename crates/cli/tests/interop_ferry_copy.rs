@@ -892,28 +892,7 @@ fn gets_ask_a_ferry_server_for_a_block_size_and_a_globus_server_for_none() {
 /// the ferry server dies, and the retry resumes from the stored ranges.
 #[test]
 fn one_stream_get_restarts_after_the_ferry_server_is_killed_mid_transfer() {
-    let sandbox = Sandbox::new();
-    let mut server = ServerUnderTest::start_kind(ServerKind::Ferry, &sandbox.served_dir("root"));
-    let source = server.path_of("big.bin");
-    write_marked_pattern_file(&source, RESTART_MIB, 54);
-    let dest = sandbox.local_dir("local").join("big.bin");
-    let url = server.url_for("big.bin");
-    let dest_arg = dest.display().to_string();
-    let run = spawn_ferry(&[
-        "copy",
-        "-p",
-        "1",
-        "--tcp-bs",
-        "4096",
-        "--retries",
-        "5",
-        "--json",
-        &url,
-        &dest_arg,
-    ]);
-    let (run, marker) = kill_mid_transfer(run, &dest, &mut server, false);
-    let out = run.wait(Duration::from_secs(300));
-    assert_restarted(&out, &source, &dest, marker, &[server.port()]);
+    get_restarts_after_killing_a_ferry_server(&[], &["-p", "1", "--tcp-bs", "4096"], 54, false);
 }
 
 /// The restart over UDT, four streams: a killed server's UDT connections just go silent
@@ -923,31 +902,45 @@ fn one_stream_get_restarts_after_the_ferry_server_is_killed_mid_transfer() {
 /// client's restart markers (every second) come before the kill.
 #[test]
 fn a_udt_get_restarts_from_its_ranges_after_the_ferry_server_is_killed() {
-    let sandbox = Sandbox::new();
-    let mut server = ServerUnderTest::start_ferry_with(
-        &sandbox.served_dir("root"),
+    get_restarts_after_killing_a_ferry_server(
         &["--dc-whitelist", "tcp,udt"],
+        &["--transport", "udt:fc=2048", "-p", "4"],
+        55,
+        true,
     );
+}
+
+/// Gets a file from a ferry server started with `server_args`, kills and restarts the server
+/// mid-get, and checks the retried copy (`options` go before the URLs). With `must_resume`
+/// the retry must resume from stored ranges whether or not a marker was seen.
+fn get_restarts_after_killing_a_ferry_server(
+    server_args: &[&str],
+    options: &[&str],
+    seed: u64,
+    must_resume: bool,
+) {
+    let sandbox = Sandbox::new();
+    let mut server = ServerUnderTest::start_ferry_with(&sandbox.served_dir("root"), server_args);
     let source = server.path_of("big.bin");
-    write_marked_pattern_file(&source, RESTART_MIB, 55);
+    write_marked_pattern_file(&source, RESTART_MIB, seed);
     let dest = sandbox.local_dir("local").join("big.bin");
     let url = server.url_for("big.bin");
     let dest_arg = dest.display().to_string();
-    let run = spawn_ferry(&[
-        "copy",
-        "--transport",
-        "udt:fc=2048",
-        "-p",
-        "4",
-        "--retries",
-        "5",
-        "--json",
-        &url,
-        &dest_arg,
-    ]);
-    let (run, _) = kill_mid_transfer(run, &dest, &mut server, false);
+    let args: Vec<&str> = ["copy", "--retries", "5", "--json"]
+        .into_iter()
+        .chain(options.iter().copied())
+        .chain([url.as_str(), dest_arg.as_str()])
+        .collect();
+    let run = spawn_ferry(&args);
+    let (run, marker) = kill_mid_transfer(run, &dest, &mut server, false);
     let out = run.wait(Duration::from_secs(300));
-    assert_restarted(&out, &source, &dest, true, &[server.port()]);
+    assert_restarted(
+        &out,
+        &source,
+        &dest,
+        marker || must_resume,
+        &[server.port()],
+    );
 }
 
 /// A client that vanishes mid-get over UDT (killed: no shutdown, no reply) costs the server

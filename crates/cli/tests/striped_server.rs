@@ -255,45 +255,32 @@ fn third_party_striped_between_ferry_clusters_of_three_and_two_nodes() {
             "ferry copy --stripe 2 → 3",
         );
         same(&a_root.join(&back), &bytes, "2 → 3");
-        // 3 → 2 again over QUIC: the frontends pass the stack to their nodes, whose stripes
-        // connect over UDP.
-        let quic = format!("a-to-b-quic-{sbs}.bin");
-        ok(
-            &ferry(&[
-                "copy",
-                "-q",
-                "--transport",
-                "quic",
-                "--stripe",
-                "--stripe-block-size",
-                sbs,
-                "-p",
-                "2",
-                &a.url("src.bin"),
-                &b.url(&quic),
-            ]),
-            "ferry copy --transport quic --stripe 3 → 2",
-        );
-        same(&b_dir.path().join(&quic), &bytes, "3 → 2 over QUIC");
-        // And over UDT: each node's stripes are UDT connections on its own UDP port.
-        let udt = format!("a-to-b-udt-{sbs}.bin");
-        ok(
-            &ferry(&[
-                "copy",
-                "-q",
-                "--transport",
-                "udt",
-                "--stripe",
-                "--stripe-block-size",
-                sbs,
-                "-p",
-                "2",
-                &a.url("src.bin"),
-                &b.url(&udt),
-            ]),
-            "ferry copy --transport udt --stripe 3 → 2",
-        );
-        same(&b_dir.path().join(&udt), &bytes, "3 → 2 over UDT");
+        // 3 → 2 again over QUIC and over UDT: the frontends pass the stack to their nodes,
+        // whose stripes connect over UDP, each node on its own port.
+        for transport in ["quic", "udt"] {
+            let name = format!("a-to-b-{transport}-{sbs}.bin");
+            ok(
+                &ferry(&[
+                    "copy",
+                    "-q",
+                    "--transport",
+                    transport,
+                    "--stripe",
+                    "--stripe-block-size",
+                    sbs,
+                    "-p",
+                    "2",
+                    &a.url("src.bin"),
+                    &b.url(&name),
+                ]),
+                &format!("ferry copy --transport {transport} --stripe 3 → 2"),
+            );
+            same(
+                &b_dir.path().join(&name),
+                &bytes,
+                &format!("3 → 2 over {transport}"),
+            );
+        }
     }
     // gcp --big: the same striped third-party copy, with gcp's tuning, verified.
     let log = ok(
