@@ -931,7 +931,18 @@ fn get_restarts_after_killing_a_ferry_server(
         .chain(options.iter().copied())
         .chain([url.as_str(), dest_arg.as_str()])
         .collect();
-    let run = spawn_ferry(&args);
+    let mut run = spawn_ferry(&args);
+    if must_resume {
+        // The kill must come after the client stored a range (its markers come every second).
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !run.stdout_so_far().contains("\"event\":\"stored\"") {
+            if run.has_exited() || Instant::now() > deadline {
+                run.wait(Duration::ZERO)
+                    .fail("no range was stored before the end (or within 120 s)");
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
     let (run, marker) = kill_mid_transfer(run, &dest, &mut server, false);
     let out = run.wait(Duration::from_secs(300));
     assert_restarted(

@@ -72,6 +72,11 @@ impl FerryProcess {
         self.0.stderr_so_far()
     }
 
+    /// What the process has written to stdout so far (`--json` events).
+    pub fn stdout_so_far(&self) -> String {
+        self.0.stdout_so_far()
+    }
+
     /// Whether the process has exited.
     pub fn has_exited(&mut self) -> bool {
         self.0.has_exited()

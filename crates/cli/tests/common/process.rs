@@ -73,6 +73,11 @@ impl Running {
         }
     }
 
+    /// What the process has written to stdout so far.
+    pub fn stdout_so_far(&self) -> String {
+        String::from_utf8_lossy(&self.stdout.lock().expect("output buffer")).into_owned()
+    }
+
     /// What the process has written to stderr so far.
     pub fn stderr_so_far(&self) -> String {
         String::from_utf8_lossy(&self.stderr.lock().expect("output buffer")).into_owned()
