@@ -103,15 +103,21 @@ async fn receive(mut conn: DataConn) -> Vec<u8> {
     got
 }
 
+/// A file of `len` pattern bytes for the libudt peer to send, in a directory of its own.
+fn source_file(len: usize) -> (tempfile::TempDir, PathBuf, Vec<u8>) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("in");
+    let d = data(len);
+    std::fs::File::create(&file).unwrap().write_all(&d).unwrap();
+    (dir, file, d)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn libudt_sends_to_ferry_whichever_side_listens() {
     let Some(program) = peer_program() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("in");
-    let d = data(24 << 20);
-    std::fs::File::create(&file).unwrap().write_all(&d).unwrap();
+    let (_dir, file, d) = source_file(24 << 20);
     let t = Transports::standard();
 
     let listener = t
@@ -190,10 +196,7 @@ async fn a_sender_killed_mid_transfer_is_an_error_not_an_end() {
     let Some(program) = peer_program() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("in");
-    let d = data(96 << 20);
-    std::fs::File::create(&file).unwrap().write_all(&d).unwrap();
+    let (_dir, file, d) = source_file(96 << 20);
     let t = Transports::standard();
     let listener = t
         .listen(&stack("udt"), LOCAL, None, SocketTuning::default())
