@@ -483,6 +483,8 @@ impl Connection {
                     .map_or(*since, |t| t + REQUEST_AGAIN)
                     .min(*since + self.config.connect_timeout),
             ),
+            // A goodbye goes at once (the process may be about to exit), not at the next timer.
+            State::Open if self.closing && self.flushed() => Some(self.start),
             State::Open => {
                 let mut due = self
                     .next_ack

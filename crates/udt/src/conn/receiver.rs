@@ -197,6 +197,12 @@ impl Receiver {
         None
     }
 
+    /// Lets the next [`Receiver::full_ack`] repeat an unconfirmed ACK at once (before a
+    /// shutdown), instead of waiting a round trip for its ACK2.
+    pub(crate) fn ack_again(&mut self) {
+        self.last_full_ack = None;
+    }
+
     /// The full ACK the SYN timer sends, if one is owed (libudt's rules).
     pub(crate) fn full_ack(&mut self, now: Instant, rtt: u32, rtt_var: u32) -> Option<(u64, Ack)> {
         self.measure_rate(now);

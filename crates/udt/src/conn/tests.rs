@@ -96,6 +96,9 @@ struct Outcome {
     half_at: Duration,
     client: Stats,
     server_error: Option<ConnError>,
+    client_error: Option<ConnError>,
+    /// The sender had every byte acknowledged at the end.
+    client_flushed: bool,
     /// Bytes received by each tenth of a simulated second.
     timeline: Vec<usize>,
 }
@@ -113,15 +116,28 @@ const SERVER: &str = "10.0.0.2:6000";
 /// Sends `data` from client to server over `path` (and back over the same path), until the
 /// server read it all or `limit` of simulated time passed.
 fn transfer(data: &[u8], path: Path, config: Config, seed: u64, limit: Duration) -> Outcome {
-    transfer_after(data, 0, Duration::ZERO, path, config, seed, limit)
+    transfer_after(data, Script::default(), path, config, seed, limit)
 }
 
-/// As [`transfer`], but the first `prelude` bytes go alone, then the sender idles for `idle`
-/// (a GSI handshake before the data) before the rest.
-fn transfer_after(
-    data: &[u8],
+/// How a [`transfer_after`] departs from a plain one.
+#[derive(Debug, Clone, Copy, Default)]
+struct Script {
+    /// The first `prelude` bytes go alone, then the sender idles for `idle` (a GSI handshake
+    /// before the data) before the rest.
     prelude: usize,
     idle: Duration,
+    /// The sender keeps its connection open (a cached MODE E stream); the receiver closes as
+    /// soon as it read everything, and its process exits right after its goodbye. The run
+    /// ends when the sender heard the goodbye or gave up.
+    receiver_leaves: bool,
+    /// The first full ACK of everything the receiver sends is lost.
+    lose_final_ack: bool,
+}
+
+/// As [`transfer`], departing from it as `script` says.
+fn transfer_after(
+    data: &[u8],
+    script: Script,
     path: Path,
     config: Config,
     seed: u64,
@@ -149,6 +165,14 @@ fn transfer_after(
     let mut ended = false;
     let mut half_at = None;
     let mut timeline = Vec::new();
+    let Script {
+        prelude,
+        idle,
+        receiver_leaves,
+        lose_final_ack,
+    } = script;
+    let mut server_gone = false;
+    let mut final_ack_lost = false;
     while now.duration_since(t0) < limit && !ended {
         for d in up.take_due(now) {
             let Ok(p) = Packet::parse(&d) else { continue };
@@ -179,7 +203,7 @@ fn transfer_after(
                     },
                     Listening::Ignore => {}
                 },
-                (_, Some(s)) => s.handle(now, &p),
+                (_, Some(s)) if !server_gone => s.handle(now, &p),
                 _ => {}
             }
         }
@@ -195,11 +219,11 @@ fn transfer_after(
         };
         if client.is_open() && written < allowed {
             written += client.write(&data[written..allowed]);
-            if written == data.len() {
+            if written == data.len() && !receiver_leaves {
                 client.close();
             }
         }
-        if let Some(s) = server.as_mut() {
+        if let Some(s) = server.as_mut().filter(|_| !server_gone) {
             loop {
                 match s.read(&mut read_buf) {
                     Ok(ReadOutcome::Data(n)) => {
@@ -215,16 +239,44 @@ fn transfer_after(
                     Ok(ReadOutcome::Blocked) => break,
                 }
             }
+            if receiver_leaves && received.len() == data.len() {
+                s.close();
+            }
         }
-        for (conn, link) in [(Some(&mut client), &mut up), (server.as_mut(), &mut down)] {
+        if receiver_leaves && (client.peer_closed || client.error().is_some()) {
+            ended = true;
+        }
+        let live_server = server.as_mut().filter(|_| !server_gone);
+        for (conn, link, to_client) in [
+            (Some(&mut client), &mut up, false),
+            (live_server, &mut down, true),
+        ] {
             let Some(conn) = conn else { continue };
             if conn.poll_timeout().is_some_and(|t| t <= now) {
                 conn.handle_timeout(now);
             }
             while let Some(n) = conn.poll_transmit(now, &mut buf) {
+                let full_ack = matches!(
+                    Packet::parse(&buf[..n]),
+                    Ok(Packet::Control {
+                        body: Control::Ack(Ack { full: Some(_), .. }),
+                        ..
+                    })
+                );
+                if lose_final_ack
+                    && to_client
+                    && full_ack
+                    && !final_ack_lost
+                    && received.len() == data.len()
+                {
+                    final_ack_lost = true;
+                    continue;
+                }
                 link.send(now, &mut rng, &buf[..n]);
             }
         }
+        // The receiver's goodbye is out: its process is gone.
+        server_gone |= server.as_ref().is_some_and(Connection::is_closed);
         if std::env::var("UDT_TRACE").is_ok() && now.duration_since(t0).as_micros() % 100_000 < 50 {
             if let (Some(cc), Some(s)) = (client.cc.as_ref(), client.sender.as_ref()) {
                 eprintln!(
@@ -240,7 +292,10 @@ fn transfer_after(
         let mut next = now + Duration::from_secs(1);
         for t in [up.next_due(), down.next_due(), client.poll_timeout()]
             .into_iter()
-            .chain([server.as_ref().and_then(Connection::poll_timeout)])
+            .chain([server
+                .as_ref()
+                .filter(|_| !server_gone)
+                .and_then(Connection::poll_timeout)])
             .flatten()
         {
             next = next.min(t);
@@ -253,6 +308,8 @@ fn transfer_after(
         half_at: half_at.unwrap_or_default(),
         client: client.stats(),
         server_error: server.as_ref().and_then(|s| s.error().cloned()),
+        client_error: client.error().cloned(),
+        client_flushed: client.flushed(),
         timeline,
     }
 }
@@ -364,10 +421,14 @@ fn a_quiet_start_does_not_hold_the_rate_down() {
         ..Path::clean()
     };
     let d = data(60_000_000);
+    let script = Script {
+        prelude: 300,
+        idle: Duration::from_secs(1),
+        ..Script::default()
+    };
     let out = transfer_after(
         &d,
-        300,
-        Duration::from_secs(1),
+        script,
         path,
         Config::default(),
         5,
@@ -379,6 +440,42 @@ fn a_quiet_start_does_not_hold_the_rate_down() {
         "{} pkt/s",
         out.steady_rate()
     );
+}
+
+#[test]
+fn a_receiver_that_closes_and_exits_at_once_leaves_the_sender_acknowledged() {
+    // A client done with a get closes its data connections and exits; the server's side
+    // waits for the last acknowledgement, which was lost. The goodbye carries the ACK again,
+    // so the sender ends with everything acknowledged and no error, at once, not after a
+    // silence timeout (nor on an error for data unacknowledged).
+    let path = Path {
+        one_way: Duration::from_millis(30),
+        ..Path::clean()
+    };
+    let d = data(3_000_000);
+    for seed in 1..=5 {
+        let script = Script {
+            receiver_leaves: true,
+            lose_final_ack: true,
+            ..Script::default()
+        };
+        let out = transfer_after(
+            &d,
+            script,
+            path,
+            Config::default(),
+            seed,
+            Duration::from_secs(60),
+        );
+        assert!(out.received == d, "seed {seed}: bytes differ");
+        assert_eq!(out.client_error, None, "seed {seed}");
+        assert!(out.client_flushed, "seed {seed}: data left unacknowledged");
+        assert!(
+            out.elapsed < Duration::from_secs(10),
+            "seed {seed}: the sender heard no goodbye for {:?}",
+            out.elapsed
+        );
+    }
 }
 
 #[test]

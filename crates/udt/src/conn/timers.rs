@@ -44,16 +44,7 @@ impl Connection {
         }
         if now >= self.next_ack {
             self.next_ack = now + SYN;
-            let isn = self.isn;
-            let (rtt, var) = (self.rtt, self.rtt_var);
-            if let Some((ack, mut body)) = self
-                .receiver
-                .as_mut()
-                .and_then(|r| r.full_ack(now, rtt, var))
-            {
-                body.ack = seq::wire(isn, ack);
-                self.control.push_back(Control::Ack(body));
-            }
+            self.push_full_ack(now);
         }
         if now >= self.next_nak_check {
             self.next_nak_check = now + SYN;
@@ -63,9 +54,30 @@ impl Connection {
             self.expire(now);
         }
         if self.closing && self.flushed() && !self.is_closed() {
+            // What we hold, acknowledged once more just before the goodbye: the last periodic
+            // ACK may be lost or not yet due, and a sender that hears the shutdown with data
+            // unacknowledged must take it for a failure.
+            if let Some(r) = self.receiver.as_mut() {
+                r.ack_again();
+            }
+            self.push_full_ack(now);
             self.control.push_back(Control::Shutdown);
             self.shutdown_sent = Some(now);
             self.state = State::Closed;
+        }
+    }
+
+    /// Queues a full ACK, if the receiver's rules allow one now.
+    fn push_full_ack(&mut self, now: Instant) {
+        let isn = self.isn;
+        let (rtt, var) = (self.rtt, self.rtt_var);
+        if let Some((ack, mut body)) = self
+            .receiver
+            .as_mut()
+            .and_then(|r| r.full_ack(now, rtt, var))
+        {
+            body.ack = seq::wire(isn, ack);
+            self.control.push_back(Control::Ack(body));
         }
     }
 
