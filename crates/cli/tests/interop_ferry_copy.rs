@@ -1011,6 +1011,62 @@ fn a_udt_client_killed_mid_get_leaves_the_ferry_server_serving() {
     }
 }
 
+/// A UDT client that is done ends its session cleanly: it closes its data connections (UDT's
+/// shutdown, with a last ACK) and sends QUIT, and every UDT connection of the server ends at
+/// once with no error, whichever goodbye comes first. (The case only the client's goodbye
+/// saves, a lost last ACK, is the UDT core's simulation test.) The server logs each
+/// connection's end at debug level with the error it ended on, if any.
+#[test]
+fn a_finished_udt_client_ends_the_servers_udt_connections_cleanly() {
+    let sandbox = Sandbox::new();
+    let server = ServerUnderTest::start_ferry_with(
+        &sandbox.served_dir("root"),
+        &["--dc-whitelist", "tcp,udt", "--log", "info,ferry_net=debug"],
+    );
+    let source = server.path_of("cached.bin");
+    write_marked_pattern_file(&source, 4, 58);
+    let local = sandbox.local_dir("local");
+    let dest = local.join("cached.bin");
+    let got = copy(
+        &["--transport", "udt", "-p", "2"],
+        &server.url_for("cached.bin"),
+        &dest.display().to_string(),
+    );
+    got.assert_same_file(&source, &dest);
+    let back = server.path_of("back.bin");
+    let put = copy(
+        &["--transport", "udt", "-p", "2"],
+        &dest.display().to_string(),
+        &server.url_for("back.bin"),
+    );
+    put.assert_same_file(&source, &back);
+    // Two streams for the get and two for the put, each logged once when it ends (the
+    // silence timeout, were there no goodbye, would end them with an error 30 s on).
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let ended = loop {
+        let log = server.log_tail(2_000);
+        let ended: Vec<String> = log
+            .lines()
+            .filter(|l| l.contains("UDT connection closed"))
+            .map(str::to_owned)
+            .collect();
+        if ended.len() >= 4 {
+            break ended;
+        }
+        if Instant::now() > deadline {
+            panic!("the server's UDT connections never ended:\n{log}");
+        }
+        thread::sleep(Duration::from_millis(200));
+    };
+    for line in &ended {
+        assert!(
+            line.contains("error=None"),
+            "a server UDT connection ended on an error, not the client's goodbye:\n{}",
+            ended.join("\n")
+        );
+    }
+}
+
 // 6. Checksums.
 
 #[test]

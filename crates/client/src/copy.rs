@@ -336,6 +336,7 @@ async fn worker(
             break;
         }
     }
+    sessions.close().await;
 }
 
 pub(crate) fn started(events: &EventSink, i: usize, job: &Job) {

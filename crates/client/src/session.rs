@@ -185,6 +185,23 @@ impl RemoteSession {
         })
     }
 
+    /// Ends the session as Globus' client does: the cached data connections are closed (over
+    /// UDT this is the only goodbye the server's side gets; without it the server's
+    /// connections wait out its silence timeout) and QUIT is sent, each bounded in time. A
+    /// session out of step with its server only closes its data connections.
+    pub async fn close(mut self) {
+        ferry_dtp::DataMover::close(&mut self.dtp).await;
+        if self.broken {
+            return;
+        }
+        let limit = Duration::from_secs(2) + self.rtt * 2;
+        match tokio::time::timeout(limit, self.ctl.command(&Command::Quit)).await {
+            Ok(Ok(r)) => tracing::debug!(code = r.code, "session ended"),
+            Ok(Err(e)) => tracing::debug!(error = %e, "QUIT failed"),
+            Err(_) => tracing::debug!("no answer to QUIT"),
+        }
+    }
+
     /// The server this session talks to (path `/`).
     pub fn server(&self) -> &RemoteUrl {
         &self.server

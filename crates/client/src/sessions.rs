@@ -92,6 +92,15 @@ impl Sessions {
         Ok(if ia < ib { (x, y) } else { (y, x) })
     }
 
+    /// Ends every session ([`RemoteSession::close`]), all at once.
+    pub async fn close(self) {
+        let mut set = tokio::task::JoinSet::new();
+        for s in self.open {
+            set.spawn(s.close());
+        }
+        while set.join_next().await.is_some() {}
+    }
+
     /// Drops the session for `url` (after a network error, so the next use reconnects).
     pub fn drop_server(&mut self, url: &RemoteUrl) {
         self.open.retain(|s| !s.server().same_server(url));

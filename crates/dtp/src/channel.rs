@@ -51,6 +51,13 @@ impl DataChannel {
         self.cached_setup = None;
     }
 
+    /// Drops the listener and hands over the cached connections (to be closed).
+    pub(crate) fn take_all(&mut self) -> Vec<DataConn> {
+        let conns = std::mem::take(&mut self.cached);
+        self.forget();
+        conns
+    }
+
     /// The passive listener, if one is open.
     pub(crate) fn listener(&self) -> Option<Arc<DataListener>> {
         self.listener.clone()

@@ -55,6 +55,15 @@ pub trait DataMover: Debug + Send {
     /// Drops cached data connections only (a buffer or security change, an abort).
     fn forget_cache(&mut self);
 
+    /// Ends the data channel at the end of a session: cached connections say goodbye as
+    /// their transport does (TCP's FIN, TLS close_notify, UDT's shutdown, which has no other
+    /// way to reach the peer once this process exits), within a bounded time, and the
+    /// listener goes. A mover whose connections live elsewhere just forgets.
+    fn close(&mut self) -> MoverFuture<'_, ()> {
+        self.forget();
+        Box::pin(std::future::ready(()))
+    }
+
     /// Whether `desc` will run on cached connections (the PI then answers 125, not 150).
     fn will_reuse(&self, desc: &TransferDescription) -> bool;
 

@@ -13,6 +13,10 @@ use super::Dtp;
 use crate::mover::{DataMover, MoverFuture, PassiveRequest};
 use crate::{ChannelSetup, Direction, DtpError, DtpEvent, TransferDescription, TransferOutcome};
 
+/// How long closing a session's cached connections may take: their data is acknowledged
+/// already (a transfer ends only then), so the goodbye is one exchange.
+const CLOSE_LIMIT: Duration = Duration::from_secs(3);
+
 impl Dtp {
     /// Takes cached connections and connects, or accepts, the rest for a sending transfer.
     pub(super) async fn send_connections(
@@ -101,6 +105,24 @@ impl DataMover for Dtp {
 
     fn forget_cache(&mut self) {
         self.channel.forget_cache();
+    }
+
+    fn close(&mut self) -> MoverFuture<'_, ()> {
+        let conns = self.channel.take_all();
+        Box::pin(async move {
+            let mut set = tokio::task::JoinSet::new();
+            for mut c in conns {
+                set.spawn(async move {
+                    if let Err(e) = tokio::io::AsyncWriteExt::shutdown(&mut c).await {
+                        tracing::debug!(error = %e, "a cached data connection closed badly");
+                    }
+                });
+            }
+            let all = async { while set.join_next().await.is_some() {} };
+            if tokio::time::timeout(CLOSE_LIMIT, all).await.is_err() {
+                tracing::debug!("cached data connections not closed in time: dropped");
+            }
+        })
     }
 
     fn will_reuse(&self, desc: &TransferDescription) -> bool {
