@@ -114,3 +114,124 @@ fn bad_options_are_refused_before_any_socket() {
     assert!(Udt.accept_options("mss=9000;fc=4096").is_ok());
     assert!(Udt.accept_options("nodelay=1").is_err());
 }
+
+/// A handshake datagram to the listener (socket id 0).
+fn handshake_datagram(hs: &ferry_udt::handshake::Handshake) -> Vec<u8> {
+    let mut out = vec![0u8; 128];
+    let n = ferry_udt::packet::write_control(
+        &mut out,
+        0,
+        0,
+        &ferry_udt::packet::Control::Handshake(*hs),
+    );
+    out.truncate(n);
+    out
+}
+
+/// The handshake in a datagram from the listener, if it is one.
+fn handshake_in(datagram: &[u8]) -> Option<ferry_udt::handshake::Handshake> {
+    match ferry_udt::packet::Packet::parse(datagram).ok()? {
+        ferry_udt::packet::Packet::Control {
+            body: ferry_udt::packet::Control::Handshake(hs),
+            ..
+        } => Some(hs),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_handshakes_open_nothing_and_the_listener_serves_on() {
+    use ferry_udt::handshake::{self, Handshake};
+    let listener = Udt
+        .listen(
+            "127.0.0.1".parse().unwrap(),
+            None,
+            SocketTuning::default(),
+            "",
+        )
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let forger = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let victim = UdpSocket::bind("127.0.0.1:0").unwrap();
+    forger
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let request = Handshake {
+        version: handshake::VERSION,
+        socket_type: handshake::STREAM,
+        isn: 99,
+        mss: 1500,
+        flight_flag: 8192,
+        request_type: handshake::REQUEST,
+        id: 4242,
+        cookie: 0,
+        peer_ip: handshake::ip_words(addr.ip()),
+    };
+    // A flood of first requests: each gets a cookie back and leaves no state.
+    for i in 0..2_000 {
+        let hs = Handshake {
+            id: i + 1,
+            ..request
+        };
+        forger.send_to(&handshake_datagram(&hs), addr).unwrap();
+    }
+    let mut buf = [0u8; 1500];
+    let (n, _) = forger.recv_from(&mut buf).unwrap();
+    let answer = handshake_in(&buf[..n]).expect("the listener answers a request with a cookie");
+    assert_eq!(answer.request_type, handshake::REQUEST);
+    let cookie = answer.cookie;
+    let response = Handshake {
+        request_type: handshake::RESPONSE,
+        id: 4242,
+        ..request
+    };
+    // Guessed cookies, and the forger's good cookie replayed from another address (a spoofed
+    // source never sees the cookie meant for it): nothing opens.
+    for guess in [0, 1, cookie ^ 1, cookie.wrapping_add(1), u32::MAX] {
+        let hs = Handshake {
+            cookie: guess,
+            ..response
+        };
+        forger.send_to(&handshake_datagram(&hs), addr).unwrap();
+    }
+    victim
+        .send_to(&handshake_datagram(&Handshake { cookie, ..response }), addr)
+        .unwrap();
+    // The right cookie with a version the listener does not speak: refused, not opened.
+    let wrong = Handshake {
+        version: 5,
+        cookie,
+        ..response
+    };
+    forger.send_to(&handshake_datagram(&wrong), addr).unwrap();
+    let refused = loop {
+        let (n, _) = forger
+            .recv_from(&mut buf)
+            .expect("the listener answers a wrong version");
+        match handshake_in(&buf[..n]) {
+            Some(hs) if hs.request_type == handshake::REQUEST => continue,
+            Some(hs) => break hs,
+            None => panic!("the listener sent a non-handshake to a forger"),
+        }
+    };
+    assert_eq!(refused.request_type, handshake::REFUSED);
+    // A real client connects after all that, and it is the first and only one accepted.
+    let mut real = Udt
+        .connect(addr, SocketTuning::default(), "")
+        .await
+        .unwrap();
+    let mut accepted = tokio::time::timeout(Duration::from_secs(10), listener.accept())
+        .await
+        .expect("the real client was not accepted")
+        .unwrap();
+    assert_eq!(
+        accepted.peer_addr().unwrap().port(),
+        real.local_addr().unwrap().port(),
+        "a forged handshake was accepted before the real one"
+    );
+    real.write_all(&data(1 << 20)).await.unwrap();
+    real.shutdown().await.unwrap();
+    let mut got = Vec::new();
+    accepted.read_to_end(&mut got).await.unwrap();
+    assert!(got == data(1 << 20), "bytes differ");
+}
