@@ -189,7 +189,9 @@ impl ProxyCertInfo {
 }
 
 fn unsigned(int: &[u8]) -> Result<u64> {
-    if int.is_empty() || int.len() > 9 || int[0] & 0x80 != 0 {
+    // Nine bytes only for a leading zero (a positive value with its top bit set): any more
+    // would not fit the u64 and be cut silently.
+    if int.is_empty() || int.len() > 9 || int[0] & 0x80 != 0 || (int.len() == 9 && int[0] != 0) {
         return Err(GsiError::decode("DER", "path length out of range"));
     }
     Ok(int.iter().fold(0u64, |a, &b| (a << 8) | u64::from(b)))
@@ -268,6 +270,15 @@ mod tests {
         ] {
             assert_eq!(ProxyCertInfo::parse(&info.encode(), false).unwrap(), info);
         }
+    }
+
+    #[test]
+    fn path_lengths_beyond_64_bits_are_refused_not_cut() {
+        assert_eq!(unsigned(&[0, 0xff, 0, 0, 0, 0, 0, 0, 1]).unwrap(), 0xff00_0000_0000_0001);
+        // 2^64 + 1 would read as 1 were the top byte dropped.
+        assert!(unsigned(&[1, 0, 0, 0, 0, 0, 0, 0, 1]).is_err());
+        assert!(unsigned(&[0x80]).is_err());
+        assert!(unsigned(&[]).is_err());
     }
 
     #[test]

@@ -64,7 +64,9 @@ impl Layout {
                     let block = block.max(1);
                     // The first block at or after `start` that stripe i owns, then every n-th.
                     let first = start / block;
-                    let mut k = first + (i + n - first % n) % n;
+                    let Some(mut k) = first.checked_add((i + n - first % n) % n) else {
+                        continue;
+                    };
                     while k.saturating_mul(block) < end {
                         let a = (k * block).max(start);
                         let b = k.saturating_add(1).saturating_mul(block).min(end);
@@ -120,6 +122,20 @@ mod tests {
         );
         assert_eq!(l.stripe_of(mib, 3), 1);
         assert_eq!(l.stripe_of(5 * mib + 7, 3), 2);
+    }
+
+    #[test]
+    fn blocks_at_the_top_of_the_offset_space_are_shared_without_overflow() {
+        let top = RangeSet::from_range(u64::MAX - 10, u64::MAX);
+        let l = Layout::Blocked { block: 1 };
+        let mut all = RangeSet::new();
+        for i in 0..3 {
+            for (a, b) in l.owned(&top, i, 3).iter() {
+                assert!((a..b).all(|o| l.stripe_of(o, 3) == i));
+                all.insert(a, b);
+            }
+        }
+        assert_eq!(all, top);
     }
 
     #[test]

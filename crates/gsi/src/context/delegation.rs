@@ -11,6 +11,9 @@ use crate::credential::Credential;
 use crate::error::{GsiError, Result};
 use crate::proxy::{self, ProxyOptions};
 
+/// The largest key generated for a delegated proxy, whatever the peer's own.
+const MAX_DELEGATED_KEY_BITS: u32 = 4096;
+
 impl SecurityContext {
     /// Initiator: signs a proxy for the key in the acceptor's certificate request and sends it.
     pub(super) fn sign_delegation(&mut self) -> Result<Step> {
@@ -86,7 +89,9 @@ impl SecurityContext {
             .peer_certificate()
             .and_then(|c| c.public_key().ok())
             .map(|k| k.bits())
-            .filter(|&b| b >= 2048)
+            // The peer's certificate names the size, so it is held to what a proxy needs: a
+            // 16384-bit key would cost this side minutes of CPU to generate.
+            .map(|b| b.clamp(2048, MAX_DELEGATED_KEY_BITS))
             .unwrap_or(2048)
     }
 
