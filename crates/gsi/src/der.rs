@@ -274,7 +274,10 @@ mod tests {
 
     #[test]
     fn path_lengths_beyond_64_bits_are_refused_not_cut() {
-        assert_eq!(unsigned(&[0, 0xff, 0, 0, 0, 0, 0, 0, 1]).unwrap(), 0xff00_0000_0000_0001);
+        assert_eq!(
+            unsigned(&[0, 0xff, 0, 0, 0, 0, 0, 0, 1]).unwrap(),
+            0xff00_0000_0000_0001
+        );
         // 2^64 + 1 would read as 1 were the top byte dropped.
         assert!(unsigned(&[1, 0, 0, 0, 0, 0, 0, 0, 1]).is_err());
         assert!(unsigned(&[0x80]).is_err());

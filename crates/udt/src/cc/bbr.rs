@@ -13,9 +13,20 @@
 //!   the newest packet an ACK covers, sent when). The first sample replaces libudt's 100 ms
 //!   guess whatever its size.
 //!
-//! Phases: start-up (gain 2.89, and a slow-start window that grows by every packet
-//! acknowledged) until the rate stops growing by a quarter for three rounds or loss passes the
-//! ceiling, drain, then probing in eight-phase cycles (1.25, 0.75, then six at 1).
+//!   In start-up the rate doubles every round, and a window over the last round trip lags by
+//!   half of it: there the arrival rate the receiver reports with each ACK (what reached it
+//!   in its last ACK interval) is a sample too.
+//!
+//! The window counts the packets the network may hold: those sent (or resent) within the last
+//! round trip, its variation and two ACK intervals, scaled to one round trip (the sender's own
+//! RTT). Without selective ACKs, packets behind a
+//! hole stay unacknowledged for a round trip or more although they arrived; counted as in
+//! flight (libudt's rule, which CUDTCC keeps), they held the window shut on every lossy path
+//! and made one start-up overshoot cost seconds.
+//!
+//! Phases: start-up (gain 2.89) until the rate stops growing by a quarter for three rounds or
+//! loss passes the ceiling, drain, then probing in eight-phase cycles (1.25, 0.75, then six at
+//! 1).
 //!
 //! Fair to TCP on a shared bottleneck: loss above [`LOSS_CEILING`] of a round's packets is
 //! congestion, not noise. It caps what is in flight at [`LOSS_CUT`] of what was in flight then, and
@@ -30,14 +41,14 @@ use super::{AckSample, CongestionControl, LossSample};
 
 /// Start-up's gain: 2/ln 2, the least that doubles the delivery rate every round.
 const STARTUP_GAIN: f64 = 2.885;
+/// Start-up's in-flight allowance in products (BBRv3's): the path holds its product and its
+/// queue, and what start-up puts in flight beyond that in the round that finds the bottleneck
+/// is lost.
+const STARTUP_WINDOW_GAIN: f64 = 2.0;
 /// Probing cycle, one phase per minimum RTT.
 const CYCLE: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
 /// In-flight allowance in bandwidth-delay products while probing.
 const WINDOW_GAIN: f64 = 2.0;
-/// More in flight by ACK's count: without selective ACKs, packets that arrived behind a hole
-/// stay unacknowledged until its resend lands, one RTT later or several when resends are
-/// lost too. Pacing, not this window, holds the rate; the window only bounds a stall.
-const HOLE_ALLOWANCE: f64 = 4.0;
 /// Rounds the rate filter remembers.
 const BW_ROUNDS: u64 = 10;
 /// Packets a round carries at least, and a probing phase lasts at least: the receiver's rate
@@ -54,8 +65,6 @@ const LOSS_CUT: f64 = 0.7;
 /// Share of resent packets above which an ACK span's rate is not taken (random loss of a few
 /// percent stays under it).
 const RESENT_SHARE_LIMIT: f64 = 0.05;
-/// Start-up's slow-start window is held to this many times what the model allows.
-const GROWN_CAP: f64 = 1.5;
 /// Extra window for the receiver's ACK timer (it acknowledges every 10 ms).
 const ACK_ALLOWANCE_US: f64 = 20_000.0;
 /// Before any measurement: libudt's first window and RTT.
@@ -89,6 +98,7 @@ pub struct Bbr {
     acks: VecDeque<(Instant, u64, Instant, u64)>,
     full_rate: f64,
     flat_rounds: u32,
+    /// Packets the network may hold (the ACK's `in_network`).
     in_flight: f64,
     ceiling: f64,
     round_sent_from: u64,
@@ -96,10 +106,6 @@ pub struct Bbr {
     round_lost: u64,
     capped_in_round: bool,
     round_app_limited: bool,
-    /// Start-up's slow-start window: grows by every packet acknowledged, so it doubles each
-    /// round whatever the rate filter says (its samples span a round and lag by one).
-    grown: f64,
-    last_acked: u64,
 }
 
 impl Bbr {
@@ -124,8 +130,6 @@ impl Bbr {
             round_lost: 0,
             capped_in_round: false,
             round_app_limited: false,
-            grown: INITIAL_WINDOW,
-            last_acked: 0,
         }
     }
 
@@ -140,13 +144,30 @@ impl Bbr {
 
     fn gains(&self) -> (f64, f64) {
         match self.phase {
-            Phase::Startup => (STARTUP_GAIN, STARTUP_GAIN),
-            Phase::Drain => (1.0 / STARTUP_GAIN, STARTUP_GAIN),
+            Phase::Startup => (STARTUP_GAIN, STARTUP_WINDOW_GAIN),
+            Phase::Drain => (1.0 / STARTUP_GAIN, STARTUP_WINDOW_GAIN),
             Phase::Probe { index, .. } => (CYCLE[index], WINDOW_GAIN),
         }
     }
 
+    /// A delivery-rate sample from this ACK, if it gives one.
     fn sample_rate(&mut self, now: Instant, ack: &AckSample) -> Option<f64> {
+        let windowed = self.windowed_rate(now, ack);
+        // In start-up the window lags half a doubling; what reached the receiver in its last
+        // ACK interval does not (and is at most what the bottleneck passes).
+        let arrived = (self.phase == Phase::Startup)
+            .then_some(ack.receive_rate_sample)
+            .flatten()
+            .filter(|&r| r > 0)
+            .map(f64::from);
+        match (windowed, arrived) {
+            (Some(w), Some(a)) => Some(w.max(a)),
+            (w, a) => w.or(a),
+        }
+    }
+
+    /// Packets acknowledged over the last minimum RTT, per second.
+    fn windowed_rate(&mut self, now: Instant, ack: &AckSample) -> Option<f64> {
         let sent = ack.newest_first_sent_at?;
         self.acks
             .push_back((now, ack.acked, sent, ack.acked_resent));
@@ -246,11 +267,7 @@ impl CongestionControl for Bbr {
     }
 
     fn on_ack(&mut self, now: Instant, ack: &AckSample) {
-        self.in_flight = ack.sent.saturating_sub(ack.acked) as f64;
-        if self.phase == Phase::Startup && self.last_acked > 0 {
-            self.grown += ack.acked.saturating_sub(self.last_acked) as f64;
-        }
-        self.last_acked = self.last_acked.max(ack.acked);
+        self.in_flight = ack.in_network as f64;
         let rtt = f64::from(ack.rtt_sample_us.max(1));
         // Only the sender's own samples: the figure an ACK carries starts at libudt's 100 ms
         // guess whatever the path.
@@ -306,11 +323,15 @@ impl CongestionControl for Bbr {
 
     fn on_loss(&mut self, _now: Instant, loss: &LossSample) {
         self.round_lost += loss.newly_lost;
-        self.in_flight = loss.sent.saturating_sub(loss.acked) as f64;
+        self.in_flight = loss.in_network as f64;
         self.check_loss(loss.sent);
     }
 
     fn on_timeout(&mut self, _now: Instant) {}
+
+    fn window_counts_network(&self) -> bool {
+        true
+    }
 
     fn period_us(&self) -> f64 {
         let rate = self.bottleneck_rate();
@@ -324,23 +345,11 @@ impl CongestionControl for Bbr {
     fn window(&self) -> f64 {
         let (_, gain) = self.gains();
         let rate = self.bottleneck_rate();
-        // Start-up sees few holes; its own gain is allowance enough.
-        let holes = if self.phase == Phase::Startup {
-            0.0
-        } else {
-            HOLE_ALLOWANCE
-        };
-        let mut window = if rate <= 0.0 {
+        let window = if rate <= 0.0 {
             INITIAL_WINDOW
         } else {
-            ((gain + holes) * self.bdp() + rate * ACK_ALLOWANCE_US / 1e6).max(INITIAL_WINDOW)
+            (gain * self.bdp() + rate * ACK_ALLOWANCE_US / 1e6).max(INITIAL_WINDOW)
         };
-        if self.phase == Phase::Startup {
-            // Slow start's doubling, bounded by [`GROWN_CAP`] times what the model allows, so
-            // the round that fills the path overshoots it by less than one doubling. (Without
-            // selective ACKs an overshoot costs dearly: every packet behind a hole waits.)
-            window = window.max(self.grown.min(GROWN_CAP * window));
-        }
         window.min(self.ceiling)
     }
 }
@@ -359,6 +368,7 @@ mod tests {
                 &AckSample {
                     acked,
                     sent: acked + (rate * f64::from(rtt_us) / 1e6) as u64,
+                    in_network: (rate * f64::from(rtt_us) / 1e6) as u64,
                     rtt_us,
                     rtt_sample_us: rtt_us,
                     receive_rate: rate as u32,
@@ -381,9 +391,10 @@ mod tests {
         assert!(matches!(cc.phase, Phase::Probe { .. }), "{:?}", cc.phase);
         let rate = 1e6 / cc.period_us();
         assert!((55_000.0..110_000.0).contains(&rate), "pacing {rate}");
+        // Two products in the network, and the ACK interval's allowance.
         let bdp = 80_000.0 * 0.06;
         assert!(
-            cc.window() > 5.9 * bdp && cc.window() < 6.6 * bdp,
+            cc.window() > 1.9 * bdp && cc.window() < 2.6 * bdp,
             "{}",
             cc.window()
         );
@@ -402,6 +413,7 @@ mod tests {
                 newly_lost: 10,
                 sent: 300_000,
                 acked: 295_000,
+                in_network: 5_000,
             },
         );
         assert!(cc.window() >= before * 0.9);
@@ -413,6 +425,7 @@ mod tests {
                 newly_lost: 1_000,
                 sent: 410_000,
                 acked: 400_000,
+                in_network: 10_000,
             },
         );
         assert!(cc.window() < before);

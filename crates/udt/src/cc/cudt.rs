@@ -171,6 +171,7 @@ mod tests {
 
     fn ack(acked: u64, rate: u32) -> AckSample {
         AckSample {
+            in_network: 0,
             acked,
             sent: acked,
             rtt_us: 10_000,
@@ -194,6 +195,7 @@ mod tests {
         cc.on_loss(
             t0,
             &LossSample {
+                in_network: 0,
                 first: 90,
                 newly_lost: 1,
                 sent: 120,
@@ -205,6 +207,7 @@ mod tests {
         cc.on_loss(
             t0,
             &LossSample {
+                in_network: 0,
                 first: 200,
                 newly_lost: 1,
                 sent: 300,

@@ -19,6 +19,9 @@ pub struct AckSample {
     pub acked: u64,
     /// Packets sent in all (the next new packet's count).
     pub sent: u64,
+    /// Packets sent within the last round trip and its ACK interval: those the network may
+    /// still hold (unacknowledged ones behind a hole arrived long ago).
+    pub in_network: u64,
     /// Smoothed RTT, microseconds.
     pub rtt_us: u32,
     /// The newest RTT sample, microseconds: the sender's own (since the newest packet the ACK
@@ -54,6 +57,8 @@ pub struct LossSample {
     pub sent: u64,
     /// Packets acknowledged in all.
     pub acked: u64,
+    /// As [`AckSample::in_network`].
+    pub in_network: u64,
 }
 
 /// A sending controller.
@@ -72,6 +77,12 @@ pub trait CongestionControl: Send + std::fmt::Debug {
     fn period_us(&self) -> f64;
     /// Packets allowed in flight.
     fn window(&self) -> f64;
+    /// Whether [`CongestionControl::window`] bounds the packets sent within the last round
+    /// trip (what the network holds; see `Sender::in_network`) rather than every packet not
+    /// yet acknowledged, which is libudt's rule and the default.
+    fn window_counts_network(&self) -> bool {
+        false
+    }
 }
 
 /// Which controller a connection's sender runs.

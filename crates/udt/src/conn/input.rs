@@ -130,6 +130,7 @@ impl Connection {
 
     fn on_ack(&mut self, now: Instant, ack: &Ack) {
         let isn = self.isn;
+        let horizon = self.network_horizon();
         let Some(s) = self.sender.as_mut() else {
             return;
         };
@@ -166,11 +167,21 @@ impl Connection {
         let own_rtt = newest_sent_at
             .map(|t| now.saturating_duration_since(t).as_micros() as u32)
             .filter(|&r| r > 0);
+        if let Some(r) = own_rtt {
+            self.own_rtt = Some(match self.own_rtt {
+                None => (r, r / 2),
+                Some((srtt, var)) => (
+                    ((u64::from(srtt) * 7 + u64::from(r)) >> 3) as u32,
+                    ((u64::from(var) * 3 + u64::from(srtt.abs_diff(r))) >> 2) as u32,
+                ),
+            });
+        }
         if count >= s.una {
             s.flow_window = u64::from(info.available);
             s.acknowledge(count);
         }
         let (acked, sent) = (s.una, s.next);
+        let in_network = s.in_network(now, horizon);
         if advanced {
             self.progress(now);
         }
@@ -184,6 +195,7 @@ impl Connection {
         let sample = AckSample {
             acked,
             sent,
+            in_network,
             rtt_us: self.rtt,
             rtt_sample_us: own_rtt.unwrap_or(info.rtt),
             receive_rate: self.receive_rate,
@@ -200,7 +212,8 @@ impl Connection {
         if let Some(cc) = self.cc.as_mut() {
             cc.on_ack(now, &sample);
             if let Some(s) = self.sender.as_mut() {
-                s.grow_to(cc.window().min(s.flow_window as f64));
+                // Room for what is unacknowledged (behind holes too) and a window more.
+                s.grow_to((cc.window() + s.in_flight() as f64).min(s.flow_window as f64));
             }
         }
     }
@@ -255,6 +268,7 @@ impl Connection {
             return;
         };
         let (sent, acked) = (s.next, s.una);
+        let in_network = s.in_network_before();
         cc.on_loss(
             now,
             &LossSample {
@@ -262,6 +276,7 @@ impl Connection {
                 newly_lost: newly,
                 sent,
                 acked,
+                in_network,
             },
         );
     }

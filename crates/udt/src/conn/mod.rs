@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use self::receiver::Receiver;
-use self::sender::Sender;
+use self::sender::{Horizon, Sender};
 use crate::cc::{AckSample, CongestionControl, Controller, LossSample};
 use crate::error::ConnError;
 use crate::handshake::{ip_words, Handshake, REFUSED, REQUEST, RESPONSE, STREAM, VERSION};
@@ -130,6 +130,11 @@ pub struct Connection {
     app_limited_mark: Option<u64>,
     rtt: u32,
     rtt_var: u32,
+    /// The sender's own smoothed RTT and its variation (RFC 6298's filters over the samples
+    /// it takes from its ACKs), microseconds; `None` before the first. The figures an ACK
+    /// carries start at libudt's 100 ms and 50 ms whatever the path, and take seconds to
+    /// forget them.
+    own_rtt: Option<(u32, u32)>,
     receive_rate: u32,
     bandwidth: u32,
     last_ack2: Option<(u32, Instant)>,
@@ -176,6 +181,7 @@ impl Connection {
             app_limited_mark: Some(0),
             rtt: 100_000,
             rtt_var: 50_000,
+            own_rtt: None,
             receive_rate: 16,
             bandwidth: 1,
             last_ack2: None,
@@ -437,10 +443,12 @@ impl Connection {
         if !matches!(self.state, State::Open) || (now < self.next_send && !self.probe_pair) {
             return None;
         }
+        let horizon = self.network_horizon();
         let cc = self.cc.as_mut()?;
         let s = self.sender.as_mut()?;
         let window = cc.window().max(2.0) as u64;
-        let Some((count, resent)) = s.next_to_send(now, window) else {
+        let horizon = cc.window_counts_network().then_some(horizon);
+        let Some((count, resent)) = s.next_to_send(now, window, horizon) else {
             // Out of data, or held by the receiver's flow window: either way the rates of the
             // packets out now measure this side, not the path.
             let starved = !s.has_unsent() && s.losses.is_empty();
@@ -492,6 +500,8 @@ impl Connection {
                     .min(self.exp_deadline());
                 if self.can_send() {
                     due = due.min(self.next_send);
+                } else if let Some(t) = self.network_window_opens_at() {
+                    due = due.min(t);
                 }
                 Some(due)
             }
@@ -509,10 +519,35 @@ impl Connection {
         let (Some(s), Some(cc)) = (self.sender.as_ref(), self.cc.as_ref()) else {
             return false;
         };
+        let held = if cc.window_counts_network() {
+            s.in_network_before()
+        } else {
+            s.in_flight()
+        };
         matches!(self.state, State::Open)
             && (!s.losses.is_empty()
                 || (s.has_unsent()
-                    && s.in_flight() < (cc.window().max(2.0) as u64).min(s.flow_window)))
+                    && held < cc.window().max(2.0) as u64
+                    && s.in_flight() < s.flow_window))
+    }
+
+    /// How long a packet sent counts as still in the network (a round trip, its variation,
+    /// and the receiver's ACK interval twice), and the round trip it is scaled to.
+    pub(crate) fn network_horizon(&self) -> Horizon {
+        let (rtt, var) = self.own_rtt.unwrap_or((self.rtt, self.rtt_var));
+        Horizon {
+            span: Duration::from_micros(u64::from(rtt) + 4 * u64::from(var)) + 2 * SYN,
+            rtt: Duration::from_micros(u64::from(rtt)),
+        }
+    }
+
+    /// When a sender held by its window counted in the network may send again (nothing
+    /// else wakes it: the count falls as time passes, not as ACKs come).
+    fn network_window_opens_at(&self) -> Option<Instant> {
+        let (s, cc) = (self.sender.as_ref()?, self.cc.as_ref()?);
+        (cc.window_counts_network() && s.has_unsent())
+            .then(|| s.in_network_falls_at(self.network_horizon().span))
+            .flatten()
     }
 }
 

@@ -2,7 +2,7 @@
 //! list first, paced by the controller.
 
 use std::collections::{BTreeSet, VecDeque};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// When a packet went out: last (for RTT samples) and first (for rate samples: a resend's
 /// time would make the packets a filled hole releases look sent in no time at all).
@@ -16,6 +16,16 @@ struct SendState {
 
 /// Most packets the buffer grows to (the largest flow window a receiver offers here).
 const MAX_PACKETS: usize = 131_072;
+/// Transmissions within this much of each other share one mark of the recent ones.
+const MARK_GRAIN: Duration = Duration::from_micros(200);
+
+/// How long a transmission counts as in the network (`span`: a round trip, its variation
+/// and the ACK interval), and the round trip the count is scaled to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Horizon {
+    pub(crate) span: Duration,
+    pub(crate) rtt: Duration,
+}
 
 /// Packets written and not yet acknowledged.
 #[derive(Debug)]
@@ -39,6 +49,13 @@ pub(crate) struct Sender {
     pub(crate) acked_bytes: u64,
     /// Packets acknowledged that had been resent.
     pub(crate) acked_resent: u64,
+    /// Transmissions in all, new and resent.
+    transmissions: u64,
+    /// (when, transmissions before then) of the recent ones, one mark per [`MARK_GRAIN`]:
+    /// what went out within the last round trip is what the network may still hold.
+    marks: VecDeque<(Instant, u64)>,
+    /// The last [`Horizon`]'s `rtt / span`.
+    scale: f64,
 }
 
 impl Sender {
@@ -55,6 +72,9 @@ impl Sender {
             flow_window,
             acked_bytes: 0,
             acked_resent: 0,
+            transmissions: 0,
+            marks: VecDeque::new(),
+            scale: 1.0,
         }
     }
 
@@ -184,16 +204,31 @@ impl Sender {
 
     /// The next packet to send: a lost one first, else a new one within `window` packets in
     /// flight. Returns its count and whether it is resent.
-    pub(crate) fn next_to_send(&mut self, now: Instant, window: u64) -> Option<(u64, bool)> {
+    ///
+    /// `window` bounds the packets unacknowledged, or with a `horizon` those sent within it
+    /// (see [`Sender::in_network`]); the receiver's flow window always bounds those
+    /// unacknowledged.
+    pub(crate) fn next_to_send(
+        &mut self,
+        now: Instant,
+        window: u64,
+        horizon: Option<Horizon>,
+    ) -> Option<(u64, bool)> {
         while let Some(lost) = self.losses.pop_first() {
             if lost >= self.una && lost < self.next {
                 if let Some(s) = self.sent_at.get_mut((lost - self.una) as usize) {
                     s.at = now;
                 }
+                self.note_transmission(now);
                 return Some((lost, true));
             }
         }
-        if self.has_unsent() && self.in_flight() < window.min(self.flow_window) {
+        let held = match horizon {
+            Some(h) => self.in_network(now, h),
+            None => self.in_flight(),
+        };
+        if self.has_unsent() && held < window && self.in_flight() < self.flow_window {
+            self.note_transmission(now);
             let count = self.next;
             self.next += 1;
             self.sent_at.push_back(SendState {
@@ -204,6 +239,58 @@ impl Sender {
             return Some((count, false));
         }
         None
+    }
+
+    fn note_transmission(&mut self, now: Instant) {
+        if self
+            .marks
+            .back()
+            .is_none_or(|&(t, _)| now.saturating_duration_since(t) >= MARK_GRAIN)
+        {
+            self.marks.push_back((now, self.transmissions));
+        }
+        self.transmissions += 1;
+    }
+
+    /// Packets in flight, counted by what was sent (or resent) within the horizon's span of
+    /// `now` and scaled to one round trip: what the network may still hold. Without selective
+    /// ACKs the packets behind a hole stay unacknowledged for a round trip or more although
+    /// they arrived; counted as in flight they would hold the window shut on any path with
+    /// random loss. A packet older than a round trip and its ACK interval was delivered or
+    /// lost, and a loss is reported (and the resend counted again).
+    pub(crate) fn in_network(&mut self, now: Instant, horizon: Horizon) -> u64 {
+        if let Some(since) = now.checked_sub(horizon.span) {
+            while self.marks.front().is_some_and(|&(t, _)| t < since) {
+                self.marks.pop_front();
+            }
+        }
+        self.scale = (horizon.rtt.as_secs_f64() / horizon.span.as_secs_f64().max(1e-6)).min(1.0);
+        self.in_network_before()
+    }
+
+    /// [`Sender::in_network`] as of its last call.
+    pub(crate) fn in_network_before(&self) -> u64 {
+        self.marks.front().map_or(0, |&(_, before)| {
+            ((self.transmissions - before) as f64 * self.scale).ceil() as u64
+        })
+    }
+
+    /// When the oldest recent transmission leaves the horizon.
+    pub(crate) fn in_network_falls_at(&self, horizon: Duration) -> Option<Instant> {
+        self.marks.front().map(|&(t, _)| t + horizon)
+    }
+
+    /// Marks lost the oldest outstanding packet and every one a loss report named, when last
+    /// sent before `before`: a resend lost again is found so, and the packets a receiver
+    /// holds behind its holes are not sent twice. Returns how many were marked.
+    pub(crate) fn lose_reported_older_than(&mut self, before: Instant) -> u64 {
+        let mut marked = 0;
+        for (i, s) in self.sent_at.iter().enumerate() {
+            if (i == 0 || s.reported) && s.at < before && self.losses.insert(self.una + i as u64) {
+                marked += 1;
+            }
+        }
+        marked
     }
 
     /// Marks lost every outstanding packet last sent before `before`: the timer's guess,

@@ -280,8 +280,8 @@ fn transfer_after(
         if std::env::var("UDT_TRACE").is_ok() && now.duration_since(t0).as_micros() % 100_000 < 50 {
             if let (Some(cc), Some(s)) = (client.cc.as_ref(), client.sender.as_ref()) {
                 eprintln!(
-                    "t={:?} can_send={} unsent={} wait={:?} period={:.1} window={:.0} in_flight={} flow={} losses={} rtt={} rate={} stats={:?}",
-                    now.duration_since(t0), client.can_send(), s.has_unsent(), client.next_send.saturating_duration_since(now), cc.period_us(), cc.window(), s.in_flight(), s.flow_window,
+                    "t={:?} net={} can_send={} unsent={} wait={:?} period={:.1} window={:.0} in_flight={} flow={} losses={} rtt={} rate={} stats={:?}",
+                    now.duration_since(t0), s.in_network_before(), client.can_send(), s.has_unsent(), client.next_send.saturating_duration_since(now), cc.period_us(), cc.window(), s.in_flight(), s.flow_window,
                     s.losses.len(), client.rtt, client.receive_rate, client.stats
                 );
             }

@@ -119,15 +119,20 @@ impl Connection {
             Some(s) if s.in_flight() > 0 || s.has_unsent() => {
                 // libudt resends everything outstanding, packets sent within the last round
                 // trip aside (they cannot have been acknowledged yet): its receiver reports a
-                // loss once, so a lost resend is found no other way. A receiver that repeats
-                // its reports will name every missing packet again: only the oldest, which
-                // holds the ACK back, goes now. Resending all of a large window when the
-                // receiver holds most of it would cost seconds on a long path.
+                // loss once, so a lost resend is found no other way. Resending all of a large
+                // window when the receiver holds most of it costs seconds on a long path, so:
+                // - a receiver that repeats its reports will name every missing packet again:
+                //   only the oldest, which holds the ACK back, goes now;
+                // - otherwise the packets a report named (a resend lost again) go, and the
+                //   ones it did not, which the receiver holds, stay; all go only when no report
+                //   is overdue (the tail was lost, and the receiver saw nothing to report).
                 if s.in_flight() > 0 && s.losses.is_empty() {
+                    let cutoff = now.checked_sub(patience).unwrap_or(self.start);
                     if self.peer_repeats_naks {
                         s.lose(s.una, s.una, None);
-                    } else {
-                        s.lose_older_than(now.checked_sub(patience).unwrap_or(self.start));
+                    } else if s.lose_reported_older_than(cutoff) <= 1 {
+                        // No loss report is overdue: the tail went unseen. libudt's go-back-N.
+                        s.lose_older_than(cutoff);
                     }
                 }
                 if let Some(cc) = self.cc.as_mut() {
