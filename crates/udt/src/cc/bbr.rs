@@ -67,6 +67,8 @@ const LOSS_CUT: f64 = 0.7;
 const RESENT_SHARE_LIMIT: f64 = 0.05;
 /// Extra window for the receiver's ACK timer (it acknowledges every 10 ms).
 const ACK_ALLOWANCE_US: f64 = 20_000.0;
+/// The receiver's ACK interval.
+const ACK_INTERVAL_US: f64 = 10_000.0;
 /// Before any measurement: libudt's first window and RTT.
 const INITIAL_WINDOW: f64 = 16.0;
 const INITIAL_RTT_US: f64 = 100_000.0;
@@ -216,9 +218,11 @@ impl Bbr {
             return;
         }
         self.capped_in_round = true;
-        // Never below one and a half products: what is in flight may have been cut short
-        // by a timeout.
-        let floor = (1.5 * self.bdp()).max(INITIAL_WINDOW);
+        // Never below one and a half products and the ACK timer's allowance: what is in
+        // flight may have been cut short by a timeout, and on a short path the ACK interval is
+        // most of what is in flight (a cap under it would shrink the rate every round).
+        let floor = (1.5 * self.bdp() + self.bottleneck_rate() * ACK_ALLOWANCE_US / 1e6)
+            .max(INITIAL_WINDOW);
         self.ceiling = (self.in_flight * LOSS_CUT).min(self.ceiling).max(floor);
         if self.phase == Phase::Startup {
             self.phase = Phase::Drain;
@@ -300,7 +304,14 @@ impl CongestionControl for Bbr {
             self.end_round(ack);
         }
         match self.phase {
-            Phase::Drain if self.in_flight <= self.bdp() => {
+            // The queue is gone when no more than a product is in flight, and the packets of
+            // an ACK interval (on a short path they are most of what is in flight; without them
+            // drain would never end there, and its slow pacing would wear the model down).
+            Phase::Drain
+                if self.in_flight
+                    <= (self.bdp() + self.bottleneck_rate() * ACK_INTERVAL_US / 1e6)
+                        .max(INITIAL_WINDOW) =>
+            {
                 self.phase = Phase::Probe {
                     index: 2,
                     since: now,

@@ -443,6 +443,30 @@ fn a_quiet_start_does_not_hold_the_rate_down() {
 }
 
 #[test]
+fn a_short_path_comes_back_to_its_rate_after_start_up_overshoots_it() {
+    // 1 Gbit/s, 40 µs and a queue of 85 packets: start-up's last round overflows it. Drain
+    // must end although the ACK interval (10 ms) keeps more than a product in flight; draining
+    // on at a third of the rate once wore the model down to nothing (as on loopback).
+    let path = Path {
+        rate: 85_000.0,
+        one_way: Duration::from_micros(20),
+        queue: 85,
+        ..Path::clean()
+    };
+    let d = data(60_000_000);
+    for seed in [1, 2, 3, 4] {
+        let out = transfer(&d, path, Config::default(), seed, Duration::from_secs(60));
+        assert!(out.received == d, "seed {seed}: bytes differ");
+        // (A stuck drain ends at a few hundred packets a second, and the copy not at all.)
+        assert!(
+            out.steady_rate() > 0.25 * path.rate,
+            "seed {seed}: {:.0} pkt/s",
+            out.steady_rate()
+        );
+    }
+}
+
+#[test]
 fn a_receiver_that_closes_and_exits_at_once_leaves_the_sender_acknowledged() {
     // A client done with a get closes its data connections and exits; the server's side
     // waits for the last acknowledgement, which was lost. The goodbye carries the ACK again,
