@@ -87,39 +87,45 @@ def run(ctx) -> ScenarioResult:
 
 def _fairness(ctx, result):
     """One QUIC transfer and one cubic TCP flow (iperf3) through the clean 60 ms bottleneck."""
+    beside_tcp(ctx, result, "quic", "QUIC", WHITELIST, "one QUIC transfer (BBR)")
+
+
+def beside_tcp(ctx, result, transport, label, whitelist, subject):
+    """`subject`, one `ferry copy --transport TRANSPORT`, and one cubic TCP flow (iperf3)
+    through the clean 60 ms bottleneck, `runs` times: each one's rate while both ran."""
     o = ctx.options
-    topo = "wan-60ms"
+    key = transport.split(":")[0]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o755)
-        with _lab(_topology_file(tmp, topo, "cubic"), "wan") as lab:
+        with _lab(_topology_file(tmp, "wan-60ms", "cubic"), "wan") as lab:
             out = open(os.path.join(tmp, "ferry.out"), "ab")
             server = _spawn_in(lab, "b", [FERRY, "serve", "--listen", "10.77.0.2:2811", "--root", "/",
-                                          "--anonymous", *WHITELIST], out)
+                                          "--anonymous", *whitelist], out)
             out.close()
             try:
                 _wait_port(lab, "b", 2811, server, "ferry serve")
                 for r in range(o.runs):
-                    ctx.log(f"quic fairness: run {r + 1}/{o.runs}")
+                    ctx.log(f"{key} fairness: run {r + 1}/{o.runs}")
                     try:
-                        rows.append(_share(lab, tmp))
+                        rows.append(_share(lab, tmp, transport))
                     except (RuntimeError, subprocess.TimeoutExpired, ValueError, KeyError) as e:
                         ctx.failures += 1
                         result.notes.append(f"fairness run {r + 1} failed: {str(e).splitlines()[0]}")
             finally:
                 processes.kill_tree(server)
                 time.sleep(0.2)
-    quic = summarize([q for q, _ in rows])
+    ours = summarize([u for u, _ in rows])
     tcp = summarize([t for _, t in rows])
-    result.summaries[("fairness quic", "Mbit/s")] = quic
+    result.summaries[(f"fairness {key}", "Mbit/s")] = ours
     result.summaries[("fairness tcp", "Mbit/s")] = tcp
+    total = max(ours.median + tcp.median, 1e-9) if rows else 1
     result.tables.append(Table(
-        "Sharing wan-60ms (1 Gbit/s, 60 ms, no loss, cubic hosts): one QUIC transfer (BBR) and one "
-        "iperf3 TCP flow (cubic) at once, Mbit/s while both ran, median (min–max)",
-        ["QUIC", "TCP cubic", "QUIC share", "TCP share"],
-        [[quic.cell(0), tcp.cell(0), fmt(quic.median / max(quic.median + tcp.median, 1e-9)),
-          fmt(tcp.median / max(quic.median + tcp.median, 1e-9))]] if rows else []))
-    result.raw.extend({"where": "fairness", "quic_mbit_s": q, "tcp_mbit_s": t} for q, t in rows)
+        f"Sharing wan-60ms (1 Gbit/s, 60 ms, no loss, cubic hosts): {subject} and one iperf3 TCP flow "
+        "(cubic) at once, Mbit/s while both ran, median (min–max); bar: neither under a third",
+        [label, "TCP cubic", f"{label} share", "TCP share"],
+        [[ours.cell(0), tcp.cell(0), fmt(ours.median / total), fmt(tcp.median / total)]] if rows else []))
+    result.raw.extend({"where": "fairness", f"{key}_mbit_s": u, "tcp_mbit_s": t} for u, t in rows)
 
 
 def _share(lab, tmp, transport="quic"):

@@ -18,7 +18,7 @@ from ..stats import ratio, summarize
 from ..timed_command import run_timed
 from ..units import fmt
 from .netlab import NETLAB, _exec, _lab, _netlab
-from .quic import _share
+from .quic import beside_tcp
 from .registry import scenario
 from .security import _client_env, _setup_pki, _start_ferry_gsi, _start_globus_gsi
 from .wan import PATHS, _iperf, _socket_buffer_max, _spawn_in, _timed, _topology_file, _wait_port
@@ -343,35 +343,4 @@ def _children_cpu():
 
 def _fairness(ctx, result):
     """One UDT transfer and one cubic TCP flow (iperf3) through the clean 60 ms bottleneck."""
-    o = ctx.options
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        os.chmod(tmp, 0o755)
-        with _lab(_topology_file(tmp, "wan-60ms", "cubic"), "wan") as lab:
-            out = open(os.path.join(tmp, "ferry.out"), "ab")
-            server = _spawn_in(lab, "b", [FERRY, "serve", "--listen", "10.77.0.2:2811", "--root", "/",
-                                          "--anonymous", *WHITELIST], out)
-            out.close()
-            try:
-                _wait_port(lab, "b", 2811, server, "ferry serve")
-                for r in range(o.runs):
-                    ctx.log(f"udt fairness: run {r + 1}/{o.runs}")
-                    try:
-                        rows.append(_share(lab, tmp, "udt"))
-                    except (RuntimeError, subprocess.TimeoutExpired, ValueError, KeyError) as e:
-                        ctx.failures += 1
-                        result.notes.append(f"fairness run {r + 1} failed: {str(e).splitlines()[0]}")
-            finally:
-                processes.kill_tree(server)
-                time.sleep(0.2)
-    udt = summarize([u for u, _ in rows])
-    tcp = summarize([t for _, t in rows])
-    result.summaries[("fairness udt", "Mbit/s")] = udt
-    result.summaries[("fairness tcp", "Mbit/s")] = tcp
-    total = max(udt.median + tcp.median, 1e-9) if rows else 1
-    result.tables.append(Table(
-        "Sharing wan-60ms (1 Gbit/s, 60 ms, no loss, cubic hosts): one ferry UDT transfer and one iperf3 "
-        "TCP flow (cubic) at once, Mbit/s while both ran, median (min–max); bar: neither under a third",
-        ["UDT", "TCP cubic", "UDT share", "TCP share"],
-        [[udt.cell(0), tcp.cell(0), fmt(udt.median / total), fmt(tcp.median / total)]] if rows else []))
-    result.raw.extend({"where": "fairness", "udt_mbit_s": u, "tcp_mbit_s": t} for u, t in rows)
+    beside_tcp(ctx, result, "udt", "UDT", WHITELIST, "one ferry UDT transfer")

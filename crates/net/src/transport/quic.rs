@@ -141,15 +141,8 @@ impl Transport for Quic {
 
 /// A UDP socket bound to `addr` with large buffers, non-blocking for tokio.
 fn udp_socket(addr: SocketAddr, tuning: &SocketTuning) -> io::Result<std::net::UdpSocket> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     let want = |asked: Option<u32>| asked.map_or(0, |b| b as usize).max(SOCKET_BUFFER);
-    // The kernel caps what it grants at rmem_max/wmem_max: a smaller buffer is no error.
-    let _ = s.set_recv_buffer_size(want(tuning.recv_buffer));
-    let _ = s.set_send_buffer_size(want(tuning.send_buffer));
-    s.bind(&addr.into())?;
-    s.set_nonblocking(true)?;
-    Ok(s.into())
+    super::udp_socket(addr, want(tuning.recv_buffer), want(tuning.send_buffer))
 }
 
 fn endpoint(

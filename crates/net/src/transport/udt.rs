@@ -130,17 +130,14 @@ fn udp_socket(
     tuning: &SocketTuning,
     options: &Options,
 ) -> io::Result<std::net::UdpSocket> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     let want = |explicit: Option<u32>, asked: Option<u32>| {
         explicit.unwrap_or_else(|| asked.unwrap_or(0).max(SOCKET_BUFFER)) as usize
     };
-    // The kernel caps what it grants: a smaller buffer is no error.
-    let _ = s.set_recv_buffer_size(want(options.recv_buffer, tuning.recv_buffer));
-    let _ = s.set_send_buffer_size(want(options.send_buffer, tuning.send_buffer));
-    s.bind(&addr.into())?;
-    s.set_nonblocking(true)?;
-    Ok(s.into())
+    super::udp_socket(
+        addr,
+        want(options.recv_buffer, tuning.recv_buffer),
+        want(options.send_buffer, tuning.send_buffer),
+    )
 }
 
 #[derive(Debug)]
