@@ -9,15 +9,19 @@ fn data(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 31 + i / 4093) as u8).collect()
 }
 
+/// A UDT listener on a free loopback port.
+fn local_listener(options: &str) -> DataListener {
+    Udt.listen(
+        "127.0.0.1".parse().unwrap(),
+        None,
+        SocketTuning::default(),
+        options,
+    )
+    .unwrap()
+}
+
 async fn pair(options: &str) -> (DataConn, DataConn) {
-    let listener = Udt
-        .listen(
-            "127.0.0.1".parse().unwrap(),
-            None,
-            SocketTuning::default(),
-            options,
-        )
-        .unwrap();
+    let listener = local_listener(options);
     let addr = listener.local_addr().unwrap();
     let (accepted, connected) = tokio::join!(
         listener.accept(),
@@ -53,14 +57,7 @@ async fn bytes_cross_in_both_directions_and_end_cleanly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_listener_takes_parallel_streams_and_ignores_garbage() {
-    let listener = Udt
-        .listen(
-            "127.0.0.1".parse().unwrap(),
-            None,
-            SocketTuning::default(),
-            "",
-        )
-        .unwrap();
+    let listener = local_listener("");
     let addr = listener.local_addr().unwrap();
     let noise = UdpSocket::bind("127.0.0.1:0").unwrap();
     for junk in [
@@ -142,14 +139,7 @@ fn handshake_in(datagram: &[u8]) -> Option<ferry_udt::handshake::Handshake> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_handshakes_open_nothing_and_the_listener_serves_on() {
     use ferry_udt::handshake::{self, Handshake};
-    let listener = Udt
-        .listen(
-            "127.0.0.1".parse().unwrap(),
-            None,
-            SocketTuning::default(),
-            "",
-        )
-        .unwrap();
+    let listener = local_listener("");
     let addr = listener.local_addr().unwrap();
     let forger = UdpSocket::bind("127.0.0.1:0").unwrap();
     let victim = UdpSocket::bind("127.0.0.1:0").unwrap();
