@@ -99,8 +99,7 @@ pub(crate) fn run(mut job: CopyJob, tree: Tree) -> u8 {
             if round > 0 {
                 // Waits as a single copy's retries do: a destination that failed may be a
                 // server restarting, and planning the round connects to it again.
-                let exp = (round - 1).min(5);
-                tokio::time::sleep(job.options.retry_wait * 2u32.pow(exp)).await;
+                tokio::time::sleep(job.options.retry_delay(round)).await;
             }
             let plan = match plan(&source, &tree, &name, &gsi).await {
                 Ok(p) => p,

@@ -55,6 +55,14 @@ pub struct CopyOptions {
     pub cancel: CancellationToken,
 }
 
+impl CopyOptions {
+    /// The wait before retry number `retry` (1 for the first): `retry_wait`, doubling, at
+    /// most 32 times it.
+    pub fn retry_delay(&self, retry: u32) -> Duration {
+        self.retry_wait * 2u32.saturating_pow(retry.saturating_sub(1)).min(32)
+    }
+}
+
 impl Default for CopyOptions {
     fn default() -> Self {
         CopyOptions {
@@ -447,7 +455,7 @@ async fn copy_one(
                     resumed_bytes: file.stored.total(),
                     error: e.error.to_string(),
                 });
-                let wait = opts.retry_wait * 2u32.saturating_pow(attempt - 2).min(32);
+                let wait = opts.retry_delay(attempt - 1);
                 tokio::select! {
                     _ = opts.cancel.cancelled() => return Err(ClientError::Cancelled),
                     _ = tokio::time::sleep(wait) => {}
