@@ -1,6 +1,7 @@
 //! Two connections in memory over a simulated path (rate, delay, queue, loss, duplication,
 //! reordering) on a manual clock.
 
+mod cubic;
 mod sim;
 
 use self::sim::*;
@@ -373,4 +374,79 @@ fn path_experiment() {
         }
     }
     eprintln!("{:?}", out.client);
+}
+
+/// Not a test: one CUBIC flow alone for 10 s, then a UDT transfer of SIZE bytes beside it,
+/// over RATE (packets/s), RTT_MS and a queue of QUEUE products; prints each one's share
+/// while both ran. `cargo test --release -p ferry-udt fairness_experiment -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn fairness_experiment() {
+    let env = |k: &str, d: f64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let rtt = env("RTT_MS", 60.0);
+    let rate = env("RATE", 85_000.0);
+    let path = Path {
+        rate,
+        loss: env("LOSS", 0.0),
+        one_way: Duration::from_micros((rtt * 500.0) as u64),
+        queue: (rate / 1000.0 * rtt * env("QUEUE", 1.0)) as usize,
+        ..Path::clean()
+    };
+    let out = beside_cubic(path, env("SIZE", 1e9) as usize, env("SEED", 5.0) as u64);
+    let mut last = (0, 0);
+    for (i, (&u, &t)) in out.timeline.iter().zip(&out.tcp_timeline).enumerate() {
+        if i % 10 == 9 {
+            eprintln!(
+                "{:>4.1}s udt {:>6.0} tcp {:>6.0} pkt/s",
+                (i + 1) as f64 / 10.0,
+                (u - last.0) as f64 / 1456.0,
+                (t - last.1) as f64
+            );
+            last = (u, t);
+        }
+    }
+    let (udt, tcp) = rates_beside(&out);
+    eprintln!(
+        "udt {udt:.0} pkt/s, tcp {tcp:.0} pkt/s, tcp share {:.2}, {:?}",
+        tcp / (udt + tcp),
+        out.client
+    );
+}
+
+/// How long the CUBIC flow runs alone before the transfer starts.
+const CUBIC_ALONE: Duration = Duration::from_secs(10);
+
+/// One CUBIC flow alone for [`CUBIC_ALONE`], then `size` bytes over UDT beside it.
+fn beside_cubic(path: Path, size: usize, seed: u64) -> Outcome {
+    let d = data(size);
+    let script = Script {
+        idle: CUBIC_ALONE,
+        beside_cubic: true,
+        ..Script::default()
+    };
+    let out = transfer_after(
+        &d,
+        script,
+        path,
+        Config::default(),
+        seed,
+        Duration::from_secs(90),
+    );
+    assert!(out.received == d, "seed {seed}: bytes differ");
+    out
+}
+
+/// Packets per second of the UDT transfer and of the TCP flow while the transfer ran.
+fn rates_beside(out: &Outcome) -> (f64, f64) {
+    let from = (CUBIC_ALONE.as_millis() / 100) as usize;
+    let end = out.timeline.len().min(out.tcp_timeline.len());
+    let secs = (end - from) as f64 / 10.0;
+    let udt = out.received.len() as f64 / 1456.0 / (out.elapsed - CUBIC_ALONE).as_secs_f64();
+    let tcp = (out.tcp_timeline[end - 1] - out.tcp_timeline[from - 1]) as f64 / secs;
+    (udt, tcp)
 }

@@ -2,6 +2,7 @@
 //! duplication, reordering) each way, two connections and a manual clock.
 
 use super::super::*;
+use super::cubic::Cubic;
 use crate::handshake::{CookieJar, Listening};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -34,11 +35,19 @@ impl Path {
     }
 }
 
+/// What crosses a link: a UDT datagram, or a segment of the competing TCP flow.
+pub(super) enum Carried {
+    Udt(Vec<u8>),
+    Tcp { seq: u64, sent: Instant },
+}
+
 pub(super) struct Link {
     pub(super) path: Path,
     pub(super) free_at: Instant,
-    pub(super) in_flight: BTreeMap<(Instant, u64), Vec<u8>>,
+    pub(super) in_flight: BTreeMap<(Instant, u64), Carried>,
     pub(super) serial: u64,
+    /// TCP segments that arrived, for [`Link::take_tcp`].
+    tcp_arrived: Vec<(u64, Instant)>,
 }
 
 impl Link {
@@ -48,21 +57,40 @@ impl Link {
             free_at: now,
             in_flight: BTreeMap::new(),
             serial: 0,
+            tcp_arrived: Vec::new(),
         }
     }
 
     pub(super) fn send(&mut self, now: Instant, rng: &mut SmallRng, datagram: &[u8]) {
-        let tx = Duration::from_secs_f64(1.0 / self.path.rate);
-        let start = self.free_at.max(now);
-        if start.duration_since(now) > tx * self.path.queue as u32 {
-            return; // tail drop
-        }
-        self.free_at = start + tx;
         let copies = if rng.gen_bool(self.path.duplicate) {
             2
         } else {
             1
         };
+        self.carry(now, rng, copies, || Carried::Udt(datagram.to_vec()));
+    }
+
+    /// Queues segment `seq` of the competing TCP flow; false if the queue or the path's loss
+    /// dropped it.
+    pub(super) fn send_tcp(&mut self, now: Instant, rng: &mut SmallRng, seq: u64) -> bool {
+        self.carry(now, rng, 1, || Carried::Tcp { seq, sent: now })
+    }
+
+    /// Whether at least one copy went on its way.
+    fn carry(
+        &mut self,
+        now: Instant,
+        rng: &mut SmallRng,
+        copies: usize,
+        item: impl Fn() -> Carried,
+    ) -> bool {
+        let tx = Duration::from_secs_f64(1.0 / self.path.rate);
+        let start = self.free_at.max(now);
+        if start.duration_since(now) > tx * self.path.queue as u32 {
+            return false; // tail drop
+        }
+        self.free_at = start + tx;
+        let mut carried = false;
         for _ in 0..copies {
             if rng.gen_bool(self.path.loss) {
                 continue;
@@ -70,19 +98,31 @@ impl Link {
             let jitter = self.path.jitter.mul_f64(rng.gen::<f64>());
             let at = self.free_at + self.path.one_way + jitter;
             self.serial += 1;
-            self.in_flight.insert((at, self.serial), datagram.to_vec());
+            self.in_flight.insert((at, self.serial), item());
+            carried = true;
         }
+        carried
     }
 
     pub(super) fn next_due(&self) -> Option<Instant> {
         self.in_flight.keys().next().map(|k| k.0)
     }
 
+    /// The UDT datagrams due by `now` (TCP segments due wait in [`Link::take_tcp`]).
     pub(super) fn take_due(&mut self, now: Instant) -> Vec<Vec<u8>> {
         let later = self.in_flight.split_off(&(now, u64::MAX));
-        std::mem::replace(&mut self.in_flight, later)
-            .into_values()
-            .collect()
+        let mut udt = Vec::new();
+        for c in std::mem::replace(&mut self.in_flight, later).into_values() {
+            match c {
+                Carried::Udt(d) => udt.push(d),
+                Carried::Tcp { seq, sent } => self.tcp_arrived.push((seq, sent)),
+            }
+        }
+        udt
+    }
+
+    pub(super) fn take_tcp(&mut self) -> Vec<(u64, Instant)> {
+        std::mem::take(&mut self.tcp_arrived)
     }
 }
 
@@ -98,6 +138,8 @@ pub(super) struct Outcome {
     pub(super) client_flushed: bool,
     /// Bytes received by each tenth of a simulated second.
     pub(super) timeline: Vec<usize>,
+    /// Segments the competing TCP flow delivered by each tenth of a second.
+    pub(super) tcp_timeline: Vec<u64>,
 }
 
 impl Outcome {
@@ -135,6 +177,8 @@ pub(super) struct Script {
     pub(super) receiver_leaves: bool,
     /// The first full ACK of everything the receiver sends is lost.
     pub(super) lose_final_ack: bool,
+    /// A CUBIC TCP flow shares the bottleneck (client to server) from the start.
+    pub(super) beside_cubic: bool,
 }
 
 /// As [`transfer`], departing from it as `script` says.
@@ -173,7 +217,11 @@ pub(super) fn transfer_after(
         idle,
         receiver_leaves,
         lose_final_ack,
+        beside_cubic,
     } = script;
+    let mut cubic = beside_cubic.then(|| Cubic::new(now));
+    let mut tcp_timeline = Vec::new();
+    let mut traced = 0;
     let mut server_gone = false;
     let mut final_ack_lost = false;
     while now.duration_since(t0) < limit && !ended {
@@ -214,6 +262,12 @@ pub(super) fn transfer_after(
             if let Ok(p) = Packet::parse(&d) {
                 client.handle(now, &p);
             }
+        }
+        if let Some(tcp) = cubic.as_mut() {
+            for (seq, sent) in up.take_tcp() {
+                tcp.arrived(now, seq, sent, path.one_way);
+            }
+            tcp.poll(now, |seq| up.send_tcp(now, &mut rng, seq));
         }
         let allowed = if now.duration_since(t0) >= idle {
             data.len()
@@ -280,26 +334,35 @@ pub(super) fn transfer_after(
         }
         // The receiver's goodbye is out: its process is gone.
         server_gone |= server.as_ref().is_some_and(Connection::is_closed);
-        if std::env::var("UDT_TRACE").is_ok() && now.duration_since(t0).as_micros() % 100_000 < 50 {
+        let tenth = now.duration_since(t0).as_millis() / 100;
+        if std::env::var("UDT_TRACE").is_ok() && tenth > traced {
+            traced = tenth;
             if let (Some(cc), Some(s)) = (client.cc.as_ref(), client.sender.as_ref()) {
                 eprintln!(
-                    "t={:?} net={} can_send={} unsent={} wait={:?} period={:.1} window={:.0} in_flight={} flow={} losses={} rtt={} rate={} stats={:?}",
+                    "t={:?} net={} can_send={} unsent={} wait={:?} period={:.1} window={:.0} in_flight={} flow={} losses={} rtt={} rate={} own_rtt={:?} tcp_cwnd={:.0} stats={:?}",
                     now.duration_since(t0), s.in_network_before(), client.can_send(), s.has_unsent(), client.next_send.saturating_duration_since(now), cc.period_us(), cc.window(), s.in_flight(), s.flow_window,
-                    s.losses.len(), client.rtt, client.receive_rate, client.stats
+                    s.losses.len(), client.rtt, client.receive_rate, client.own_rtt.map(|r| r.0), cubic.as_ref().map_or(0.0, |c| c.cwnd), client.stats,
                 );
             }
         }
         while now.duration_since(t0) >= Duration::from_millis(100) * (timeline.len() as u32 + 1) {
             timeline.push(received.len());
+            tcp_timeline.push(cubic.as_ref().map_or(0, |c| c.delivered));
         }
         let mut next = now + Duration::from_secs(1);
-        for t in [up.next_due(), down.next_due(), client.poll_timeout()]
-            .into_iter()
-            .chain([server
-                .as_ref()
-                .filter(|_| !server_gone)
-                .and_then(Connection::poll_timeout)])
-            .flatten()
+        let tcp_due = cubic.as_ref().and_then(Cubic::next_due);
+        for t in [
+            up.next_due(),
+            down.next_due(),
+            client.poll_timeout(),
+            tcp_due,
+        ]
+        .into_iter()
+        .chain([server
+            .as_ref()
+            .filter(|_| !server_gone)
+            .and_then(Connection::poll_timeout)])
+        .flatten()
         {
             next = next.min(t);
         }
@@ -314,6 +377,7 @@ pub(super) fn transfer_after(
         client_error: client.error().cloned(),
         client_flushed: client.flushed(),
         timeline,
+        tcp_timeline,
     }
 }
 
