@@ -28,11 +28,13 @@
 //! loss passes the ceiling, drain, then probing in eight-phase cycles (1.25, 0.75, then six at
 //! 1).
 //!
-//! Fair to TCP on a shared bottleneck: loss above [`LOSS_CEILING`] of a round's packets is
-//! congestion, not noise. It caps what is in flight at [`LOSS_CUT`] of what was in flight then, and
-//! the cap grows back by an eighth per round without such loss. A cubic flow that fills the
-//! queue therefore pushes ferry back as it pushes another cubic flow, while a path's 1 % random
-//! loss never reaches the ceiling.
+//! Fair to TCP on a shared bottleneck: loss is congestion, not noise, above [`LOSS_CEILING`]
+//! of a round's packets, or above [`LOSS_NOISE`] while a queue stands (the receiver's round
+//! trip, ACK to ACK2, a quarter above the least). A paced flow loses few packets when a
+//! CUBIC flow overflows the queue beside it, so the ceiling alone let ferry take three
+//! quarters of the link; random loss comes with no queue, so a lossy path's 1 % stays noise.
+//! Congestion caps what is in flight at [`LOSS_CUT`] of what was in flight then (never under
+//! a product), and the cap grows back by [`REGROWTH`] per round without such loss.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -59,9 +61,20 @@ const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
 /// Share of a round's packets lost above which the loss is taken as congestion.
 /// (BBRv2 takes 2 %; 1 % random loss each way, netlab's lossy path, must stay well below.)
 pub(crate) const LOSS_CEILING: f64 = 0.03;
+/// Loss above this share while a queue stands is the queue overflowing: a CUBIC flow filling
+/// the queue beside us loses a few tenths of a percent of our packets per round, and the 1 %
+/// of a lossy path comes with no queue.
+const LOSS_NOISE: f64 = 0.001;
+/// Round trip over the least one from which a queue stands.
+const QUEUE_DELAY_RATIO: f64 = 1.25;
 /// What is left in flight after a round of heavy loss (BBRv2's beta). At 0.85 and 5 % a cubic
 /// flow sharing a 60 ms bottleneck got 0.32 of it, under the third asked.
 const LOSS_CUT: f64 = 0.7;
+/// After a cut the cap grows back by this share per round without heavy loss. Simulated
+/// beside one CUBIC flow on a clean 60 ms bottleneck (`fairness_experiment`, 16 seeds), an
+/// eighth left CUBIC 0.24-0.34 of the link; CUBIC's own regrowth curve left ferry as little
+/// as 0.30 when it joined a full queue; a sixty-fourth leaves each at least 0.36.
+const REGROWTH: f64 = 1.0 / 64.0;
 /// Share of resent packets above which an ACK span's rate is not taken (random loss of a few
 /// percent stays under it).
 const RESENT_SHARE_LIMIT: f64 = 0.05;
@@ -106,6 +119,12 @@ pub struct Bbr {
     round_sent_from: u64,
     round_in_flight: f64,
     round_lost: u64,
+    /// The receiver's smoothed round trip (ACK to ACK2: no hole lengthens it, as one does
+    /// the sender's own samples, and the ACK2 waits in the data's queue).
+    recent_rtt_us: f64,
+    /// A probing cycle has passed since start-up: its queue is gone, and with it the
+    /// receiver's memory of it.
+    settled: bool,
     capped_in_round: bool,
     round_app_limited: bool,
 }
@@ -130,6 +149,8 @@ impl Bbr {
             round_sent_from: 0,
             round_in_flight: 0.0,
             round_lost: 0,
+            recent_rtt_us: INITIAL_RTT_US,
+            settled: false,
             capped_in_round: false,
             round_app_limited: false,
         }
@@ -210,28 +231,46 @@ impl Bbr {
     /// Heavy loss in this round (checked as losses come, since a congested round's ACKs
     /// stall): caps the window once per round.
     fn check_loss(&mut self, sent: u64) {
-        // Losses reported in a round are mostly of packets sent in the one before: the share
-        // is of those in flight when the round began and those sent since.
-        let exposed = self.round_in_flight + sent.saturating_sub(self.round_sent_from) as f64;
-        let share = self.round_lost as f64 / exposed.max(1.0);
-        if self.capped_in_round || share <= LOSS_CEILING || self.round_lost < 8 {
+        let share = self.round_share(sent);
+        if self.capped_in_round || share <= self.loss_limit() || self.round_lost < 8 {
             return;
         }
         self.capped_in_round = true;
-        // Never below one and a half products and the ACK timer's allowance: what is in
-        // flight may have been cut short by a timeout, and on a short path the ACK interval is
-        // most of what is in flight (a cap under it would shrink the rate every round).
-        let floor = (1.5 * self.bdp() + self.bottleneck_rate() * ACK_ALLOWANCE_US / 1e6)
-            .max(INITIAL_WINDOW);
-        self.ceiling = (self.in_flight * LOSS_CUT).min(self.ceiling).max(floor);
+        // Never below a product and the ACK timer's allowance: what is in flight may have
+        // been cut short by a timeout, and on a short path the ACK interval is most of what is
+        // in flight (a cap under it would shrink the rate every round). Beside a CUBIC flow
+        // the product is of our share of the rate, and so is the floor.
+        let floor =
+            (self.bdp() + self.bottleneck_rate() * ACK_ALLOWANCE_US / 1e6).max(INITIAL_WINDOW);
+        self.ceiling = (self.in_flight.min(self.ceiling) * LOSS_CUT).max(floor);
         if self.phase == Phase::Startup {
             self.phase = Phase::Drain;
         }
     }
 
+    /// Share of the packets exposed to loss in this round that were lost.
+    fn round_share(&self, sent: u64) -> f64 {
+        // Losses reported in a round are mostly of packets sent in the one before: the share
+        // is of those in flight when the round began and those sent since.
+        let exposed = self.round_in_flight + sent.saturating_sub(self.round_sent_from) as f64;
+        self.round_lost as f64 / exposed.max(1.0)
+    }
+
+    /// Loss share above which a round is congested: [`LOSS_CEILING`], or a few tenths of a
+    /// percent while a queue stands (the round trip a quarter above its least): a queue
+    /// overflowing loses few of a paced flow's packets, while a lossy path's random loss comes
+    /// with no queue at all.
+    fn loss_limit(&self) -> f64 {
+        if self.settled && self.recent_rtt_us >= QUEUE_DELAY_RATIO * self.min_rtt_us {
+            LOSS_NOISE
+        } else {
+            LOSS_CEILING
+        }
+    }
+
     fn end_round(&mut self, ack: &AckSample) {
         if !self.capped_in_round && self.ceiling.is_finite() {
-            self.ceiling += (self.ceiling / 8.0).max(1.0);
+            self.ceiling += (self.ceiling * REGROWTH).max(1.0);
             if self.ceiling > self.max_window {
                 self.ceiling = f64::INFINITY;
             }
@@ -276,6 +315,7 @@ impl CongestionControl for Bbr {
         // Only the sender's own samples: the figure an ACK carries starts at libudt's 100 ms
         // guess whatever the path.
         let own = ack.newest_sent_at.is_some();
+        self.recent_rtt_us = f64::from(ack.rtt_us);
         if own
             && (!self.rtt_known
                 || rtt <= self.min_rtt_us
@@ -323,10 +363,9 @@ impl CongestionControl for Bbr {
                         .min_rtt_us
                         .max(MIN_ROUND_PACKETS as f64 * self.period_us()) =>
             {
-                self.phase = Phase::Probe {
-                    index: (index + 1) % CYCLE.len(),
-                    since: now,
-                }
+                let index = (index + 1) % CYCLE.len();
+                self.settled |= index == 0;
+                self.phase = Phase::Probe { index, since: now }
             }
             _ => {}
         }

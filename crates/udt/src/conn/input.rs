@@ -123,6 +123,7 @@ impl Connection {
     }
 
     fn update_rtt(&mut self, rtt: u32) {
+        self.peer_rtt_updates = self.peer_rtt_updates.saturating_add(1);
         let diff = rtt.abs_diff(self.rtt);
         self.rtt_var = ((u64::from(self.rtt_var) * 3 + u64::from(diff)) >> 2) as u32;
         self.rtt = ((u64::from(self.rtt) * 7 + u64::from(rtt)) >> 3) as u32;

@@ -28,6 +28,10 @@ pub const SYN: Duration = Duration::from_millis(10);
 const REQUEST_AGAIN: Duration = Duration::from_millis(250);
 /// The retransmission timer's floor (libudt: 300 ms per expiration).
 const MIN_EXP: Duration = Duration::from_millis(300);
+/// Full ACKs after which the peer's RTT figure (its smoothed ACK-to-ACK2 round trips, which
+/// start at libudt's 100 ms, and ours of those) has forgotten its start: under 1 % of it
+/// left through both filters.
+const PEER_RTT_SETTLED: u32 = 48;
 /// How late paced packets may still go out at once, so a late wake-up costs no rate.
 const PACING_SLACK: Duration = Duration::from_millis(2);
 /// The shortest gap between two shutdowns repeated to a peer that did not hear the first.
@@ -135,6 +139,9 @@ pub struct Connection {
     /// carries start at libudt's 100 ms and 50 ms whatever the path, and take seconds to
     /// forget them.
     own_rtt: Option<(u32, u32)>,
+    /// ACKs whose RTT figure updated `rtt` (after [`PEER_RTT_SETTLED`] the figure has
+    /// forgotten its start).
+    peer_rtt_updates: u32,
     receive_rate: u32,
     bandwidth: u32,
     last_ack2: Option<(u32, Instant)>,
@@ -182,6 +189,7 @@ impl Connection {
             rtt: 100_000,
             rtt_var: 50_000,
             own_rtt: None,
+            peer_rtt_updates: 0,
             receive_rate: 16,
             bandwidth: 1,
             last_ack2: None,
@@ -534,7 +542,15 @@ impl Connection {
     /// How long a packet sent counts as still in the network (a round trip, its variation,
     /// and the receiver's ACK interval twice), and the round trip it is scaled to.
     pub(crate) fn network_horizon(&self) -> Horizon {
-        let (rtt, var) = self.own_rtt.unwrap_or((self.rtt, self.rtt_var));
+        let peer = (self.rtt, self.rtt_var);
+        let (rtt, var) = match self.own_rtt {
+            // The sender's samples after a hole fills include the wait for it (the newest
+            // packet acknowledged arrived long before): on a lossy path the smaller figure,
+            // once the peer's has settled, is the round trip.
+            Some(own) if self.peer_rtt_updates >= PEER_RTT_SETTLED && peer.0 < own.0 => peer,
+            Some(own) => own,
+            None => peer,
+        };
         Horizon {
             span: Duration::from_micros(u64::from(rtt) + 4 * u64::from(var)) + 2 * SYN,
             rtt: Duration::from_micros(u64::from(rtt)),

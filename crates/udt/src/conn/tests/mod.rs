@@ -450,3 +450,26 @@ fn rates_beside(out: &Outcome) -> (f64, f64) {
     let tcp = (out.tcp_timeline[end - 1] - out.tcp_timeline[from - 1]) as f64 / secs;
     (udt, tcp)
 }
+
+#[test]
+fn a_cubic_flow_sharing_the_bottleneck_keeps_a_third_of_it_and_so_do_we() {
+    // netlab's fairness path scaled to 200 Mbit/s: 60 ms, a queue of one product, a CUBIC
+    // flow that filled it before the transfer began. Counting only what is in flight, not the
+    // loss beside a standing queue, ferry once left it a quarter (0.21-0.27 here; 0.25 on
+    // netlab at 1 Gbit/s).
+    let path = Path {
+        rate: 17_000.0,
+        one_way: Duration::from_millis(30),
+        queue: 1_020,
+        ..Path::clean()
+    };
+    for seed in [5, 6, 8] {
+        let out = beside_cubic(path, 200_000_000, seed);
+        let (udt, tcp) = rates_beside(&out);
+        let share = tcp / (udt + tcp);
+        assert!(
+            (1.0 / 3.0..2.0 / 3.0).contains(&share),
+            "seed {seed}: ferry {udt:.0} pkt/s, CUBIC {tcp:.0} pkt/s"
+        );
+    }
+}
