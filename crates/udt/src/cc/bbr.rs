@@ -410,6 +410,11 @@ mod tests {
 
     /// Feeds ACKs of a path delivering `rate` packets/s with `rtt`, 10 ms apart.
     fn drive(cc: &mut Bbr, t0: Instant, rate: f64, rtt_us: u32, ms: u64) {
+        drive_queued(cc, t0, rate, rtt_us, 0, ms)
+    }
+
+    /// As [`drive`], with a queue standing: the receiver's round trip `queue_us` longer.
+    fn drive_queued(cc: &mut Bbr, t0: Instant, rate: f64, rtt_us: u32, queue_us: u32, ms: u64) {
         for i in 1..=ms / 10 {
             let acked = (rate * i as f64 / 100.0) as u64;
             let at = t0 + Duration::from_millis(i * 10);
@@ -419,7 +424,7 @@ mod tests {
                     acked,
                     sent: acked + (rate * f64::from(rtt_us) / 1e6) as u64,
                     in_network: (rate * f64::from(rtt_us) / 1e6) as u64,
-                    rtt_us,
+                    rtt_us: rtt_us + queue_us,
                     rtt_sample_us: rtt_us,
                     receive_rate: rate as u32,
                     receive_rate_sample: Some(rate as u32),
@@ -479,5 +484,35 @@ mod tests {
             },
         );
         assert!(cc.window() < before);
+    }
+
+    #[test]
+    fn a_few_tenths_of_a_percent_lost_is_congestion_beside_a_standing_queue_only() {
+        // 80 000 packets/s over 60 ms; half a percent of a round's packets lost: a lossy
+        // path's noise with no queue, a queue overflowing (a CUBIC flow beside us) with one.
+        for (queue_us, congested) in [(0, false), (40_000, true)] {
+            let t0 = Instant::now();
+            let mut cc = Bbr::new(t0, 100_000);
+            drive_queued(&mut cc, t0, 80_000.0, 60_000, queue_us, 3_000);
+            assert!(cc.settled);
+            let before = cc.window();
+            let exposed = cc.round_in_flight as u64;
+            cc.on_loss(
+                t0,
+                &LossSample {
+                    first: 1,
+                    newly_lost: (exposed + 3_200) / 200,
+                    sent: cc.round_sent_from + 3_200,
+                    acked: cc.round_sent_from,
+                    in_network: 9_600,
+                },
+            );
+            assert_eq!(cc.window() < before, congested, "queue {queue_us} µs");
+            if congested {
+                // 0.7 of what was in flight, above the floor of a product and the ACK
+                // timer's allowance.
+                assert!((cc.window() - 6_720.0).abs() < 1.0, "{}", cc.window());
+            }
+        }
     }
 }
