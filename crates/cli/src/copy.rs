@@ -31,6 +31,11 @@ pub(crate) struct CopyArgs {
     /// for large files, a flat tree for small ones]
     #[arg(long = "fan-out", value_name = "N")]
     fan_out: Option<usize>,
+    /// With --to-many: build the tree in the order the destinations are given (the first is
+    /// the root, then breadth first), instead of nearest first by the round trip of each login:
+    /// for a topology known better than a login's round trip tells it.
+    #[arg(long = "keep-order")]
+    keep_order: bool,
     /// Forward through this server, which stores nothing (repeat for a chain of them): to
     /// reach a host with no route from here, behind a head node, or around a slow path.
     #[arg(long = "via", value_name = "URL")]
@@ -401,6 +406,9 @@ impl CopyArgs {
             if self.fan_out.is_some() {
                 return Err("--fan-out needs --to-many".into());
             }
+            if self.keep_order {
+                return Err("--keep-order needs --to-many".into());
+            }
             return Ok(None);
         }
         if self.recursive {
@@ -423,7 +431,12 @@ impl CopyArgs {
             self.fan_out,
             self.link_rate.map_or(1e9, |r| r as f64),
         )
-        .map(Some)
+        .map(|tree| {
+            Some(crate::multilink::Tree {
+                keep_order: self.keep_order,
+                ..tree
+            })
+        })
     }
 }
 

@@ -3,7 +3,8 @@
 //!
 //! The tree is built from what the client measures before the copy: it logs in to every
 //! destination at once, timing each login and its round trip. Destinations are ordered by
-//! round trip (to the millisecond), so servers at one site share a subtree, and the fan-out is
+//! round trip (to the millisecond), so servers at one site share a subtree (`--keep-order`
+//! keeps the order given instead), and the fan-out is
 //! the one [`best_fan_out`] estimates soonest for the file's size at `--link-rate` and a hop's
 //! start-up (twice the slowest login): a chain for large files, a flat tree for small ones.
 //! After the copy every copy the client can reach is checked (checksum, or size), and the
@@ -20,12 +21,14 @@ use crate::copy::{run_job_async, runtime, CopyJob};
 use crate::exit;
 use crate::present::Output;
 
-/// What `--to-many`, `--to-many-file`, `--via` and `--fan-out` ask for.
+/// What `--to-many`, `--to-many-file`, `--via`, `--fan-out` and `--keep-order` ask for.
 #[derive(Debug, Clone)]
 pub(crate) struct Tree {
     pub(crate) dests: Vec<Destination>,
     pub(crate) via: Vec<String>,
     pub(crate) fan_out: Option<usize>,
+    /// The tree follows the order given, not the round trips measured.
+    pub(crate) keep_order: bool,
     /// Bits per second one hop carries.
     pub(crate) link_rate: f64,
 }
@@ -60,6 +63,7 @@ impl Tree {
             dests: all,
             via,
             fan_out,
+            keep_order: false,
             link_rate,
         })
     }
@@ -355,8 +359,12 @@ async fn plan(
         }
     }
     // Nearest first by whole milliseconds (closer round trips are noise, and keep the order
-    // given); unmeasured destinations last.
-    dests.sort_by_key(|(_, rtt, _)| rtt.map_or(u128::MAX, |r| r.as_millis()));
+    // given), or as given with --keep-order; unmeasured destinations last.
+    dests.sort_by_key(|(_, rtt, _)| match rtt {
+        None => u128::MAX,
+        Some(_) if tree.keep_order => 0,
+        Some(r) => r.as_millis(),
+    });
     // A hop starts with a login, then as many round trips again to start its transfer (TYPE,
     // MODE, SETDISKSTACK, PASV, STOR, the data connection): twice the slowest login measured.
     let setup = 2 * dests.iter().map(|(_, _, s)| *s).max().unwrap_or_default();
@@ -365,7 +373,7 @@ async fn plan(
     let (fan_out, estimate) = best_fan_out(n, transfer_s, setup.as_secs_f64());
     let fan_out = tree.fan_out.unwrap_or(fan_out);
     said.push(format!(
-        "tree: {n} destinations by round trip ({}), fan-out {fan_out}{} (estimate {estimate:.2} s: \
+        "tree: {n} destinations {} ({}), fan-out {fan_out}{} (estimate {estimate:.2} s: \
          {size} bytes at {:.2} Gbit/s per hop, {:.0} ms to start a hop: twice the slowest login measured)",
         dests
             .iter()
@@ -375,6 +383,7 @@ async fn plan(
             })
             .collect::<Vec<_>>()
             .join(", "),
+        if tree.keep_order { "in the order given (--keep-order)" } else { "by round trip" },
         if tree.fan_out.is_some() { " (--fan-out)" } else { "" },
         tree.link_rate / 1e9,
         setup.as_secs_f64() * 1e3,

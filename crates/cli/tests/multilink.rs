@@ -337,8 +337,9 @@ fn a_hop_killed_mid_transfer_is_named_and_only_its_subtree_gets_the_file_again()
     let local = sb.local_dir("local").join("in.bin");
     write_file(&local, &data);
     let mut d = ferry_servers(&sb, "d", 4);
-    // Fan-out 2, in the order given (loopback round trips are alike): d0 → {d1 → d3, d2}.
-    let mut args = vec!["copy", "-v", "--fan-out", "2", "--to-many"];
+    // Fan-out 2, in the order given: d0 → {d1 → d3, d2}. (Ordered by round trip, a login
+    // over a millisecond under the suite's load once put d1 at the root.)
+    let mut args = vec!["copy", "-v", "--fan-out", "2", "--keep-order", "--to-many"];
     let local_arg = local.display().to_string();
     args.push(&local_arg);
     let urls: Vec<String> = d.iter().map(|s| s.url_for("out.bin")).collect();
@@ -366,6 +367,11 @@ fn a_hop_killed_mid_transfer_is_named_and_only_its_subtree_gets_the_file_again()
     assert!(
         out.stderr.contains(&urls[1]) && again,
         "the failed hop should be named and its subtree (d1, d3) sent again:\n{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("in the order given (--keep-order)"),
+        "{}",
         out.stderr
     );
     assert!(stores(&d[3]) <= 2, "d3 got the file more than twice");
