@@ -55,8 +55,9 @@ pub(crate) struct CopyArgs {
     /// Globus servers, quic with ferry servers, each where the admin allows it in
     /// --dc-whitelist), with options as in SITE SETNETSTACK (udt:cc=udt, quic:congestion=cubic).
     /// auto picks quic for files of 16 MiB or more when the round trip is 20 ms or more, the
-    /// sender's TCP is loss-based (cubic, reno) and every server offers quic; else tcp (-v
-    /// says which and why). A named transport is used at both ends of every data connection;
+    /// sender's TCP is loss-based (cubic, reno) and every server offers quic, or there udt
+    /// where every server offers that and not quic (Globus servers with udt whitelisted);
+    /// else tcp (-v says which and why). A named transport is used at both ends of every data connection;
     /// a server that refuses it fails the copy.
     #[arg(long, value_name = "NAME[:OPTIONS]", default_value = "auto", value_parser = parse_transport)]
     transport: String,

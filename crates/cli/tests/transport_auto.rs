@@ -1,7 +1,9 @@
-//! `ferry copy --transport auto` (the default): QUIC where the rule says so, TCP elsewhere, and
-//! `-v` says which and why. On loopback (a LAN) it stays on TCP; across a netlab WAN (1 Gbit/s,
-//! 60 ms, both hosts on cubic) it picks QUIC for a large file both ways, TCP for a small file and
-//! for a server whose admin does not offer QUIC and for a Globus server (which refuses it). The
+//! `ferry copy --transport auto` (the default): QUIC where the rule says so, UDT where a server
+//! offers that and not QUIC, TCP elsewhere, and `-v` says which and why. On loopback (a LAN) it
+//! stays on TCP; across a netlab WAN (1 Gbit/s, 60 ms, both hosts on cubic) it picks QUIC for a
+//! large file both ways, TCP for a small file, UDT from a server whose admin offers UDT and not
+//! QUIC (ferry's, and Globus' with udt whitelisted), and TCP from a Globus server that offers
+//! neither. The
 //! ferry server's transfer log says which transport carried each file; bytes compared. The netlab part needs root, `ip` and ferry-netlab;
 //! elsewhere it says so and passes.
 
@@ -103,7 +105,7 @@ fn copy(lab: &Lab, from: &str, to: &str) -> Output {
 }
 
 #[test]
-fn across_a_60_ms_wan_auto_picks_quic_for_large_files_where_both_ends_offer_it() {
+fn across_a_60_ms_wan_auto_picks_quic_or_udt_for_large_files_where_both_ends_offer_it() {
     if let Some(why) = missing("transport auto netlab test") {
         eprintln!("{why}");
         return;
@@ -115,7 +117,7 @@ fn across_a_60_ms_wan_auto_picks_quic_for_large_files_where_both_ends_offer_it()
     let small = common::striping::pattern(MIB);
     std::fs::write(root.join("big.bin"), &big).unwrap();
     std::fs::write(root.join("small.bin"), &small).unwrap();
-    let (quic_log, tcp_log) = (dir.path().join("quic.log"), dir.path().join("tcp.log"));
+    let (quic_log, udt_log) = (dir.path().join("quic.log"), dir.path().join("udt.log"));
     let root_arg = root.to_str().unwrap();
     // Both hosts on cubic, whatever this machine's default: the rule reads the sender's.
     let mut lab = Lab::up(dir.path(), "wan-60ms", LAB, Some("cubic"));
@@ -147,10 +149,12 @@ fn across_a_60_ms_wan_auto_picks_quic_for_large_files_where_both_ends_offer_it()
             "--anonymous",
             "--root",
             root_arg,
+            "--dc-whitelist",
+            "tcp,udt,gsi",
             "--log-transfer",
-            tcp_log.to_str().unwrap(),
+            udt_log.to_str().unwrap(),
         ]),
-        &dir.path().join("tcp.err"),
+        &dir.path().join("udt.err"),
     );
     let url = |port: u16, name: &str| format!("ftp://{b}:{port}/{name}");
     let local = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
@@ -170,15 +174,16 @@ fn across_a_60_ms_wan_auto_picks_quic_for_large_files_where_both_ends_offer_it()
     same(&dir.path().join("got-small.bin"), &small);
     assert_eq!(transports(&quic_log), ["quic", "quic", "tcp"]);
 
-    // A server whose admin left QUIC off its whitelist: TCP, and the copy says who refused.
+    // A server whose admin offers UDT and not QUIC: UDT, and the copy says who refused QUIC.
     let out = copy(&lab, &url(2812, "big.bin"), &local("got-big-2.bin"));
-    said(&out, "transport auto chose tcp");
+    said(&out, "transport auto chose udt: the round trip is");
     said(&out, &format!("{b}:2812 does not offer QUIC"));
     same(&dir.path().join("got-big-2.bin"), &big);
-    assert_eq!(transports(&tcp_log), ["tcp"]);
+    assert_eq!(transports(&udt_log), ["udt"]);
 
-    // A Globus server refuses `SITE SETNETSTACK quic` (no such XIO driver): TCP, with its
-    // answer, and the copy goes on on its default stack.
+    // A Globus server refuses `SITE SETNETSTACK quic` (no such XIO driver) and, by default,
+    // udt (not on its whitelist): TCP, with both answers, and the copy goes on on its default
+    // stack. With udt whitelisted, it sends over UDT.
     if Command::new("globus-gridftp-server")
         .arg("-version")
         .output()
@@ -194,10 +199,10 @@ fn across_a_60_ms_wan_auto_picks_quic_for_large_files_where_both_ends_offer_it()
     }
     let conf = dir.path().join("empty.conf");
     std::fs::write(&conf, "").unwrap();
-    lab.spawn(
-        "b",
-        2813,
-        &strings(&[
+    for (port, whitelist) in [(2813, None), (2814, Some("udt,gsi,tcp"))] {
+        let port_arg = port.to_string();
+        let log = dir.path().join(format!("globus-{port}.log"));
+        let mut args = vec![
             "globus-gridftp-server",
             "-c",
             conf.to_str().unwrap(),
@@ -207,18 +212,31 @@ fn across_a_60_ms_wan_auto_picks_quic_for_large_files_where_both_ends_offer_it()
             "-hostname",
             &b,
             "-p",
-            "2813",
+            &port_arg,
             "-no-chdir",
             "-l",
-            dir.path().join("globus.log").to_str().unwrap(),
-        ]),
-        &dir.path().join("globus.err"),
-    );
-    let from_globus = format!("ftp://{b}:2813{}", root.join("big.bin").display());
-    let out = copy(&lab, &from_globus, &local("got-big-3.bin"));
+            log.to_str().unwrap(),
+        ];
+        if let Some(w) = whitelist {
+            args.extend(["-dc-whitelist", w]);
+        }
+        lab.spawn(
+            "b",
+            port,
+            &strings(&args),
+            &dir.path().join(format!("globus-{port}.err")),
+        );
+    }
+    let from_globus = |port: u16| format!("ftp://{b}:{port}{}", root.join("big.bin").display());
+    let out = copy(&lab, &from_globus(2813), &local("got-big-3.bin"));
     said(
         &out,
         &format!("transport auto chose tcp: {b}:2813 does not offer QUIC (500"),
     );
+    said(&out, &format!("{b}:2813 does not offer UDT (500"));
     same(&dir.path().join("got-big-3.bin"), &big);
+    let out = copy(&lab, &from_globus(2814), &local("got-big-4.bin"));
+    said(&out, "transport auto chose udt");
+    said(&out, &format!("{b}:2814 does not offer QUIC (500"));
+    same(&dir.path().join("got-big-4.bin"), &big);
 }
