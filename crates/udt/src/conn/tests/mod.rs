@@ -123,15 +123,7 @@ fn a_quiet_start_does_not_hold_the_rate_down() {
 /// Moves `d` over `path` as `script` says (from `seed`, two simulated minutes at most): every
 /// byte arrives, and the second half runs above `share` of the path's rate.
 fn steady_above(d: &[u8], script: Script, path: Path, seed: u64, share: f64) {
-    let out = transfer_after(
-        d,
-        script,
-        path,
-        Config::default(),
-        seed,
-        Duration::from_secs(120),
-    );
-    assert!(out.received == d, "seed {seed}: bytes differ");
+    let out = delivered(d, script, path, seed, Duration::from_secs(120));
     assert!(
         out.steady_rate() > share * path.rate,
         "seed {seed}: {:.0} pkt/s",
@@ -174,15 +166,7 @@ fn a_receiver_that_closes_and_exits_at_once_leaves_the_sender_acknowledged() {
             lose_final_ack: true,
             ..Script::default()
         };
-        let out = transfer_after(
-            &d,
-            script,
-            path,
-            Config::default(),
-            seed,
-            Duration::from_secs(60),
-        );
-        assert!(out.received == d, "seed {seed}: bytes differ");
+        let out = delivered(&d, script, path, seed, Duration::from_secs(60));
         assert_eq!(out.client_error, None, "seed {seed}");
         assert!(out.client_flushed, "seed {seed}: data left unacknowledged");
         assert!(
@@ -326,18 +310,27 @@ fn a_long_path_with_random_loss_fills_within_seconds_and_resends_little() {
     }
 }
 
+/// Moves `d` as [`transfer_after`] does with the default configuration; every byte arrives.
+fn delivered(d: &[u8], script: Script, path: Path, seed: u64, limit: Duration) -> Outcome {
+    let out = transfer_after(d, script, path, Config::default(), seed, limit);
+    assert!(out.received == d, "seed {seed}: bytes differ");
+    out
+}
+
+/// The number in environment variable `k`, or `d`: the experiments' settings.
+fn env(k: &str, d: f64) -> f64 {
+    std::env::var(k)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(d)
+}
+
 /// Not a test: prints the rate each half second over a path set by RATE (packets/s), RTT_MS,
 /// LOSS, SEED and SECS, for tuning the controller:
 /// `RTT_MS=200 LOSS=0.001 cargo test --release -p ferry-udt path_experiment -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn path_experiment() {
-    let env = |k: &str, d: f64| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
-    };
     let rtt = env("RTT_MS", 200.0);
     let path = Path {
         rate: env("RATE", 85_000.0),
@@ -382,12 +375,6 @@ fn path_experiment() {
 #[test]
 #[ignore]
 fn fairness_experiment() {
-    let env = |k: &str, d: f64| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
-    };
     let rtt = env("RTT_MS", 60.0);
     let rate = env("RATE", 85_000.0);
     let path = Path {
@@ -429,16 +416,7 @@ fn beside_cubic(path: Path, size: usize, seed: u64) -> Outcome {
         beside_cubic: true,
         ..Script::default()
     };
-    let out = transfer_after(
-        &d,
-        script,
-        path,
-        Config::default(),
-        seed,
-        Duration::from_secs(90),
-    );
-    assert!(out.received == d, "seed {seed}: bytes differ");
-    out
+    delivered(&d, script, path, seed, Duration::from_secs(90))
 }
 
 /// Packets per second of the UDT transfer and of the TCP flow while the transfer ran.
