@@ -430,14 +430,10 @@ impl CopyArgs {
             self.to_many_file.as_ref(),
             self.via.clone(),
             self.fan_out,
+            self.keep_order,
             self.link_rate.map_or(1e9, |r| r as f64),
         )
-        .map(|tree| {
-            Some(crate::multilink::Tree {
-                keep_order: self.keep_order,
-                ..tree
-            })
-        })
+        .map(Some)
     }
 }
 

@@ -34,12 +34,14 @@ pub(crate) struct Tree {
 }
 
 impl Tree {
-    /// The tree of `dests` (URLs, or the lines of `file`), through `via`.
+    /// The tree of `dests` (URLs, or the lines of `file`), through `via`, in the order given
+    /// with `keep_order`.
     pub(crate) fn new(
         dests: &[String],
         file: Option<&PathBuf>,
         via: Vec<String>,
         fan_out: Option<usize>,
+        keep_order: bool,
         link_rate: f64,
     ) -> Result<Tree, String> {
         let mut all = Vec::new();
@@ -63,7 +65,7 @@ impl Tree {
             dests: all,
             via,
             fan_out,
-            keep_order: false,
+            keep_order,
             link_rate,
         })
     }
