@@ -181,6 +181,7 @@ impl Connection {
             s.flow_window = u64::from(info.available);
             s.acknowledge(count);
         }
+        s.confirmed = s.confirmed.max(count);
         let (acked, sent) = (s.una, s.next);
         let in_network = s.in_network(now, horizon);
         if advanced {

@@ -424,7 +424,7 @@ impl Connection {
         self.closing = true;
     }
 
-    /// Whether everything written was acknowledged.
+    /// Whether everything written was acknowledged, the last of it by a full ACK.
     pub fn flushed(&self) -> bool {
         self.sender.as_ref().is_none_or(Sender::all_acked)
     }

@@ -39,6 +39,11 @@ pub(crate) struct Sender {
     limit_packets: usize,
     /// First packet not acknowledged.
     pub(crate) una: u64,
+    /// First packet no full ACK covered. A light ACK frees packets (libudt's sender moves its
+    /// window on one too) but is no delivery: libudt's receiver makes data readable only as
+    /// its timer's full ACK goes out, and after a shutdown it sends none, so what only a light
+    /// ACK covered would never reach its reader.
+    pub(crate) confirmed: u64,
     /// Next new packet to send.
     pub(crate) next: u64,
     /// Packets the peer reported lost (or the timer gave up on), to resend first.
@@ -67,6 +72,7 @@ impl Sender {
             payload,
             limit_packets: (buffer_bytes / payload).max(32),
             una: 0,
+            confirmed: 0,
             next: 0,
             losses: BTreeSet::new(),
             flow_window,
@@ -129,9 +135,9 @@ impl Sender {
         self.una + (self.packets.len() as u64) > self.next
     }
 
-    /// Whether everything written was acknowledged.
+    /// Whether everything written was acknowledged, the last of it by a full ACK.
     pub(crate) fn all_acked(&self) -> bool {
-        self.packets.is_empty()
+        self.packets.is_empty() && self.confirmed >= self.una
     }
 
     /// The bytes of packet `count`, if still held.

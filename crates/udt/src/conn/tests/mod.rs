@@ -6,6 +6,7 @@ mod sim;
 
 use self::sim::*;
 use super::*;
+use crate::packet::AckInfo;
 use proptest::prelude::*;
 use std::time::{Duration, Instant};
 
@@ -450,4 +451,76 @@ fn a_cubic_flow_sharing_the_bottleneck_keeps_a_third_of_it_and_so_do_we() {
             "seed {seed}: ferry {udt:.0} pkt/s, CUBIC {tcp:.0} pkt/s"
         );
     }
+}
+
+#[test]
+fn a_light_ack_of_everything_is_no_delivery_the_goodbye_waits_for_a_full_one() {
+    // libudt's receiver makes data readable only as its timer's full ACK goes out, and sends
+    // none after a shutdown: a goodbye after a light ACK strands what only that covered (CI
+    // saw 19.7 of 24 MiB reach libudt's reader, the peer none the wiser).
+    let t0 = Instant::now();
+    let isn = 5000;
+    let request = Handshake {
+        version: crate::handshake::VERSION,
+        socket_type: crate::handshake::STREAM,
+        isn,
+        mss: 1500,
+        flight_flag: 8192,
+        request_type: crate::handshake::REQUEST,
+        id: 7,
+        cookie: 0,
+        peer_ip: [0; 4],
+    };
+    let mut conn = Connection::accept(Config::default(), t0, 9, CLIENT.parse().unwrap(), &request);
+    conn.write(&data(100 * 1456));
+    conn.close();
+    let mut out = vec![0u8; 2048];
+    let mut now = t0;
+    while conn.sender.as_ref().unwrap().next < 100 && now < t0 + Duration::from_secs(1) {
+        now += Duration::from_millis(1);
+        conn.handle_timeout(now);
+        while conn.poll_transmit(now, &mut out).is_some() {}
+    }
+    assert_eq!(conn.sender.as_ref().unwrap().next, 100);
+    let ack = |full: Option<AckInfo>| Packet::Control {
+        timestamp: 0,
+        dst: 9,
+        body: Control::Ack(Ack {
+            number: u32::from(full.is_some()),
+            ack: isn + 100,
+            full,
+        }),
+    };
+    let goodbye = |conn: &mut Connection, at: Instant| {
+        conn.handle_timeout(at);
+        let mut out = vec![0u8; 2048];
+        std::iter::from_fn(|| conn.poll_transmit(at, &mut out).map(|n| out[..n].to_vec())).any(
+            |p| {
+                matches!(
+                    Packet::parse(&p),
+                    Ok(Packet::Control {
+                        body: Control::Shutdown,
+                        ..
+                    })
+                )
+            },
+        )
+    };
+    conn.handle(now, &ack(None));
+    assert_eq!(conn.sender.as_ref().unwrap().in_flight(), 0);
+    let t1 = now + Duration::from_millis(50);
+    assert!(!conn.flushed());
+    assert!(!goodbye(&mut conn, t1), "a shutdown after a light ACK only");
+    conn.handle(
+        t1,
+        &ack(Some(AckInfo {
+            rtt: 1000,
+            rtt_var: 500,
+            available: 8000,
+            ..AckInfo::default()
+        })),
+    );
+    assert!(conn.flushed());
+    assert!(goodbye(&mut conn, t1), "no shutdown after the full ACK");
+    assert!(conn.error().is_none());
 }
