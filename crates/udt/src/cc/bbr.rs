@@ -85,6 +85,13 @@ const ACK_INTERVAL_US: f64 = 10_000.0;
 /// Before any measurement: libudt's first window and RTT.
 const INITIAL_WINDOW: f64 = 16.0;
 const INITIAL_RTT_US: f64 = 100_000.0;
+/// Packets acknowledged before the receiver's arrival rate means anything. libudt's comes
+/// from the median of its last 16 arrival gaps, each set to one second when the connection
+/// opens: until more than half are real its answer is one packet per second. Taken for the
+/// path, that held a loopback transfer at a few packets per second for 2.5 s (and
+/// globus-url-copy -udt from a ferry server at half of Globus' own). Twice the window, as
+/// losses in the first flight leave gaps of their own.
+const ARRIVALS_BEFORE_RATE: u64 = 32;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
@@ -179,10 +186,8 @@ impl Bbr {
         // In start-up the window lags half a doubling; what reached the receiver in its last
         // ACK interval does not (and is at most what the bottleneck passes).
         let arrived = (self.phase == Phase::Startup)
-            .then_some(ack.receive_rate_sample)
-            .flatten()
-            .filter(|&r| r > 0)
-            .map(f64::from);
+            .then(|| arrival_rate(ack))
+            .flatten();
         match (windowed, arrived) {
             (Some(w), Some(a)) => Some(w.max(a)),
             (w, a) => w.or(a),
@@ -221,10 +226,7 @@ impl Bbr {
         // than the path carries them in start-up: neither span then bounds the rate. What the
         // receiver counted arriving does (ferry's over each ACK interval, libudt's from packet
         // gaps), with a tenth for its clock.
-        let arrived = ack
-            .receive_rate_sample
-            .filter(|&r| r > 0)
-            .map_or(f64::INFINITY, |r| f64::from(r) * 1.1);
+        let arrived = arrival_rate(ack).map_or(f64::INFINITY, |r| r * 1.1);
         (over > 0.0).then(|| (delivered as f64 / over).min(arrived))
     }
 
@@ -302,6 +304,13 @@ impl Bbr {
             }
         }
     }
+}
+
+/// The receiver's count of packets arriving per second, once it is of real arrivals.
+fn arrival_rate(ack: &AckSample) -> Option<f64> {
+    ack.receive_rate_sample
+        .filter(|&r| r > 0 && ack.acked >= ARRIVALS_BEFORE_RATE)
+        .map(f64::from)
 }
 
 impl CongestionControl for Bbr {
@@ -514,5 +523,38 @@ mod tests {
                 assert!((cc.window() - 6_720.0).abs() < 1.0, "{}", cc.window());
             }
         }
+    }
+
+    #[test]
+    fn libudts_first_arrival_rates_are_its_initial_window_not_the_path() {
+        // libudt's receiver answers one packet per second until half its 16 arrival gaps are
+        // real; the model keeps its start-up pacing (about 5 ms a packet) meanwhile.
+        let t0 = Instant::now();
+        let mut cc = Bbr::new(t0, 25_600);
+        for acked in 1..=8u64 {
+            let at = t0 + Duration::from_millis(10 * acked);
+            cc.on_ack(
+                at,
+                &AckSample {
+                    acked,
+                    sent: acked + 1,
+                    in_network: 1,
+                    rtt_us: 100_000,
+                    rtt_sample_us: 200,
+                    receive_rate: 1,
+                    receive_rate_sample: Some(1),
+                    bandwidth: 0,
+                    newest_sent_at: at.checked_sub(Duration::from_micros(200)),
+                    newest_first_sent_at: at.checked_sub(Duration::from_micros(200)),
+                    acked_resent: 0,
+                    app_limited: false,
+                },
+            );
+        }
+        assert!(
+            cc.period_us() < 10_000.0,
+            "pacing every {} us",
+            cc.period_us()
+        );
     }
 }
