@@ -26,6 +26,15 @@ impl Connection {
             return;
         }
         self.last_heard = now;
+        if !matches!(
+            packet,
+            Packet::Control {
+                body: Control::Handshake(_),
+                ..
+            }
+        ) {
+            self.ready_hold = None;
+        }
         match packet {
             Packet::Data {
                 seq: s, payload, ..

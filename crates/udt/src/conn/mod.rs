@@ -38,6 +38,10 @@ const PACING_SLACK: Duration = Duration::from_millis(2);
 const RESHUTDOWN: Duration = Duration::from_millis(100);
 /// The shortest gap between two reports of the same loss.
 const MIN_NAK_INTERVAL: Duration = Duration::from_millis(20);
+/// How long an accepted connection's data waits at most for a sign that the peer is ready.
+const READY_HOLD: Duration = Duration::from_millis(20);
+/// How often it asks meanwhile.
+const READY_PING: Duration = Duration::from_millis(2);
 
 /// A connection's settings.
 #[derive(Debug, Clone)]
@@ -158,6 +162,11 @@ pub struct Connection {
     closing: bool,
     shutdown_sent: Option<Instant>,
     peer_closed: bool,
+    /// An accepted connection's data waits until the peer is heard (anything but a
+    /// handshake) or the first instant passes, asking at the second. libudt's connecting
+    /// thread drops what arrives before it took our response (queue.cpp removeConnector): a
+    /// first window lost whole cost CUDTCC seconds at 16 packets a second.
+    ready_hold: Option<(Instant, Instant)>,
     error: Option<ConnError>,
     stats: Stats,
 }
@@ -204,6 +213,7 @@ impl Connection {
             closing: false,
             shutdown_sent: None,
             peer_closed: false,
+            ready_hold: None,
             error: None,
             stats: Stats::default(),
         }
@@ -252,6 +262,7 @@ impl Connection {
         c.open(now, request.isn, request.id, mss, request.flight_flag);
         c.response = Some(response);
         c.control.push_back(Control::Handshake(response));
+        c.ready_hold = Some((now + READY_HOLD, now));
         c
     }
 
@@ -448,7 +459,10 @@ impl Connection {
             };
             return Some(packet::write_control(out, ts, dst, &body));
         }
-        if !matches!(self.state, State::Open) || (now < self.next_send && !self.probe_pair) {
+        if !matches!(self.state, State::Open)
+            || self.ready_hold.is_some()
+            || (now < self.next_send && !self.probe_pair)
+        {
             return None;
         }
         let horizon = self.network_horizon();
@@ -511,6 +525,9 @@ impl Connection {
                 } else if let Some(t) = self.network_window_opens_at() {
                     due = due.min(t);
                 }
+                if let Some((until, ask)) = self.ready_hold {
+                    due = due.min(until).min(ask);
+                }
                 Some(due)
             }
         }
@@ -533,6 +550,7 @@ impl Connection {
             s.in_flight()
         };
         matches!(self.state, State::Open)
+            && self.ready_hold.is_none()
             && (!s.losses.is_empty()
                 || (s.has_unsent()
                     && held < cc.window().max(2.0) as u64

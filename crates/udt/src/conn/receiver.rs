@@ -231,10 +231,6 @@ impl Receiver {
             return None;
         }
         self.last_ack = ack;
-        self.ack_number = (self.ack_number + 1) & crate::seq::MAX_SEQ;
-        if self.ack_number == 0 {
-            self.ack_number = 1;
-        }
         let with_rates = self
             .last_full_ack
             .is_none_or(|t| now.duration_since(t) > crate::conn::SYN);
@@ -250,18 +246,36 @@ impl Receiver {
         if with_rates {
             self.last_full_ack = Some(now);
         }
+        Some((ack, self.numbered(now, ack, info)))
+    }
+
+    /// A full ACK of what arrived, whatever the rules: a question the peer answers with ACK2.
+    pub(crate) fn ping(&mut self, now: Instant, rtt: u32, rtt_var: u32) -> (u64, Ack) {
+        let info = AckInfo {
+            rtt,
+            rtt_var,
+            available: self.available(rtt),
+            receive_rate: None,
+            bandwidth: None,
+        };
+        (self.contiguous, self.numbered(now, self.contiguous, info))
+    }
+
+    /// `info` as the next ACK, remembered for its ACK2.
+    fn numbered(&mut self, now: Instant, ack: u64, info: AckInfo) -> Ack {
+        self.ack_number = (self.ack_number + 1) & crate::seq::MAX_SEQ;
+        if self.ack_number == 0 {
+            self.ack_number = 1;
+        }
         if self.acks.len() == ACK_HISTORY {
             self.acks.pop_front();
         }
         self.acks.push_back((self.ack_number, ack, now));
-        Some((
-            ack,
-            Ack {
-                number: self.ack_number,
-                ack: 0,
-                full: Some(info),
-            },
-        ))
+        Ack {
+            number: self.ack_number,
+            ack: 0,
+            full: Some(info),
+        }
     }
 
     /// An ACK2 for ACK `number`: the RTT it took, in microseconds.

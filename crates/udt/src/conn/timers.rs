@@ -42,6 +42,7 @@ impl Connection {
         if !matches!(self.state, State::Open) {
             return;
         }
+        self.ask_if_ready(now);
         if now >= self.next_ack {
             self.next_ack = now + SYN;
             self.push_full_ack(now);
@@ -64,6 +65,27 @@ impl Connection {
             self.control.push_back(Control::Shutdown);
             self.shutdown_sent = Some(now);
             self.state = State::Closed;
+        }
+    }
+
+    /// While an accepted connection holds its data: a full ACK of nothing every
+    /// [`READY_PING`]. A peer answers it with ACK2 once its connection is set up (libudt's
+    /// only after its connecting thread registered it); [`READY_HOLD`] bounds the wait for a
+    /// peer that does not, and on a long path, where the answer takes a round trip, the
+    /// connector has long been ready when the hold ends.
+    fn ask_if_ready(&mut self, now: Instant) {
+        let Some((until, ask)) = self.ready_hold else {
+            return;
+        };
+        if now >= until {
+            self.ready_hold = None;
+        } else if now >= ask {
+            self.ready_hold = Some((until, now + READY_PING));
+            let (isn, rtt, var) = (self.isn, self.rtt, self.rtt_var);
+            if let Some((ack, mut body)) = self.receiver.as_mut().map(|r| r.ping(now, rtt, var)) {
+                body.ack = seq::wire(isn, ack);
+                self.control.push_back(Control::Ack(body));
+            }
         }
     }
 

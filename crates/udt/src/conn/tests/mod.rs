@@ -225,13 +225,16 @@ proptest! {
     }
 }
 
-#[test]
-fn a_flood_of_naks_beyond_what_was_sent_is_counted_and_ignored() {
-    let t0 = Instant::now();
+/// The ISN of [`accepted`]'s peer.
+const ACCEPTED_ISN: u32 = 5000;
+
+/// A connection accepted from a peer with id 7 (ours is 9), `heard` from once already (a
+/// keep-alive) or not: until then its data waits ([`READY_HOLD`]).
+fn accepted(now: Instant, heard: bool) -> Connection {
     let request = Handshake {
         version: crate::handshake::VERSION,
         socket_type: crate::handshake::STREAM,
-        isn: 5000,
+        isn: ACCEPTED_ISN,
         mss: 1500,
         flight_flag: 8192,
         request_type: crate::handshake::REQUEST,
@@ -239,7 +242,24 @@ fn a_flood_of_naks_beyond_what_was_sent_is_counted_and_ignored() {
         cookie: 0,
         peer_ip: [0; 4],
     };
-    let mut conn = Connection::accept(Config::default(), t0, 9, CLIENT.parse().unwrap(), &request);
+    let mut conn = Connection::accept(Config::default(), now, 9, CLIENT.parse().unwrap(), &request);
+    if heard {
+        conn.handle(
+            now,
+            &Packet::Control {
+                timestamp: 0,
+                dst: 9,
+                body: Control::KeepAlive,
+            },
+        );
+    }
+    conn
+}
+
+#[test]
+fn a_flood_of_naks_beyond_what_was_sent_is_counted_and_ignored() {
+    let t0 = Instant::now();
+    let mut conn = accepted(t0, true);
     conn.write(&data(100 * 1456));
     let mut out = vec![0u8; 2048];
     while conn.poll_transmit(t0, &mut out).is_some() {}
@@ -248,9 +268,9 @@ fn a_flood_of_naks_beyond_what_was_sent_is_counted_and_ignored() {
     for i in 0..10_000u32 {
         // Ranges past the last packet sent, reversed ranges, singles far ahead.
         let words = match i % 3 {
-            0 => vec![0x8000_0000 | (5000 + 200), 5000 + 300],
-            1 => vec![0x8000_0000 | (5000 + 20), 5000 + 10],
-            _ => vec![5000 + 1_000_000],
+            0 => vec![0x8000_0000 | (ACCEPTED_ISN + 200), ACCEPTED_ISN + 300],
+            1 => vec![0x8000_0000 | (ACCEPTED_ISN + 20), ACCEPTED_ISN + 10],
+            _ => vec![ACCEPTED_ISN + 1_000_000],
         };
         conn.handle(
             t0,
@@ -270,7 +290,7 @@ fn a_flood_of_naks_beyond_what_was_sent_is_counted_and_ignored() {
         &Packet::Control {
             timestamp: 0,
             dst: 9,
-            body: Control::Nak(vec![5000]),
+            body: Control::Nak(vec![ACCEPTED_ISN]),
         },
     );
     assert_eq!(conn.sender.as_ref().unwrap().losses.len(), 1);
@@ -459,19 +479,8 @@ fn a_light_ack_of_everything_is_no_delivery_the_goodbye_waits_for_a_full_one() {
     // none after a shutdown: a goodbye after a light ACK strands what only that covered (CI
     // saw 19.7 of 24 MiB reach libudt's reader, the peer none the wiser).
     let t0 = Instant::now();
-    let isn = 5000;
-    let request = Handshake {
-        version: crate::handshake::VERSION,
-        socket_type: crate::handshake::STREAM,
-        isn,
-        mss: 1500,
-        flight_flag: 8192,
-        request_type: crate::handshake::REQUEST,
-        id: 7,
-        cookie: 0,
-        peer_ip: [0; 4],
-    };
-    let mut conn = Connection::accept(Config::default(), t0, 9, CLIENT.parse().unwrap(), &request);
+    let isn = ACCEPTED_ISN;
+    let mut conn = accepted(t0, true);
     conn.write(&data(100 * 1456));
     conn.close();
     let mut out = vec![0u8; 2048];
@@ -523,4 +532,61 @@ fn a_light_ack_of_everything_is_no_delivery_the_goodbye_waits_for_a_full_one() {
     assert!(conn.flushed());
     assert!(goodbye(&mut conn, t1), "no shutdown after the full ACK");
     assert!(conn.error().is_none());
+}
+
+#[test]
+fn an_accepted_connection_holds_its_data_until_the_peer_answers_or_briefly() {
+    // What goes out by `at`: data packets, and the number of the last full ACK.
+    let drain = |conn: &mut Connection, at: Instant| {
+        if conn.poll_timeout().is_some_and(|t| t <= at) {
+            conn.handle_timeout(at);
+        }
+        let (mut data, mut asked) = (0, None);
+        let mut out = vec![0u8; 2048];
+        while let Some(n) = conn.poll_transmit(at, &mut out) {
+            match Packet::parse(&out[..n]) {
+                Ok(Packet::Data { .. }) => data += 1,
+                Ok(Packet::Control {
+                    body:
+                        Control::Ack(Ack {
+                            number,
+                            full: Some(_),
+                            ..
+                        }),
+                    ..
+                }) => asked = Some(number),
+                _ => {}
+            }
+        }
+        (data, asked)
+    };
+    for answers in [true, false] {
+        let t0 = Instant::now();
+        let mut conn = accepted(t0, false);
+        conn.write(&data(100 * 1456));
+        let mut asked = None;
+        for ms in 0..10 {
+            let (data, a) = drain(&mut conn, t0 + Duration::from_millis(ms));
+            assert_eq!(data, 0, "data at {ms} ms, before the peer was heard");
+            asked = a.or(asked);
+        }
+        let asked = asked.expect("no full ACK asked whether the peer is ready");
+        let at = t0 + Duration::from_millis(10);
+        if answers {
+            conn.handle(
+                at,
+                &Packet::Control {
+                    timestamp: 0,
+                    dst: 9,
+                    body: Control::Ack2 { number: asked },
+                },
+            );
+            assert!(drain(&mut conn, at).0 > 0, "no data after the peer's ACK2");
+        } else {
+            assert_eq!(drain(&mut conn, t0 + Duration::from_millis(19)).0, 0);
+            let late = t0 + READY_HOLD;
+            assert!(drain(&mut conn, late).0 > 0, "held past {READY_HOLD:?}");
+        }
+        assert!(conn.error().is_none());
+    }
 }
