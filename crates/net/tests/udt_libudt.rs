@@ -219,3 +219,42 @@ async fn a_sender_killed_mid_transfer_is_an_error_not_an_end() {
     assert!(first.len() + rest.len() < d.len());
     assert!(first[..] == d[..first.len()] && rest[..] == d[first.len()..first.len() + rest.len()]);
 }
+
+/// ferry sending to the libudt peer on loopback, for measuring: `SIZE` MiB (256), `CC`
+/// (bbr), ferry `LISTEN`ing (1) or connecting (0). The peer prints its rate. Run with
+/// `cargo test --release -p ferry-net --test udt_libudt -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "an experiment, not a check"]
+async fn ferry_to_libudt_experiment() {
+    let Some(program) = peer_program() else {
+        return;
+    };
+    // RUST_LOG=ferry_net=trace: each connection's state every second.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .try_init();
+    let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
+    let size: usize = env("SIZE", "256").parse().unwrap();
+    let s = stack(&format!("udt:cc={}", env("CC", "bbr")));
+    let d = data(size << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let t = Transports::standard();
+    let child = if env("LISTEN", "1") == "1" {
+        let listener = t.listen(&s, LOCAL, None, SocketTuning::default()).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let child = peer_connecting(program, port, "recv", &out);
+        send(listener.accept().await.unwrap(), &d).await;
+        child
+    } else {
+        let (child, port) = peer_listening(program, "recv", &out);
+        let conn = t
+            .connect(&s, SocketAddr::new(LOCAL, port), SocketTuning::default())
+            .await
+            .unwrap();
+        send(conn, &d).await;
+        child
+    };
+    wait_ok(child);
+    assert!(std::fs::read(&out).unwrap() == d, "bytes differ");
+}

@@ -47,6 +47,11 @@ use crate::{
 const SOCKET_BUFFER: u32 = 8 << 20;
 /// Connections a listener holds before the DTP takes them.
 const BACKLOG: usize = 128;
+/// Bytes one write copies into the connection at most. The copy holds the connection's lock,
+/// and the endpoint needs it to send, read ACKs and answer the peer: a 256 MiB write took the
+/// whole 64 MiB send buffer at once, 64 ms in which a new connection's handshake answer did
+/// not go out and every connection on the endpoint stood still.
+const WRITE_CHUNK: usize = 256 << 10;
 
 /// UDT.
 #[derive(Debug)]
@@ -242,7 +247,7 @@ impl AsyncWrite for UdtStream {
                 "the UDT connection is closed",
             )));
         }
-        let n = st.conn.write(data);
+        let n = st.conn.write(&data[..data.len().min(WRITE_CHUNK)]);
         if n == 0 && !data.is_empty() {
             st.write = Some(cx.waker().clone());
             return Poll::Pending;
