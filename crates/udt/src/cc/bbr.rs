@@ -92,6 +92,10 @@ const INITIAL_RTT_US: f64 = 100_000.0;
 /// globus-url-copy -udt from a ferry server at half of Globus' own). Twice the window, as
 /// losses in the first flight leave gaps of their own.
 const ARRIVALS_BEFORE_RATE: u64 = 32;
+/// Pacing while the receiver's window bounds the sender: this much above the rate its reader
+/// frees room (its buffer fills slowly, the window then holds the rest back, and what a
+/// window update frees goes out paced instead of at once).
+const DRAIN_GAIN: f64 = 1.25;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
@@ -134,6 +138,8 @@ pub struct Bbr {
     settled: bool,
     capped_in_round: bool,
     round_app_limited: bool,
+    /// The receiver's reader's pace while its window bounds us (the ACK's `receiver_drain`).
+    drain: Option<f64>,
 }
 
 impl Bbr {
@@ -160,6 +166,7 @@ impl Bbr {
             settled: false,
             capped_in_round: false,
             round_app_limited: false,
+            drain: None,
         }
     }
 
@@ -320,6 +327,7 @@ impl CongestionControl for Bbr {
 
     fn on_ack(&mut self, now: Instant, ack: &AckSample) {
         self.in_flight = ack.in_network as f64;
+        self.drain = ack.receiver_drain;
         let rtt = f64::from(ack.rtt_sample_us.max(1));
         // Only the sender's own samples: the figure an ACK carries starts at libudt's 100 ms
         // guess whatever the path.
@@ -398,7 +406,10 @@ impl CongestionControl for Bbr {
         if rate <= 0.0 {
             return INITIAL_RTT_US.min(self.min_rtt_us) / (INITIAL_WINDOW * STARTUP_GAIN);
         }
-        1e6 / (rate * gain)
+        let paced = self
+            .drain
+            .map_or(rate * gain, |d| (rate * gain).min(d * DRAIN_GAIN));
+        1e6 / paced
     }
 
     fn window(&self) -> f64 {
@@ -442,6 +453,7 @@ mod tests {
                     newest_first_sent_at: at.checked_sub(Duration::from_micros(u64::from(rtt_us))),
                     acked_resent: 0,
                     app_limited: false,
+                    receiver_drain: None,
                 },
             );
         }
@@ -548,6 +560,7 @@ mod tests {
                     newest_first_sent_at: at.checked_sub(Duration::from_micros(200)),
                     acked_resent: 0,
                     app_limited: false,
+                    receiver_drain: None,
                 },
             );
         }

@@ -183,6 +183,7 @@ mod tests {
             newest_first_sent_at: None,
             acked_resent: 0,
             app_limited: false,
+            receiver_drain: None,
         }
     }
 

@@ -44,6 +44,9 @@ pub struct AckSample {
     /// The sender ran out of data while these packets were out (a GSI handshake, an idle
     /// MODE E connection): their rates say how much was sent, not what the path takes.
     pub app_limited: bool,
+    /// Packets per second the receiver frees room for, while its flow window bounds the
+    /// sender (its reader, not the path, sets the pace then).
+    pub receiver_drain: Option<f64>,
 }
 
 /// A loss report (NAK) as a controller sees it.

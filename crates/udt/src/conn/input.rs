@@ -191,6 +191,7 @@ impl Connection {
             s.acknowledge(count);
         }
         s.confirmed = s.confirmed.max(count);
+        s.drain.ack(now, count, u64::from(info.available));
         let (acked, sent) = (s.una, s.next);
         let in_network = s.in_network(now, horizon);
         if advanced {
@@ -216,6 +217,7 @@ impl Connection {
             newest_first_sent_at,
             acked_resent: self.sender.as_ref().map_or(0, |s| s.acked_resent),
             app_limited: self.app_limited_mark.is_some_and(|m| acked <= m),
+            receiver_drain: self.sender.as_ref().and_then(|s| s.drain.rate(now)),
         };
         if self.app_limited_mark.is_some_and(|m| acked > m) {
             self.app_limited_mark = None;

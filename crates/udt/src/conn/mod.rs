@@ -5,6 +5,7 @@
 //! Both directions number their packets from the client's initial sequence number, as libudt
 //! does; internally every packet is counted from it (64 bits), so nothing wraps.
 
+mod drain;
 mod input;
 mod receiver;
 mod sender;
@@ -474,6 +475,9 @@ impl Connection {
             // Out of data, or held by the receiver's flow window: either way the rates of the
             // packets out now measure this side, not the path.
             let starved = !s.has_unsent() && s.losses.is_empty();
+            if s.in_flight() >= s.flow_window {
+                s.drain.bound(now);
+            }
             if starved || s.in_flight() >= s.flow_window {
                 self.app_limited_mark = Some(s.next);
             }

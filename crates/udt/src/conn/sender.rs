@@ -4,6 +4,8 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
+use super::drain::Drain;
+
 /// When a packet went out: last (for RTT samples) and first (for rate samples: a resend's
 /// time would make the packets a filled hole releases look sent in no time at all).
 #[derive(Debug, Clone, Copy)]
@@ -61,6 +63,8 @@ pub(crate) struct Sender {
     marks: VecDeque<(Instant, u64)>,
     /// The last [`Horizon`]'s `rtt / span`.
     scale: f64,
+    /// How fast the receiver frees room.
+    pub(crate) drain: Drain,
 }
 
 impl Sender {
@@ -81,6 +85,7 @@ impl Sender {
             transmissions: 0,
             marks: VecDeque::new(),
             scale: 1.0,
+            drain: Drain::default(),
         }
     }
 
