@@ -153,6 +153,30 @@ async fn libudt_sends_to_ferry_whichever_side_listens() {
     );
 }
 
+/// ferry sends `d` over `stack` to the libudt peer, which writes it to `out`; ferry listens or
+/// connects as `ferry_listens` says.
+async fn ferry_sends(program: &Path, stack: &StackSpec, ferry_listens: bool, d: &[u8], out: &Path) {
+    let t = Transports::standard();
+    let child = if ferry_listens {
+        let listener = t
+            .listen(stack, LOCAL, None, SocketTuning::default())
+            .unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let child = peer_connecting(program, port, "recv", out);
+        send(listener.accept().await.unwrap(), d).await;
+        child
+    } else {
+        let (child, port) = peer_listening(program, "recv", out);
+        let conn = t
+            .connect(stack, SocketAddr::new(LOCAL, port), SocketTuning::default())
+            .await
+            .unwrap();
+        send(conn, d).await;
+        child
+    };
+    wait_ok(child);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ferry_sends_to_libudt_with_either_controller() {
     let Some(program) = peer_program() else {
@@ -160,32 +184,15 @@ async fn ferry_sends_to_libudt_with_either_controller() {
     };
     let dir = tempfile::tempdir().unwrap();
     let d = data(24 << 20);
-    let t = Transports::standard();
     for cc in ["bbr", "udt"] {
-        let s = stack(&format!("udt:cc={cc}"));
-        let out = dir.path().join(format!("connected-{cc}"));
-        let (child, port) = peer_listening(program, "recv", &out);
-        let conn = t
-            .connect(&s, SocketAddr::new(LOCAL, port), SocketTuning::default())
-            .await
-            .unwrap();
-        send(conn, &d).await;
-        wait_ok(child);
-        assert!(
-            std::fs::read(&out).unwrap() == d,
-            "{cc}, ferry connecting: bytes differ"
-        );
-
-        let out = dir.path().join(format!("listened-{cc}"));
-        let listener = t.listen(&s, LOCAL, None, SocketTuning::default()).unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let child = peer_connecting(program, port, "recv", &out);
-        send(listener.accept().await.unwrap(), &d).await;
-        wait_ok(child);
-        assert!(
-            std::fs::read(&out).unwrap() == d,
-            "{cc}, ferry listening: bytes differ"
-        );
+        for listens in [false, true] {
+            let out = dir.path().join(format!("{cc}-{listens}"));
+            ferry_sends(program, &stack(&format!("udt:cc={cc}")), listens, &d, &out).await;
+            assert!(
+                std::fs::read(&out).unwrap() == d,
+                "{cc}, ferry listening: {listens}: bytes differ"
+            );
+        }
     }
 }
 
@@ -239,22 +246,6 @@ async fn ferry_to_libudt_experiment() {
     let d = data(size << 20);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let t = Transports::standard();
-    let child = if env("LISTEN", "1") == "1" {
-        let listener = t.listen(&s, LOCAL, None, SocketTuning::default()).unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let child = peer_connecting(program, port, "recv", &out);
-        send(listener.accept().await.unwrap(), &d).await;
-        child
-    } else {
-        let (child, port) = peer_listening(program, "recv", &out);
-        let conn = t
-            .connect(&s, SocketAddr::new(LOCAL, port), SocketTuning::default())
-            .await
-            .unwrap();
-        send(conn, &d).await;
-        child
-    };
-    wait_ok(child);
+    ferry_sends(program, &s, env("LISTEN", "1") == "1", &d, &out).await;
     assert!(std::fs::read(&out).unwrap() == d, "bytes differ");
 }
