@@ -570,4 +570,34 @@ mod tests {
             cc.period_us()
         );
     }
+
+    #[test]
+    fn a_receiver_freeing_room_slower_than_the_path_sets_the_pace() {
+        let t0 = Instant::now();
+        let mut cc = Bbr::new(t0, 100_000);
+        drive(&mut cc, t0, 80_000.0, 10_000, 3_000);
+        let own = 1e6 / cc.period_us();
+        let at = t0 + Duration::from_millis(3_010);
+        let ack = |drain| AckSample {
+            acked: 240_800,
+            sent: 241_600,
+            in_network: 800,
+            rtt_us: 10_000,
+            rtt_sample_us: 10_000,
+            receive_rate: 80_000,
+            receive_rate_sample: Some(80_000),
+            bandwidth: 80_000,
+            newest_sent_at: at.checked_sub(Duration::from_millis(10)),
+            newest_first_sent_at: at.checked_sub(Duration::from_millis(10)),
+            acked_resent: 0,
+            app_limited: true,
+            receiver_drain: drain,
+        };
+        cc.on_ack(at, &ack(Some(20_000.0)));
+        let paced = 1e6 / cc.period_us();
+        assert!((paced - 25_000.0).abs() < 1.0, "pacing {paced}, own {own}");
+        // A reader faster than the model's own pace changes nothing.
+        cc.on_ack(at, &ack(Some(1e6)));
+        assert!((1e6 / cc.period_us() - own).abs() < own * 0.3);
+    }
 }

@@ -454,6 +454,7 @@ impl Connection {
     pub fn poll_transmit(&mut self, now: Instant, out: &mut [u8]) -> Option<usize> {
         let ts = self.timestamp(now);
         if let Some(body) = self.control.pop_front() {
+            self.hold_from(now, &body);
             let dst = match (&self.state, &body) {
                 (State::Connecting { .. }, Control::Handshake(_)) => 0,
                 _ => self.peer_id,

@@ -68,11 +68,22 @@ impl Connection {
         }
     }
 
+    /// The hold runs from when our handshake answer goes out (each time it does), not from
+    /// the accept: the endpoint may send it late.
+    pub(super) fn hold_from(&mut self, now: Instant, sent: &Control) {
+        if let (Some((_, ask)), Control::Handshake(_)) = (self.ready_hold, sent) {
+            self.ready_hold = Some((now + READY_HOLD, ask));
+        }
+    }
+
     /// While an accepted connection holds its data: a full ACK of nothing every
     /// [`READY_PING`]. A peer answers it with ACK2 once its connection is set up (libudt's
     /// only after its connecting thread registered it); [`READY_HOLD`] bounds the wait for a
     /// peer that does not, and on a long path, where the answer takes a round trip, the
-    /// connector has long been ready when the hold ends.
+    /// connector has long been ready when the hold ends. (libudt answers at once as built
+    /// for x86: it compares its cycle counter with a time in microseconds, so its 10 ms
+    /// between ACK2s always seems past. Built to count microseconds it answers only 10 ms
+    /// after connecting, still within the hold.)
     fn ask_if_ready(&mut self, now: Instant) {
         let Some((until, ask)) = self.ready_hold else {
             return;
