@@ -6,6 +6,11 @@
 //! pacing at the path's rate meets a full window, waits for the next ACK (10 ms), then sends
 //! what it freed at once: bursts that overflow the receiver's socket buffer, and holes
 //! behind which libudt's reader may read nothing until the resends arrive.
+//!
+//! A window full of packets behind an unrepaired hole is not a slow reader: it does not
+//! count as bounding the sender (on a lossy path, where holes are always open, the sender
+//! paces as it would without this). The edge, which stands still behind a hole too, is
+//! measured through it: left out (tried), the bursts came back against libudt on loopback.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -21,11 +26,15 @@ pub(crate) struct Drain {
     /// (when, right edge), oldest first, one at least [`SPAN`] old kept as the start.
     edges: VecDeque<(Instant, u64)>,
     bound_at: Option<Instant>,
+    /// The first packet past the last one reported lost, and the ACK point.
+    hole_end: u64,
+    acked: u64,
 }
 
 impl Drain {
     /// A full ACK: packets acknowledged in all, and the room the receiver offers beyond.
     pub(crate) fn ack(&mut self, now: Instant, acked: u64, available: u64) {
+        self.acked = self.acked.max(acked);
         let edge = acked + available;
         // A receiver may offer less than before (libudt's buffer fills behind a hole): the
         // edge then stands still for the rate, it does not go back.
@@ -36,9 +45,18 @@ impl Drain {
         }
     }
 
-    /// The flow window stopped a packet.
+    /// Packets up to `last` were reported lost.
+    pub(crate) fn loss(&mut self, last: u64) {
+        self.hole_end = self.hole_end.max(last + 1);
+    }
+
+    /// The flow window stopped a packet. Not while a reported loss is unrepaired: packets
+    /// behind the hole fill the window then, not a slow reader (a lossy path's sender meets
+    /// the window so, and paces as it would without this).
     pub(crate) fn bound(&mut self, now: Instant) {
-        self.bound_at = Some(now);
+        if self.acked >= self.hole_end {
+            self.bound_at = Some(now);
+        }
     }
 
     /// Packets per second the receiver frees, while its window recently bounded the sender.
@@ -71,5 +89,21 @@ mod tests {
         // Room offered shrinks (a hole): the edge holds, it does not run backwards.
         d.ack(at + Duration::from_millis(10), 9_000, 1_000);
         assert!(d.rate(at + Duration::from_millis(10)).unwrap() > 0.0);
+    }
+
+    #[test]
+    fn a_window_full_behind_a_hole_is_not_a_slow_reader() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let mut d = Drain::default();
+        for i in 0..5u64 {
+            d.ack(ms(10 * i), 1_000 * i, 5_000);
+        }
+        d.loss(4_500);
+        d.bound(ms(40));
+        assert_eq!(d.rate(ms(40)), None, "bound behind a hole");
+        d.ack(ms(50), 5_000, 5_000);
+        d.bound(ms(50));
+        assert!(d.rate(ms(50)).is_some(), "the hole repaired");
     }
 }

@@ -258,6 +258,7 @@ impl Connection {
                 continue;
             }
             first = Some(first.map_or(from, |f: u64| f.min(from)));
+            s.drain.loss(to);
             if s.note_reported(from, to) {
                 // Named again: this receiver repeats its reports (ferry's does; libudt's
                 // reports a loss once), so the timer need not resend everything.
