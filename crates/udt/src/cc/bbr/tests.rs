@@ -2,6 +2,27 @@
 
 use super::*;
 
+/// An ACK at `at` of `acked` packets, `in_network` more sent, over a round trip of `rtt_us`
+/// (the receiver's figure and the sender's sample alike) at `rate` packets/s.
+fn sample(at: Instant, acked: u64, in_network: u64, rtt_us: u32, rate: u32) -> AckSample {
+    let sent_at = at.checked_sub(Duration::from_micros(u64::from(rtt_us)));
+    AckSample {
+        acked,
+        sent: acked + in_network,
+        in_network,
+        rtt_us,
+        rtt_sample_us: rtt_us,
+        receive_rate: rate,
+        receive_rate_sample: Some(rate),
+        bandwidth: rate,
+        newest_sent_at: sent_at,
+        newest_first_sent_at: sent_at,
+        acked_resent: 0,
+        app_limited: false,
+        receiver_drain: None,
+    }
+}
+
 /// Feeds ACKs of a path delivering `rate` packets/s with `rtt`, 10 ms apart.
 fn drive(cc: &mut Bbr, t0: Instant, rate: f64, rtt_us: u32, ms: u64) {
     drive_queued(cc, t0, rate, rtt_us, 0, ms)
@@ -12,22 +33,12 @@ fn drive_queued(cc: &mut Bbr, t0: Instant, rate: f64, rtt_us: u32, queue_us: u32
     for i in 1..=ms / 10 {
         let acked = (rate * i as f64 / 100.0) as u64;
         let at = t0 + Duration::from_millis(i * 10);
+        let in_network = (rate * f64::from(rtt_us) / 1e6) as u64;
         cc.on_ack(
             at,
             &AckSample {
-                acked,
-                sent: acked + (rate * f64::from(rtt_us) / 1e6) as u64,
-                in_network: (rate * f64::from(rtt_us) / 1e6) as u64,
                 rtt_us: rtt_us + queue_us,
-                rtt_sample_us: rtt_us,
-                receive_rate: rate as u32,
-                receive_rate_sample: Some(rate as u32),
-                bandwidth: rate as u32,
-                newest_sent_at: at.checked_sub(Duration::from_micros(u64::from(rtt_us))),
-                newest_first_sent_at: at.checked_sub(Duration::from_micros(u64::from(rtt_us))),
-                acked_resent: 0,
-                app_limited: false,
-                receiver_drain: None,
+                ..sample(at, acked, in_network, rtt_us, rate as u32)
             },
         );
     }
@@ -122,19 +133,9 @@ fn libudts_first_arrival_rates_are_its_initial_window_not_the_path() {
         cc.on_ack(
             at,
             &AckSample {
-                acked,
-                sent: acked + 1,
-                in_network: 1,
                 rtt_us: 100_000,
-                rtt_sample_us: 200,
-                receive_rate: 1,
-                receive_rate_sample: Some(1),
                 bandwidth: 0,
-                newest_sent_at: at.checked_sub(Duration::from_micros(200)),
-                newest_first_sent_at: at.checked_sub(Duration::from_micros(200)),
-                acked_resent: 0,
-                app_limited: false,
-                receiver_drain: None,
+                ..sample(at, acked, 1, 200, 1)
             },
         );
     }
@@ -153,19 +154,9 @@ fn a_receiver_freeing_room_slower_than_the_path_sets_the_pace() {
     let own = 1e6 / cc.period_us();
     let at = t0 + Duration::from_millis(3_010);
     let ack = |drain| AckSample {
-        acked: 240_800,
-        sent: 241_600,
-        in_network: 800,
-        rtt_us: 10_000,
-        rtt_sample_us: 10_000,
-        receive_rate: 80_000,
-        receive_rate_sample: Some(80_000),
-        bandwidth: 80_000,
-        newest_sent_at: at.checked_sub(Duration::from_millis(10)),
-        newest_first_sent_at: at.checked_sub(Duration::from_millis(10)),
-        acked_resent: 0,
         app_limited: true,
         receiver_drain: drain,
+        ..sample(at, 240_800, 800, 10_000, 80_000)
     };
     cc.on_ack(at, &ack(Some(20_000.0)));
     let paced = 1e6 / cc.period_us();
