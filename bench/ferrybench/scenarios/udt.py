@@ -57,7 +57,8 @@ METHOD = (
     "run by run. **Loopback with GSI** (DCAU A, clear data, as globus-url-copy -udt defaults): "
     "**Globus UDT** is `globus-url-copy -udt` from `globus-gridftp-server -dc-whitelist udt,gsi,tcp` "
     "(stream mode: Globus never completes a MODE E connection it accepts over UDT with GSI), "
-    "**guc → ferry** the same client against `ferry serve --gsi`, **ferry udt/tcp** `ferry copy -p 1 "
+    "**guc → ferry** the same client against `ferry serve --gsi`, **ferry → Globus** `ferry copy -p 1 "
+    "--transport udt` from that Globus server, **ferry udt/tcp** `ferry copy -p 1 "
     "--transport T` against `ferry serve --gsi`; the file is a sparse SIZE file on /dev/shm, written "
     "to /dev/null. CPU is the client's rusage plus the server's process tree, per decimal GB. "
     "**Netlab**: `long-haul` (1 Gbit/s, 200 ms, 0.1 % loss each way) and `lossy-wan` (1 Gbit/s, "
@@ -65,8 +66,11 @@ METHOD = (
     "controller either way), rmem/wmem_max 64 MiB, servers in host b, clients in host a. **Globus "
     "UDT** is globus-url-copy -udt from a GSI globus-gridftp-server in host b (-ss names the host "
     "certificate's subject, issued for localhost); **Globus TCP -p N** the same client and server "
-    "without -udt, N parallel streams. iperf3 -P 1 TCP and iperf3 UDP at 1 Gbit/s (the "
-    "link's limit) run on the same hosts. CPU per decimal GB on netlab is the client's (its "
+    "without -udt, N parallel streams; **guc → ferry UDT** the same client with -udt against a GSI "
+    "`ferry serve` in host b (ferry's controller sending into libudt's receiver); **ferry → Globus "
+    "UDT** `ferry copy -p 1 --transport udt --subject DN` from the GSI globus-gridftp-server "
+    "(libudt's CUDTCC sending into ferry's receiver). iperf3 -P 1 TCP and iperf3 UDP at 1 Gbit/s "
+    "(the link's limit) run on the same hosts. CPU per decimal GB on netlab is the client's (its "
     "rusage, through `ferry-netlab exec`) plus the serving server's process tree. "
     "Each subject is first sized, untimed: from "
     f"{FIRST >> 20} MiB, doubled until one transfer lasts SECONDS s (--udt-seconds) or reaches "
@@ -168,7 +172,7 @@ def _measure(cmd, server_pid, size, tmp):
 def _loopback_gsi(ctx, result):
     o = ctx.options
     size = min(o.size, 2048 * MIB)
-    subjects = ["Globus UDT", "guc → ferry udt", "ferry udt", "ferry tcp"]
+    subjects = ["Globus UDT", "guc → ferry udt", "ferry → Globus udt", "ferry udt", "ferry tcp"]
     samples = {}
     with tempfile.TemporaryDirectory() as tmp, _shm_file(size) as path:
         os.chmod(tmp, 0o755)
@@ -184,7 +188,7 @@ def _loopback_gsi(ctx, result):
                     order = subjects if r % 2 == 0 else list(reversed(subjects))
                     for subject in order:
                         ctx.log(f"udt loopback GSI: {subject} run {r + 1}/{o.runs}")
-                        server = globus if subject == "Globus UDT" else ferry
+                        server = globus if "Globus" in subject else ferry
                         url = f"gsiftp://localhost:{server.port}{path}"
                         if subject.startswith("ferry"):
                             cmd = [FERRY, "copy", "-q", "-p", "1", "--transport", subject.split()[-1], url,
@@ -234,8 +238,8 @@ def _iperf_udp(lab):
 def _wan(ctx, result, name, pki):
     o = ctx.options
     topo, desc, _rtt = PATHS[name]
-    subjects = [f"{t} -p {n}" for t, n in WAN_SUBJECTS] + ["Globus UDT", "Globus TCP -p 1",
-                                                            "Globus TCP -p 8"]
+    subjects = [f"{t} -p {n}" for t, n in WAN_SUBJECTS] + ["Globus UDT", "guc → ferry UDT", "ferry → Globus UDT",
+                                                            "Globus TCP -p 1", "Globus TCP -p 8"]
     rates, sizes, cpus = {}, {}, {}
     subject_dn = _host_subject(pki)
     with tempfile.TemporaryDirectory() as tmp, _shm_file(LARGEST) as path, _client_env(pki):
@@ -246,6 +250,12 @@ def _wan(ctx, result, name, pki):
                 out = open(os.path.join(tmp, "servers.out"), "ab")
                 ferry = _spawn_in(lab, "b", [FERRY, "serve", "--listen", "10.77.0.2:2811", "--root", "/",
                                              "--anonymous", *WHITELIST], out)
+                # The same globus-url-copy -udt against ferry's sender: ferry's controller feeding
+                # libudt's receiver across the path.
+                ferry_gsi = _spawn_in(lab, "b", [FERRY, "serve", "--listen", "10.77.0.2:2813", "--root", "/",
+                                                 "--gsi", "--host-cert", pki["hostcert"], "--host-key",
+                                                 pki["hostkey"], "--cert-dir", pki["certs"], "--gridmap",
+                                                 pki["gridmap"], *WHITELIST], out)
                 conf = os.path.join(tmp, "globus.conf")
                 open(conf, "w").close()
                 genv = ["env", f"X509_CERT_DIR={pki['certs']}", f"X509_USER_CERT={pki['hostcert']}",
@@ -257,6 +267,7 @@ def _wan(ctx, result, name, pki):
                 try:
                     _wait_port(lab, "b", 2811, ferry, "ferry serve")
                     _wait_port(lab, "b", 2812, globus, "globus-gridftp-server")
+                    _wait_port(lab, "b", 2813, ferry_gsi, "ferry serve --gsi")
                     for what, measure in (("iperf3 tcp", lambda: _iperf(lab, 1, None)),
                                           ("iperf3 udp", lambda: _iperf_udp(lab) / 1000)):
                         try:
@@ -266,13 +277,18 @@ def _wan(ctx, result, name, pki):
 
                     def copy(subject, size):
                         """(wall seconds, CPU seconds of client and server)."""
-                        if subject.startswith("Globus"):
+                        if subject == "ferry → Globus UDT":
+                            os.truncate(path, size)
+                            cmd = [FERRY, "copy", "-q", "-p", "1", "--transport", "udt", "--subject", subject_dn,
+                                   f"gsiftp://10.77.0.2:2812{path}", "/dev/null"]
+                            server = globus
+                        elif subject.startswith(("Globus", "guc")):
                             # Stream mode has no -len: the sparse file takes each size.
                             os.truncate(path, size)
-                            how = ["-udt"] if subject == "Globus UDT" else ["-p", subject.split()[-1]]
+                            how = ["-p", subject.split()[-1]] if "TCP" in subject else ["-udt"]
+                            server, port = (ferry_gsi, 2813) if subject.startswith("guc") else (globus, 2812)
                             cmd = ["globus-url-copy", *how, "-ss", subject_dn,
-                                   f"gsiftp://10.77.0.2:2812{path}", "file:///dev/null"]
-                            server = globus
+                                   f"gsiftp://10.77.0.2:{port}{path}", "file:///dev/null"]
                         else:
                             transport, _, n = subject.split()
                             cmd = [FERRY, "copy", "-q", "-p", n, "--transport", transport, "--length", str(size),
@@ -310,6 +326,7 @@ def _wan(ctx, result, name, pki):
                                                "gbit_s": gbit, "cpu_s_per_gb": cpu / (size / 1e9)})
                 finally:
                     processes.kill_tree(ferry)
+                    processes.kill_tree(ferry_gsi)
                     processes.kill_tree(globus)
                     time.sleep(0.2)
     cols = subjects + ["iperf3 tcp", "iperf3 udp"]
@@ -318,12 +335,15 @@ def _wan(ctx, result, name, pki):
         s = {sub: summarize([g * 1000 for g in rates.get((cc, sub), [])]) for sub in cols}
         rows.append([cc] + [s[sub].cell(0) + (f" [{sizes.get((cc, sub), 0) >> 20} MiB]" if sub in subjects else "")
                             for sub in cols] + [
-            fmt(ratio(s["udt -p 1"], s["Globus UDT"])), fmt(ratio(s["udt -p 1"], s["iperf3 udp"])),
-            ISSUE_GLOBUS_UDT[name]])
+            fmt(ratio(s["udt -p 1"], s["Globus UDT"])), fmt(ratio(s["guc → ferry UDT"], s["Globus UDT"])),
+            fmt(ratio(s["ferry → Globus UDT"], s["Globus UDT"])),
+            fmt(ratio(s["udt -p 1"], s["iperf3 udp"])), ISSUE_GLOBUS_UDT[name]])
         for sub in cols:
             result.summaries[(f"{topo} {cc} {sub}", "Mbit/s")] = s[sub]
     result.tables.append(Table(f"{topo} ({desc}): Mbit/s, median (min–max) [size moved]",
-                               ["hosts' TCP"] + cols + ["udt-1 / Globus UDT", "udt-1 / link (iperf3 udp)",
+                               ["hosts' TCP"] + cols + ["udt-1 / Globus UDT", "guc → ferry / Globus UDT",
+                                                        "ferry → Globus / Globus UDT",
+                                                        "udt-1 / link (iperf3 udp)",
                                                         "Globus UDT, issue's figure"], rows))
     cpu_rows = [[cc] + [summarize(cpus.get((cc, sub), [])).cell(2) for sub in subjects] for cc in CCS]
     result.tables.append(Table(f"{topo}: CPU s per GB, client and server together, median (min–max)",
