@@ -33,9 +33,14 @@ impl ArrivalWindow {
         match seq & 0xF {
             0 => self.probe = Some(now),
             1 => {
-                if let Some(first) = self.probe.take() {
-                    self.pairs[self.pair_at] = micros(first, now);
-                    self.pair_at = (self.pair_at + 1) % PAIRS;
+                // A pair that arrived within the same microsecond was coalesced (GRO) or
+                // timed together: its gap is not measured, and a zero would drag the
+                // median to an unbounded capacity.
+                if let Some(gap) = self.probe.take().map(|first| micros(first, now)) {
+                    if gap > 0 {
+                        self.pairs[self.pair_at] = gap;
+                        self.pair_at = (self.pair_at + 1) % PAIRS;
+                    }
                 }
             }
             _ => {}
@@ -77,6 +82,21 @@ mod tests {
         let mut w = ArrivalWindow::new();
         for i in 1..=2_000u32 {
             w.arrived(t0 + Duration::from_micros(u64::from(i) * 100), i);
+        }
+        assert_eq!(w.bandwidth(), 10_000);
+    }
+
+    #[test]
+    fn pairs_timed_together_are_not_measurements() {
+        let t0 = Instant::now();
+        let mut w = ArrivalWindow::new();
+        // Two pairs in three share their arrival time (one GRO message, say); the rest are
+        // 100 µs apart, a 10 000 packets/s link.
+        for round in 0..300u32 {
+            let at = t0 + Duration::from_millis(u64::from(round));
+            w.arrived(at, round * 16);
+            let gap = if round % 3 == 0 { 100 } else { 0 };
+            w.arrived(at + Duration::from_micros(gap), round * 16 + 1);
         }
         assert_eq!(w.bandwidth(), 10_000);
     }

@@ -102,6 +102,11 @@ impl Receiver {
         self.arrival_rate as u32
     }
 
+    /// The link capacity the packet pairs measure, in packets per second (for logs).
+    pub(crate) fn pair_bandwidth(&self) -> u32 {
+        self.arrivals.bandwidth()
+    }
+
     /// Free packets to advertise: the ring's room, held to [`WINDOW_PRODUCTS`]
     /// bandwidth-delay products of what arrives (at least [`MIN_WINDOW`]), so memory follows
     /// the path.

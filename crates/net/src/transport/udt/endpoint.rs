@@ -442,9 +442,9 @@ async fn run(ep: Arc<Endpoint>) {
         }
         let mut read = 0;
         while read < READ_BATCH {
-            // Each datagram its own time: the receiver's packet-pair gaps need it.
-            let got = ep.batching.recv(&ep.socket, &mut bufs, |from, d| {
-                ep.dispatch(Instant::now(), from, d, &mut out)
+            // Each datagram the time it arrived: the receiver's packet-pair gaps need it.
+            let got = ep.batching.recv(&ep.socket, &mut bufs, |from, at, d| {
+                ep.dispatch(at, from, d, &mut out)
             });
             match got {
                 Ok(n) => read += n.max(1),
