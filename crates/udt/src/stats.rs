@@ -34,8 +34,9 @@ impl ArrivalWindow {
             0 => self.probe = Some(now),
             1 => {
                 // A pair that arrived within the same microsecond was coalesced (GRO) or
-                // timed together: its gap is not measured, and a zero would drag the
-                // median to an unbounded capacity.
+                // timed together: its gap is not measured, and zeros in the window made the
+                // median 0, so the capacity reported was 0 (libudt's own arithmetic would
+                // divide by it).
                 if let Some(gap) = self.probe.take().map(|first| micros(first, now)) {
                     if gap > 0 {
                         self.pairs[self.pair_at] = gap;
