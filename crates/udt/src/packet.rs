@@ -105,6 +105,10 @@ pub struct AckInfo {
     pub receive_rate: Option<u32>,
     /// Link capacity from packet pairs, packets per second, sent with `receive_rate`.
     pub bandwidth: Option<u32>,
+    /// ferry's extension, a seventh word after the rates: packets per second counted over the
+    /// ACK interval. libudt reads six words of an ACK and ignores the rest (core.cpp,
+    /// `processCtrl`), and never sends it.
+    pub counted_rate: Option<u32>,
 }
 
 fn word(b: &[u8], i: usize) -> u32 {
@@ -201,6 +205,7 @@ fn parse_ack(number: u32, rest: &[u8]) -> Result<Ack, PacketError> {
                     available: word(rest, 3),
                     receive_rate: rates.then(|| word(rest, 4)),
                     bandwidth: rates.then(|| word(rest, 5)),
+                    counted_rate: (n >= 28).then(|| word(rest, 6)),
                 }),
             })
         }
@@ -247,6 +252,9 @@ pub fn write_control(out: &mut [u8], timestamp: u32, dst: u32, body: &Control) -
                 if let (Some(r), Some(b)) = (f.receive_rate, f.bandwidth) {
                     w.put(r);
                     w.put(b);
+                    if let Some(c) = f.counted_rate {
+                        w.put(c);
+                    }
                 }
             }
             (2, a.number)
@@ -321,6 +329,19 @@ mod tests {
                 available: 8000,
                 receive_rate: Some(1000),
                 bandwidth: Some(2000),
+                counted_rate: None,
+            }),
+        }));
+        round_trip(Control::Ack(Ack {
+            number: 9,
+            ack: 43,
+            full: Some(AckInfo {
+                rtt: 100,
+                rtt_var: 50,
+                available: 8000,
+                receive_rate: Some(1000),
+                bandwidth: Some(2000),
+                counted_rate: Some(900),
             }),
         }));
         round_trip(Control::PeerError { code: 4000 });

@@ -190,10 +190,10 @@ impl Bbr {
     /// A delivery-rate sample from this ACK, if it gives one.
     fn sample_rate(&mut self, now: Instant, ack: &AckSample) -> Option<f64> {
         let windowed = self.windowed_rate(now, ack);
-        // In start-up the window lags half a doubling; what reached the receiver in its last
-        // ACK interval does not (and is at most what the bottleneck passes).
+        // In start-up the window lags half a doubling; what a ferry receiver counted arriving
+        // in its last ACK interval does not (and is at most what the bottleneck passes).
         let arrived = (self.phase == Phase::Startup)
-            .then(|| arrival_rate(ack))
+            .then(|| counted_rate(ack))
             .flatten();
         match (windowed, arrived) {
             (Some(w), Some(a)) => Some(w.max(a)),
@@ -231,9 +231,8 @@ impl Bbr {
         }
         // Packets a hole held back arrive at the ACK all at once, and were first sent faster
         // than the path carries them in start-up: neither span then bounds the rate. What the
-        // receiver counted arriving does (ferry's over each ACK interval, libudt's from packet
-        // gaps), with a tenth for its clock.
-        let arrived = arrival_rate(ack).map_or(f64::INFINITY, |r| r * 1.1);
+        // receiver saw arriving does, with a tenth for its clock.
+        let arrived = arrival_bound(ack).map_or(f64::INFINITY, |r| r * 1.1);
         (over > 0.0).then(|| (delivered as f64 / over).min(arrived))
     }
 
@@ -313,11 +312,25 @@ impl Bbr {
     }
 }
 
-/// The receiver's count of packets arriving per second, once it is of real arrivals.
-fn arrival_rate(ack: &AckSample) -> Option<f64> {
-    ack.receive_rate_sample
+/// What a ferry receiver counted arriving per second over its last ACK interval, once it is
+/// of real arrivals. libudt's receivers send only their own figure, the mean of the last 16
+/// gaps near their median: on a path that delivers in bursts (netem's timer, interrupt
+/// coalescing) the gaps inside a burst make it several times the path, no rate to start on.
+fn counted_rate(ack: &AckSample) -> Option<f64> {
+    ack.counted_rate
         .filter(|&r| r > 0 && ack.acked >= ARRIVALS_BEFORE_RATE)
         .map(f64::from)
+}
+
+/// At least what reached the receiver per second: its count where it sends one, else libudt's
+/// figure or its smoothed value, the higher (16 gaps may all be of resends while a hole holds
+/// the window, a few hundred packets a second on a path that has not slowed).
+fn arrival_bound(ack: &AckSample) -> Option<f64> {
+    counted_rate(ack).or_else(|| {
+        ack.receive_rate_sample
+            .filter(|&r| r > 0 && ack.acked >= ARRIVALS_BEFORE_RATE)
+            .map(|r| f64::from(r.max(ack.receive_rate)))
+    })
 }
 
 impl CongestionControl for Bbr {

@@ -178,6 +178,7 @@ mod tests {
             rtt_sample_us: 10_000,
             receive_rate: rate,
             receive_rate_sample: Some(rate),
+            counted_rate: None,
             bandwidth: 100_000,
             newest_sent_at: None,
             newest_first_sent_at: None,

@@ -32,6 +32,10 @@ pub struct AckSample {
     /// The arrival rate this ACK carried, unsmoothed (libudt sends it at most every 10 ms;
     /// `None` on the ACKs between, `Some(0)` when the receiver could not measure).
     pub receive_rate_sample: Option<u32>,
+    /// The arrival rate a ferry receiver counted over its ACK interval (an extension word
+    /// libudt never sends): steadier than libudt's figure, which is from the last 16 gaps
+    /// and reads high when the path delivers in bursts.
+    pub counted_rate: Option<u32>,
     /// Link capacity the receiver measured from packet pairs (smoothed), packets per second.
     pub bandwidth: u32,
     /// When the newest packet this ACK covers last went out (`None`: no longer known).

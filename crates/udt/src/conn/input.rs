@@ -212,6 +212,7 @@ impl Connection {
             rtt_sample_us: own_rtt.unwrap_or(info.rtt),
             receive_rate: self.receive_rate,
             receive_rate_sample: info.receive_rate,
+            counted_rate: info.counted_rate,
             bandwidth: self.bandwidth,
             newest_sent_at,
             newest_first_sent_at,

@@ -337,12 +337,13 @@ impl Connection {
     pub fn positions(&self) -> String {
         let r = self.receiver.as_ref().map_or(String::new(), |r| {
             format!(
-                "recv read={} in_order={} highest={} missing={} arrivals={}/s pairs={}/s",
+                "recv read={} in_order={} highest={} missing={} arrivals={}/s reported={}/s pairs={}/s",
                 r.base,
                 r.contiguous,
                 r.highest,
                 r.loss_count(),
                 r.arrival_rate(),
+                r.reported_rate(),
                 r.pair_bandwidth()
             )
         });

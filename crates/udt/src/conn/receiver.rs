@@ -102,6 +102,11 @@ impl Receiver {
         self.arrival_rate as u32
     }
 
+    /// The arrival rate reported to the sender, packets per second (for logs).
+    pub(crate) fn reported_rate(&self) -> u32 {
+        self.arrivals.receive_rate()
+    }
+
     /// The link capacity the packet pairs measure, in packets per second (for logs).
     pub(crate) fn pair_bandwidth(&self) -> u32 {
         self.arrivals.bandwidth()
@@ -243,10 +248,9 @@ impl Receiver {
             rtt,
             rtt_var,
             available: self.available(rtt),
-            // libudt fills this from the median gap of 16 arrivals, timed on its receiving
-            // thread; ferry's endpoint reads datagrams in batches, so it counts them instead.
-            receive_rate: with_rates.then(|| self.arrival_rate()),
+            receive_rate: with_rates.then(|| self.arrivals.receive_rate()),
             bandwidth: with_rates.then(|| self.arrivals.bandwidth()),
+            counted_rate: with_rates.then(|| self.arrival_rate()),
         };
         if with_rates {
             self.last_full_ack = Some(now);
@@ -262,6 +266,7 @@ impl Receiver {
             available: self.available(rtt),
             receive_rate: None,
             bandwidth: None,
+            counted_rate: None,
         };
         (self.contiguous, self.numbered(now, self.contiguous, info))
     }

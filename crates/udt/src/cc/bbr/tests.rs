@@ -14,6 +14,7 @@ fn sample(at: Instant, acked: u64, in_network: u64, rtt_us: u32, rate: u32) -> A
         rtt_sample_us: rtt_us,
         receive_rate: rate,
         receive_rate_sample: Some(rate),
+        counted_rate: Some(rate),
         bandwidth: rate,
         newest_sent_at: sent_at,
         newest_first_sent_at: sent_at,
@@ -135,6 +136,7 @@ fn libudts_first_arrival_rates_are_its_initial_window_not_the_path() {
             &AckSample {
                 rtt_us: 100_000,
                 bandwidth: 0,
+                counted_rate: None,
                 ..sample(at, acked, 1, 200, 1)
             },
         );
@@ -164,4 +166,60 @@ fn a_receiver_freeing_room_slower_than_the_path_sets_the_pace() {
     // A reader faster than the model's own pace changes nothing.
     cc.on_ack(at, &ack(Some(1e6)));
     assert!((1e6 / cc.period_us() - own).abs() < own * 0.3);
+}
+
+#[test]
+fn a_few_sparse_arrivals_do_not_cap_the_model_while_the_smoothed_rate_is_high() {
+    // libudt's receive rate is the median gap of the last 16 arrivals: while the window is
+    // full behind a hole only resends arrive, and one ACK's figure falls to a few hundred
+    // packets a second. The path has not slowed; the smoothed figure says so.
+    let t0 = Instant::now();
+    let mut cc = Bbr::new(t0, 100_000);
+    drive(&mut cc, t0, 80_000.0, 60_000, 3_000);
+    let before = cc.bottleneck_rate();
+    for i in 1..=100u64 {
+        let at = t0 + Duration::from_millis(3_000 + 10 * i);
+        let acked = 240_000 + 800 * i;
+        cc.on_ack(
+            at,
+            &AckSample {
+                receive_rate_sample: Some(700),
+                counted_rate: None,
+                ..sample(at, acked, 4_800, 60_000, 80_000)
+            },
+        );
+    }
+    assert!(
+        cc.bottleneck_rate() > 0.8 * before,
+        "{} after {before}",
+        cc.bottleneck_rate()
+    );
+}
+
+#[test]
+fn a_libudt_receivers_burst_gaps_do_not_set_the_start_up_rate() {
+    // netem or interrupt coalescing hands packets over in bursts: libudt's figure, from the
+    // gaps inside them, reads five times the 20 000 packets/s the path delivers. A ferry
+    // receiver's count (the extension word) is taken; libudt's figure is not.
+    let t0 = Instant::now();
+    let run = |counted: Option<u32>| {
+        let mut cc = Bbr::new(t0, 100_000);
+        for i in 1..=100u64 {
+            let at = t0 + Duration::from_millis(10 * i);
+            let acked = 200 * i;
+            cc.on_ack(
+                at,
+                &AckSample {
+                    receive_rate_sample: Some(100_000),
+                    counted_rate: counted,
+                    ..sample(at, acked, 200, 60_000, 20_000)
+                },
+            );
+        }
+        cc.bottleneck_rate()
+    };
+    let libudt = run(None);
+    assert!(libudt < 25_000.0, "{libudt}");
+    let ferry = run(Some(22_000));
+    assert!((20_000.0..25_000.0).contains(&ferry), "{ferry}");
 }
