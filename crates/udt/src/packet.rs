@@ -320,30 +320,21 @@ mod tests {
             ack: 42,
             full: None,
         }));
-        round_trip(Control::Ack(Ack {
-            number: 8,
-            ack: 42,
-            full: Some(AckInfo {
-                rtt: 100,
-                rtt_var: 50,
-                available: 8000,
-                receive_rate: Some(1000),
-                bandwidth: Some(2000),
-                counted_rate: None,
-            }),
-        }));
-        round_trip(Control::Ack(Ack {
-            number: 9,
-            ack: 43,
-            full: Some(AckInfo {
-                rtt: 100,
-                rtt_var: 50,
-                available: 8000,
-                receive_rate: Some(1000),
-                bandwidth: Some(2000),
-                counted_rate: Some(900),
-            }),
-        }));
+        // libudt's six words, and ferry's seventh after them.
+        for counted_rate in [None, Some(900)] {
+            round_trip(Control::Ack(Ack {
+                number: 8,
+                ack: 42,
+                full: Some(AckInfo {
+                    rtt: 100,
+                    rtt_var: 50,
+                    available: 8000,
+                    receive_rate: Some(1000),
+                    bandwidth: Some(2000),
+                    counted_rate,
+                }),
+            }));
+        }
         round_trip(Control::PeerError { code: 4000 });
     }
 
