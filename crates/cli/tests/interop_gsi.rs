@@ -1141,12 +1141,25 @@ fn ferry_copy_over_quic_two_and_three_party_at_every_security_level() {
     let out = Command::new(env!("CARGO_BIN_EXE_ferry"))
         .env("X509_CERT_DIR", site.cert_dir())
         .env("X509_USER_PROXY", &proxy)
-        .args(["url-copy", "-dcstack", "quic,gsi", "-p", "2"])
+        .args(["url-copy", "-dbg", "-dcstack", "quic,gsi", "-p", "2"])
         .arg(url("q-up-dcpriv.bin"))
         .arg(format!("file://{}", guc_got.display()))
         .output()
         .unwrap();
     ok(&out, "ferry url-copy -dcstack quic,gsi");
+    // The stack the server was given carries the copy's session key, which both ends of each
+    // QUIC connection then proved (the copies above ran bound too).
+    let dialogue = String::from_utf8_lossy(&out.stderr);
+    let key = dialogue
+        .split("SITE SETNETSTACK quic:bind=")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no session key sent: {dialogue}"));
+    assert!(
+        key.len() > 64
+            && key[..64].bytes().all(|b| b.is_ascii_hexdigit())
+            && key[64..].starts_with(",gsi"),
+        "{dialogue}"
+    );
     assert!(
         std::fs::read(&guc_got).unwrap() == data,
         "url-copy over quic: bytes differ"

@@ -20,6 +20,7 @@ mod plan;
 mod relay;
 mod request;
 mod session;
+mod session_key;
 mod sessions;
 mod stream;
 mod third_party;

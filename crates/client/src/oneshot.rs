@@ -85,6 +85,9 @@ async fn net_stack(ctl: &mut ControlClient, req: &FileRequest) -> Result<StackSp
     };
     let stack =
         StackSpec::parse(t).map_err(|e| ClientError::Usage(format!("transport {t:?}: {e}")))?;
+    // One key per control connection: this one-shot session has no other name to go by.
+    let this = ctl.local_addr()?.to_string();
+    let stack = crate::session_key::bound(stack, &this, None);
     ctl.expect_ok(&Command::Site(SiteCommand::SetNetStack(stack.to_string())))
         .await?;
     Ok(stack)

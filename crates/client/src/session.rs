@@ -438,6 +438,16 @@ impl RemoteSession {
     /// names the server and its answer; the server is back on its default stack, as Globus
     /// leaves it. FTPS sessions keep their TLS-over-TCP data channels.
     pub(crate) async fn transport(&mut self, req: &FileRequest) -> Result<(), ClientError> {
+        self.transport_with(req, None).await
+    }
+
+    /// [`RemoteSession::transport`] for a third-party copy with `peer`: a QUIC session key
+    /// shared with it (`session_key`).
+    pub(crate) async fn transport_with(
+        &mut self,
+        req: &FileRequest,
+        peer: Option<&str>,
+    ) -> Result<(), ClientError> {
         if self.data_stack.bottom() == crate::ftps::FTPS_TRANSPORT {
             return match req.explicit_transport() {
                 None => Ok(()),
@@ -454,6 +464,7 @@ impl RemoteSession {
             ),
             None => StackSpec::default_net(),
         };
+        let want = crate::session_key::bound(want, &self.server.authority(), peer);
         if self.data_stack == want {
             return Ok(());
         }
@@ -478,7 +489,7 @@ impl RemoteSession {
         Err(ClientError::Unsupported(format!(
             "{} refused data channel transport {}: {} {}",
             self.server.authority(),
-            want,
+            crate::session_key::unkeyed(want),
             r.code,
             r.text().trim().replace('\n', " / ")
         )))

@@ -27,8 +27,7 @@ pub async fn third_party(
 ) -> Result<TransferOutcome, ClientError> {
     let req = dst.storable(req);
     let req = &*req;
-    src.transport(req).await?;
-    dst.transport(req).await?;
+    pair_transport(src, dst, req).await?;
     dst.set_disk_stack(req.disk_stack.as_deref()).await?;
     if dst.udt_accept_hangs() {
         return third_party_stream(src, src_path, dst, dst_path, req, on_progress).await;
@@ -270,8 +269,7 @@ async fn third_party_pipelined_inner(
     on_done: &mut (dyn FnMut(usize, TransferOutcome) + Send),
 ) -> Result<(), (usize, ClientError)> {
     let setup = async {
-        src.transport(req).await?;
-        dst.transport(req).await?;
+        pair_transport(src, dst, req).await?;
         dst.set_disk_stack(req.disk_stack.as_deref()).await?;
         src.binary_extended().await?;
         dst.binary_extended().await?;
@@ -318,4 +316,15 @@ async fn third_party_pipelined_inner(
         on_done(k, outcome);
     }
     Ok(())
+}
+
+/// Both servers on `req`'s transport, a QUIC one sharing one session key.
+async fn pair_transport(
+    src: &mut RemoteSession,
+    dst: &mut RemoteSession,
+    req: &FileRequest,
+) -> Result<(), ClientError> {
+    let (a, b) = (src.server.authority(), dst.server.authority());
+    src.transport_with(req, Some(&b)).await?;
+    dst.transport_with(req, Some(&a)).await
 }

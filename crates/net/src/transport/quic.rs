@@ -6,12 +6,15 @@
 //! - one data connection is one QUIC connection with one bidirectional stream, opened by the
 //!   connecting side, which first writes the 8-byte preamble `ferry-q1` (QUIC announces a
 //!   stream only once it carries data, and in MODE E the connecting side may be the receiver);
-//!   the listening side answers with the same 8 bytes once it took the connection;
+//!   the listening side answers with the same 8 bytes once it took the connection. With a
+//!   session key (`bind=`) the preamble is `ferry-q2` and each side follows it with its proof
+//!   of the key, bound to this connection's TLS session (`binding`);
 //! - TLS 1.3 with ALPN `ferry-dc/1`. Under DCAU A/S the handshake carries the session's GSI
 //!   credentials, both ways, each checked as the GSI handshake over TCP checks them (`gsi`):
 //!   the QUIC connection is then the authenticated, encrypted channel DCAU and PROT C/S/P ask
 //!   for, and no GSI layer runs inside it. Under DCAU N each process presents an ephemeral
-//!   self-signed P-256 certificate: private from the path, the peer unnamed, as DCAU N means.
+//!   self-signed P-256 certificate: private from the path, the peer unnamed, as DCAU N means;
+//!   with a session key, the peer is then the one the control sessions set up, and no other.
 //!   A listener answers each connection attempt only when a transfer takes it, with that
 //!   transfer's credential (`DataConn::establish`);
 //! - ending a connection finishes the stream and keeps the connection until the peer has
@@ -22,6 +25,9 @@
 //!   the path (bottleneck rate, minimum RTT) and does not read random loss as congestion.
 //!   Whichever it is, its window is held to 1.5 times the measured bandwidth-delay product
 //!   (`bounded`), so a start-up overshoot cannot leave the receiver more gaps than quinn keeps;
+//! - `bind=HEX`: a 32-byte session key (64 hexadecimal digits) that both ends of each
+//!   connection must prove they know (`binding`). ferry's client chooses one per copy and
+//!   sets it at every end;
 //! - `window=BYTES`: the flow-control windows (per stream and per connection) and the send
 //!   window, fixed. Without it, the socket buffer asked for (`SBUF`, `-tcp-bs`) when one was,
 //!   fixed too; else 64 MiB (room for 2.5 Gbit/s at 200 ms) that grows with the measured
@@ -38,6 +44,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::mpsc;
 
+use self::binding::SessionKey;
 use self::gsi::Refusal;
 use self::options::Options;
 #[cfg(test)]
@@ -52,8 +59,6 @@ use crate::{
 
 /// The application protocol QUIC's TLS negotiates.
 const ALPN: &[u8] = b"ferry-dc/1";
-/// What the connecting side writes first on its stream.
-const PREAMBLE: &[u8; 8] = b"ferry-q1";
 /// The UDP socket buffers asked of the kernel (it caps them at `net.core.rmem_max` and
 /// `wmem_max`): bursts of a fast sender queue here before quinn reads them.
 const SOCKET_BUFFER: usize = 8 << 20;
@@ -256,6 +261,13 @@ impl QuicStream {
         let refusal = Refusal::default();
         let peer = self.peer;
         let failed = |e: io::Error, refusal: &Refusal| match (refusal.take(), tls_alert(&e)) {
+            (None, None) if e.kind() == io::ErrorKind::PermissionDenied => NetError::Security(
+                format!("QUIC data connection with {peer}: {}", explained(e)),
+            ),
+            (None, None) if closed_with(&e, binding::REFUSED) => NetError::Security(format!(
+                "QUIC data connection with {peer}: the peer refused it: {}",
+                explained(e)
+            )),
             (None, None) => NetError::Connect {
                 addr: peer,
                 source: explained(e),
@@ -281,21 +293,14 @@ impl QuicStream {
             State::Dialing(endpoint) => {
                 debug_assert!(initiator, "the side that connected starts the handshake");
                 let config = client_config(&self.options, &self.tuning, protection, &refusal)?;
+                let bind = self.options.bind.as_ref();
                 let conn = async {
                     let conn = endpoint
                         .connect_with(config, peer, "ferry")
                         .map_err(io::Error::other)?
                         .await?;
                     let (mut send, mut recv) = conn.open_bi().await?;
-                    send.write_all(PREAMBLE).await?;
-                    // The answer says the listener took us: TLS 1.3 lets a client finish its
-                    // handshake before the server has checked the client's certificate.
-                    if &read_preamble(&mut recv).await? != PREAMBLE {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            "the listener is not a ferry data channel (wrong answer)",
-                        ));
-                    }
+                    binding::introduce(&conn, &mut send, &mut recv, bind).await?;
                     Ok::<_, io::Error>((conn, send, recv))
                 };
                 let (conn, send, recv) = conn.await.map_err(|e| failed(e, &refusal))?;
@@ -308,7 +313,7 @@ impl QuicStream {
             }
             State::Arrived(incoming) => {
                 let config = server_config(&self.options, &self.tuning, protection, &refusal)?;
-                let (conn, send, recv) = arrive(*incoming, config)
+                let (conn, send, recv) = arrive(*incoming, config, self.options.bind.as_ref())
                     .await
                     .map_err(|e| failed(e, &refusal))?;
                 Ok(Open {
@@ -379,6 +384,12 @@ fn connection_error(e: &io::Error) -> Option<&quinn::ConnectionError> {
     }
 }
 
+/// Whether the peer closed the connection with application error `code`.
+fn closed_with(e: &io::Error, code: u8) -> bool {
+    matches!(connection_error(e), Some(quinn::ConnectionError::ApplicationClosed(c))
+        if c.error_code == quinn::VarInt::from(code))
+}
+
 /// An I/O error of a handshake or stream, saying how the connection ended when it did.
 fn explained(e: io::Error) -> io::Error {
     match connection_error(&e) {
@@ -387,42 +398,22 @@ fn explained(e: io::Error) -> io::Error {
     }
 }
 
-/// `read_exact` of the 8-byte preamble or its answer.
-async fn read_preamble(recv: &mut quinn::RecvStream) -> io::Result<[u8; PREAMBLE.len()]> {
-    let mut got = [0u8; PREAMBLE.len()];
-    match recv.read_exact(&mut got).await {
-        Ok(()) => Ok(got),
-        Err(quinn::ReadExactError::ReadError(e)) => Err(e.into()),
-        Err(quinn::ReadExactError::FinishedEarly(n)) => Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            format!("the stream ended after {n} of the preamble's 8 bytes"),
-        )),
-    }
-}
-
-/// Answers a connection attempt with `config`, then takes its stream and preamble (within
-/// [`ARRIVAL`]: a peer that opens nothing is not waited for).
+/// Answers a connection attempt with `config`, then takes its stream, first bytes and proof
+/// (within [`ARRIVAL`]: a peer that opens nothing is not waited for).
 async fn arrive(
     incoming: quinn::Incoming,
     config: quinn::ServerConfig,
+    bind: Option<&SessionKey>,
 ) -> io::Result<(quinn::Connection, quinn::SendStream, quinn::RecvStream)> {
     let conn = incoming.accept_with(Arc::new(config))?.await?;
     let opened = tokio::time::timeout(ARRIVAL, async {
-        let (send, mut recv) = conn.accept_bi().await?;
-        let first = read_preamble(&mut recv).await?;
-        Ok::<_, io::Error>((send, recv, first))
+        let (mut send, mut recv) = conn.accept_bi().await?;
+        binding::answer(&conn, &mut send, &mut recv, bind).await?;
+        Ok::<_, io::Error>((send, recv))
     })
     .await
     .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "the peer opened no stream"))??;
-    let (mut send, recv, first) = opened;
-    if &first != PREAMBLE {
-        conn.close(1u8.into(), b"not a ferry data connection");
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "not a ferry data connection (wrong preamble)",
-        ));
-    }
-    send.write_all(PREAMBLE).await?;
+    let (send, recv) = opened;
     Ok((conn, send, recv))
 }
 
@@ -526,6 +517,7 @@ impl Drop for QuicStream {
     }
 }
 
+mod binding;
 mod bounded;
 mod gsi;
 mod options;

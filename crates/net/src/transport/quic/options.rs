@@ -1,8 +1,9 @@
-//! A `quic:` stack entry's options: the sending side's congestion controller and the
-//! flow-control windows (see the parent module's documentation).
+//! A `quic:` stack entry's options: the sending side's congestion controller, the
+//! flow-control windows and the session key (see the parent module's documentation).
 
 use std::sync::Arc;
 
+use super::binding::{SessionKey, KEY_LEN};
 use super::{bounded, windows, IDLE_TIMEOUT_MS, KEEP_ALIVE};
 use crate::{NetError, SocketTuning};
 
@@ -20,10 +21,23 @@ pub(super) enum Controller {
 }
 
 /// A `quic:` stack entry's options.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) struct Options {
     pub(super) congestion: Controller,
     pub(super) window: Option<u64>,
+    /// The session key each connection proves it knows (`binding`), from `bind=HEX`.
+    pub(super) bind: Option<SessionKey>,
+}
+
+impl std::fmt::Debug for Options {
+    /// Without the session key's bytes: debug logs are no place for them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("congestion", &self.congestion)
+            .field("window", &self.window)
+            .field("bind", &self.bind.map(|_| "…"))
+            .finish()
+    }
 }
 
 impl Options {
@@ -31,6 +45,7 @@ impl Options {
         let mut o = Options {
             congestion: Controller::Bbr,
             window: None,
+            bind: None,
         };
         let bad = |why: String| NetError::DriverOptions {
             driver: "quic".into(),
@@ -62,9 +77,18 @@ impl Options {
                     }
                     o.window = Some(bytes);
                 }
+                Some(("bind", hex)) => {
+                    o.bind = Some(SessionKey::from_hex(hex).ok_or_else(|| {
+                        bad(format!(
+                            "bind must be {} hexadecimal digits (a session key), got {} characters",
+                            2 * KEY_LEN,
+                            hex.len()
+                        ))
+                    })?);
+                }
                 _ => {
                     return Err(bad(format!(
-                        "unknown option {pair:?} (the quic driver takes congestion=bbr|cubic|newreno and window=BYTES)"
+                        "unknown option {pair:?} (the quic driver takes congestion=bbr|cubic|newreno, window=BYTES and bind=KEY)"
                     )))
                 }
             }

@@ -232,3 +232,151 @@ async fn a_port_range_is_honoured_and_a_second_listener_takes_another_port() {
     );
     assert!((42300..=42309).contains(&pa) && (42300..=42309).contains(&pb) && pa != pb);
 }
+
+/// `bind=` with a session key of 32 bytes `b`.
+fn bind(b: u8) -> String {
+    format!("bind={}", format!("{b:02x}").repeat(32))
+}
+
+#[tokio::test]
+async fn a_session_key_binds_each_connection_and_any_other_peer_is_refused_by_both_ends() {
+    let key = bind(0x5a);
+    let listener = listen(&key);
+    let addr = listener.local_addr().unwrap();
+    let dialer_key = key.clone();
+    let client = tokio::spawn(async move {
+        let mut c = dial(addr, &dialer_key).await;
+        c.write_all(b"bound").await.unwrap();
+    });
+    let mut a = take(&listener).await;
+    let mut got = Vec::new();
+    a.read_to_end(&mut got).await.unwrap();
+    assert_eq!(got, b"bound");
+    client.await.unwrap();
+
+    // Another session's key, none at all, or one the listener was not given: the listener
+    // refuses the connection (the transfer taking it fails with the reason), the connecting
+    // side hears why, and no byte of data moves.
+    for (listener_opts, dialer_opts, says) in [
+        (key.clone(), bind(0x5b), "does not prove this session's key"),
+        (key.clone(), String::new(), "proves no session key"),
+        (String::new(), key.clone(), "was not given"),
+    ] {
+        let listener = listen(&listener_opts);
+        let addr = listener.local_addr().unwrap();
+        let dialer = tokio::spawn(async move {
+            let c = Quic
+                .connect(addr, SocketTuning::default(), &dialer_opts)
+                .await
+                .unwrap();
+            c.establish(true, None).await.map(drop)
+        });
+        let refused = listener
+            .accept()
+            .await
+            .unwrap()
+            .establish(false, None)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(refused, NetError::Security(_)) && refused.to_string().contains(says),
+            "{refused}"
+        );
+        let theirs = tokio::time::timeout(Duration::from_secs(10), dialer)
+            .await
+            .expect("the connecting side hung")
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            matches!(theirs, NetError::Security(_)) && theirs.to_string().contains(says),
+            "{theirs}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_listener_that_cannot_prove_the_key_is_refused_by_the_connecting_side() {
+    // A QUIC peer in the middle: it takes the connection and answers as a bound listener
+    // would, but its proof cannot be made for this TLS session without the key.
+    let o = Options::parse("").unwrap();
+    let server = server_config(&o, &SocketTuning::default(), None, &Refusal::default()).unwrap();
+    let ep = endpoint(
+        udp_socket((LOOPBACK, 0).into(), &SocketTuning::default()).unwrap(),
+        Some(server),
+    )
+    .unwrap();
+    let addr = ep.local_addr().unwrap();
+    let middle = tokio::spawn(async move {
+        let conn = ep.accept().await.unwrap().await.unwrap();
+        let (mut send, mut recv) = conn.accept_bi().await.unwrap();
+        let mut first = [0u8; 8 + 32];
+        recv.read_exact(&mut first).await.unwrap();
+        assert_eq!(&first[..8], binding::BOUND);
+        // Its proof replayed: the roles differ, so even the peer's own bytes do not pass.
+        send.write_all(binding::BOUND).await.unwrap();
+        send.write_all(&first[8..]).await.unwrap();
+        conn.closed().await
+    });
+    let e = Quic
+        .connect(addr, SocketTuning::default(), &bind(0x5a))
+        .await
+        .unwrap()
+        .establish(true, None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, NetError::Security(_)) && e.to_string().contains("does not prove"),
+        "{e}"
+    );
+    drop(tokio::time::timeout(Duration::from_secs(10), middle).await);
+}
+
+#[tokio::test]
+async fn forged_stateless_resets_mid_transfer_end_nothing_and_every_byte_arrives() {
+    // RFC 9000 §10.3: a stateless reset is any short-header datagram whose last 16 bytes are
+    // the reset token of one of the connection's IDs. Forged ones, aimed at both ends while
+    // data flows, must neither end the transfer nor pass for its end.
+    let listener = listen("");
+    let addr = listener.local_addr().unwrap();
+    let data = pattern(16 << 20);
+    let sent = data.clone();
+    let (ready, dialer_addr) = tokio::sync::oneshot::channel();
+    let sender = tokio::spawn(async move {
+        let mut c = dial(addr, "").await;
+        let _ = ready.send(SocketAddr::new(LOOPBACK, c.local_addr().unwrap().port()));
+        for chunk in sent.chunks(1 << 20) {
+            c.write_all(chunk).await.unwrap();
+            tokio::task::yield_now().await;
+        }
+        drop(c);
+    });
+    let mut a = take(&listener).await;
+    let dialer_addr = dialer_addr.await.unwrap();
+    let forger = std::net::UdpSocket::bind((LOOPBACK, 0)).unwrap();
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 256 << 10];
+    let mut k = 0usize;
+    loop {
+        let n = a.read(&mut buf).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+        for len in [21usize, 43, 1200] {
+            let mut d = pattern(len + k);
+            d.truncate(len);
+            d[0] = 0x40 | (d[0] & 0x3f);
+            k += 1;
+            forger.send_to(&d, addr).unwrap();
+            forger.send_to(&d, dialer_addr).unwrap();
+        }
+    }
+    sender.await.unwrap();
+    assert!(k > 0, "no forged reset was sent while data flowed");
+    assert!(
+        got == data,
+        "{} of {} bytes, or different",
+        got.len(),
+        data.len()
+    );
+}
