@@ -1,7 +1,7 @@
-"""UDT data channels: ferry's own UDT4 against ferry's TCP and against Globus' UDT (Debian's
-globus-gridftp-server and globus-url-copy over libudt 4.11), on loopback and across the lossy
-netlab paths, hosts on cubic and on bbr, with CPU seconds per GB; and ferry's UDT sharing a
-clean bottleneck with a cubic TCP flow."""
+"""UDT data channels: ferry's own UDT4 against ferry's TCP, ferry's QUIC and Globus' UDT
+(Debian's globus-gridftp-server and globus-url-copy over libudt 4.11), on loopback and across
+the lossy netlab paths, hosts on cubic and on bbr, with CPU seconds per GB; and ferry's UDT
+sharing a clean bottleneck with a cubic TCP flow."""
 
 import contextlib
 import os
@@ -25,9 +25,9 @@ from .wan import PATHS, _iperf, _socket_buffer_max, _spawn_in, _timed, _topology
 
 MIB = 1 << 20
 FERRY = os.path.join(REPO_ROOT, "target", "release", "ferry")
-WHITELIST = ("--dc-whitelist", "tcp,udt,gsi")
-LOOP_SUBJECTS = [("tcp", 1), ("udt", 1), ("udt:cc=udt", 1), ("udt", 4)]
-WAN_SUBJECTS = [("udt", 1), ("udt:cc=udt", 1), ("tcp", 1), ("tcp", 8)]
+WHITELIST = ("--dc-whitelist", "tcp,udt,quic,gsi")
+LOOP_SUBJECTS = [("tcp", 1), ("udt", 1), ("udt:cc=udt", 1), ("udt", 4), ("quic", 1)]
+WAN_SUBJECTS = [("udt", 1), ("udt:cc=udt", 1), ("quic", 1), ("tcp", 1), ("tcp", 8)]
 WAN_PATHS = ["wan-long-haul", "wan-lossy"]
 CCS = ["cubic", "bbr"]
 FIRST, LARGEST = 16 * MIB, 4096 * MIB
@@ -51,15 +51,17 @@ SEED_TABLE = Table(
 )
 
 METHOD = (
-    "**Loopback**: one `ferry serve --anonymous --dc-whitelist tcp,udt,gsi` and `ferry copy -q -p N "
+    "**Loopback**: one `ferry serve --anonymous --dc-whitelist tcp,udt,quic,gsi` and `ferry copy -q -p N "
     "--transport T --length SIZE ftp://127.0.0.1:PORT/dev/zero /dev/null`, T = tcp, udt (ferry's "
-    "model-based controller) or udt:cc=udt (libudt's CUDTCC rules in ferry's UDT), subjects alternating "
+    "model-based controller), udt:cc=udt (libudt's CUDTCC rules in ferry's UDT) or quic (ferry's QUIC, "
+    "its default BBR, encrypted: QUIC always is), subjects alternating "
     "run by run. **Loopback with GSI** (DCAU A, clear data, as globus-url-copy -udt defaults): "
     "**Globus UDT** is `globus-url-copy -udt` from `globus-gridftp-server -dc-whitelist udt,gsi,tcp` "
     "(stream mode: Globus never completes a MODE E connection it accepts over UDT with GSI), "
     "**guc → ferry** the same client against `ferry serve --gsi`, **ferry → Globus** `ferry copy -p 1 "
     "--transport udt` from that Globus server, **ferry udt/tcp** `ferry copy -p 1 "
-    "--transport T` against `ferry serve --gsi`; the file is a sparse SIZE file on /dev/shm, written "
+    "--transport T` against `ferry serve --gsi` (for quic the GSI credentials ride in QUIC's own TLS "
+    "1.3); the file is a sparse SIZE file on /dev/shm, written "
     "to /dev/null. CPU is the client's rusage plus the server's process tree, per decimal GB. "
     "**Netlab**: `long-haul` (1 Gbit/s, 200 ms, 0.1 % loss each way) and `lossy-wan` (1 Gbit/s, "
     "60 ms, 1 % loss each way), both hosts on cubic then on bbr (their TCP; ferry's UDT runs its own "
@@ -172,7 +174,7 @@ def _measure(cmd, server_pid, size, tmp):
 def _loopback_gsi(ctx, result):
     o = ctx.options
     size = min(o.size, 2048 * MIB)
-    subjects = ["Globus UDT", "guc → ferry udt", "ferry → Globus udt", "ferry udt", "ferry tcp"]
+    subjects = ["Globus UDT", "guc → ferry udt", "ferry → Globus udt", "ferry udt", "ferry quic", "ferry tcp"]
     samples = {}
     with tempfile.TemporaryDirectory() as tmp, _shm_file(size) as path:
         os.chmod(tmp, 0o755)
@@ -337,13 +339,17 @@ def _wan(ctx, result, name, pki):
                             for sub in cols] + [
             fmt(ratio(s["udt -p 1"], s["Globus UDT"])), fmt(ratio(s["guc → ferry UDT"], s["Globus UDT"])),
             fmt(ratio(s["ferry → Globus UDT"], s["Globus UDT"])),
-            fmt(ratio(s["udt -p 1"], s["iperf3 udp"])), ISSUE_GLOBUS_UDT[name]])
+            fmt(ratio(s["quic -p 1"], s["Globus UDT"])),
+            fmt(ratio(s["udt -p 1"], s["iperf3 udp"])), fmt(ratio(s["quic -p 1"], s["iperf3 udp"])),
+            ISSUE_GLOBUS_UDT[name]])
         for sub in cols:
             result.summaries[(f"{topo} {cc} {sub}", "Mbit/s")] = s[sub]
     result.tables.append(Table(f"{topo} ({desc}): Mbit/s, median (min–max) [size moved]",
                                ["hosts' TCP"] + cols + ["udt-1 / Globus UDT", "guc → ferry / Globus UDT",
                                                         "ferry → Globus / Globus UDT",
+                                                        "quic-1 / Globus UDT",
                                                         "udt-1 / link (iperf3 udp)",
+                                                        "quic-1 / link (iperf3 udp)",
                                                         "Globus UDT, issue's figure"], rows))
     cpu_rows = [[cc] + [summarize(cpus.get((cc, sub), [])).cell(2) for sub in subjects] for cc in CCS]
     result.tables.append(Table(f"{topo}: CPU s per GB, client and server together, median (min–max)",
