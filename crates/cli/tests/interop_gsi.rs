@@ -1164,6 +1164,42 @@ fn ferry_copy_over_quic_two_and_three_party_at_every_security_level() {
         std::fs::read(&guc_got).unwrap() == data,
         "url-copy over quic: bytes differ"
     );
+    // Four parallel streams as streams of one QUIC connection, each end of it in one process
+    // (get) and between two servers (third party), encrypted.
+    let shared_got = site.dir.path().join("q-shared.bin");
+    let shared_tp = format!("gsiftp://127.0.0.1:{}/q-shared-tp.bin", site.port);
+    for (what, ends, written) in [
+        (
+            "get",
+            [
+                url("q-up-dcpriv.bin"),
+                shared_got.to_str().unwrap().to_string(),
+            ],
+            shared_got.clone(),
+        ),
+        (
+            "third party",
+            [url("q-up-dcpriv.bin"), shared_tp],
+            site.root().join("q-shared-tp.bin"),
+        ),
+    ] {
+        let mut args = vec![
+            "--dcpriv",
+            "--transport",
+            "quic:parallel=streams",
+            "-p",
+            "4",
+        ];
+        args.extend(ends.iter().map(String::as_str));
+        ok(
+            &ferry_copy(&site, &proxy, &args),
+            &format!("quic streams {what}"),
+        );
+        assert!(
+            std::fs::read(&written).unwrap() == data,
+            "quic streams {what}: bytes differ"
+        );
+    }
     let log = std::fs::read_to_string(site.dir.path().join("transfers.log")).unwrap();
     let lines: Vec<serde_json::Value> = log
         .lines()
@@ -1171,8 +1207,8 @@ fn ferry_copy_over_quic_two_and_three_party_at_every_security_level() {
         .filter(|v: &serde_json::Value| v["path"].as_str().unwrap_or("").starts_with("/q-"))
         .collect();
     // Per level: the put's STOR, the get's RETR, the third party's RETR and STOR; then
-    // url-copy's RETR.
-    assert_eq!(lines.len(), 13, "{log}");
+    // url-copy's RETR; then the shared get's RETR and third party's RETR and STOR.
+    assert_eq!(lines.len(), 16, "{log}");
     for l in &lines {
         assert_eq!(l["transport"], "quic", "{l}");
         assert_eq!(l["result"], "ok", "{l}");

@@ -3,8 +3,9 @@
 //! listener (the port PASV/EPSV/SPAS name).
 //!
 //! No GridFTP implementation has QUIC, so the wire is ferry's own and both ends are ferry:
-//! - one data connection is one QUIC connection with one bidirectional stream, opened by the
-//!   connecting side, which first writes the 8-byte preamble `ferry-q1` (QUIC announces a
+//! - one data connection is one QUIC connection with one bidirectional stream (with
+//!   `parallel=streams`, one stream of a connection a transfer's streams share: `shared`), opened
+//!   by the connecting side, which first writes the 8-byte preamble `ferry-q1` (QUIC announces a
 //!   stream only once it carries data, and in MODE E the connecting side may be the receiver);
 //!   the listening side answers with the same 8 bytes once it took the connection. With a
 //!   session key (`bind=`) the preamble is `ferry-q2` and each side follows it with its proof
@@ -25,6 +26,8 @@
 //!   the path (bottleneck rate, minimum RTT) and does not read random loss as congestion.
 //!   Whichever it is, its window is held to 1.5 times the measured bandwidth-delay product
 //!   (`bounded`), so a start-up overshoot cannot leave the receiver more gaps than quinn keeps;
+//! - `parallel=connections|streams`: a transfer's parallel data connections as QUIC
+//!   connections of their own (the default) or as streams of one (`shared`);
 //! - `bind=HEX`: a 32-byte session key (64 hexadecimal digits) that both ends of each
 //!   connection must prove they know (`binding`). ferry's client chooses one per copy and
 //!   sets it at every end;
@@ -49,6 +52,7 @@ use self::gsi::Refusal;
 use self::options::Options;
 #[cfg(test)]
 use self::options::{Controller, DEFAULT_WINDOW, MIN_WINDOW};
+use self::shared::{DialKey, Shared};
 use self::tls::{client_config, server_config};
 use super::{ConnectFuture, Transport};
 use crate::listener::bind_in_range;
@@ -99,20 +103,25 @@ impl Transport for Quic {
         Box::pin(async move {
             let options = Options::parse(options)?;
             let fail = |source: io::Error| NetError::Connect { addr, source };
-            let local = match addr {
-                SocketAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
-                SocketAddr::V6(_) => SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)),
+            let local = unspecified(addr);
+            // Streams of a shared connection find (or open) it at their handshake.
+            let (state, local) = match options.shared {
+                true => (State::Joining, local),
+                false => {
+                    let endpoint =
+                        endpoint(udp_socket(local, &tuning).map_err(fail)?, None).map_err(fail)?;
+                    let local = endpoint.local_addr().map_err(fail)?;
+                    (State::Dialing(endpoint), local)
+                }
             };
-            let endpoint =
-                endpoint(udp_socket(local, &tuning).map_err(fail)?, None).map_err(fail)?;
-            let local = endpoint.local_addr().map_err(fail)?;
             Ok(DataConn::from_transport(Box::new(QuicStream {
-                state: State::Dialing(endpoint),
+                state,
                 peer: addr,
                 local,
                 options,
                 tuning,
                 secured: Established::Plain,
+                more: None,
             })))
         })
     }
@@ -132,6 +141,7 @@ impl Transport for Quic {
         let endpoint = endpoint(socket, Some(server))?;
         let local = endpoint.local_addr()?;
         let (tx, rx) = mpsc::channel(BACKLOG);
+        let more = tx.clone();
         let accepting = tokio::spawn(accept_all(endpoint.clone(), tx));
         Ok(DataListener::from_transport(Box::new(QuicListener {
             endpoint,
@@ -139,8 +149,17 @@ impl Transport for Quic {
             options,
             tuning,
             ready: Mutex::new(rx),
+            more,
             accepting,
         })))
+    }
+}
+
+/// The unspecified address of `peer`'s family, any port.
+fn unspecified(peer: SocketAddr) -> SocketAddr {
+    match peer {
+        SocketAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
+        SocketAddr::V6(_) => SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)),
     }
 }
 
@@ -165,18 +184,32 @@ fn endpoint(
 /// Takes connection attempts until the listener goes. Each waits, unanswered, until the DTP
 /// takes it for a transfer and answers it with that transfer's credential; beyond the backlog
 /// they are refused.
-async fn accept_all(endpoint: quinn::Endpoint, ready: mpsc::Sender<quinn::Incoming>) {
+async fn accept_all(endpoint: quinn::Endpoint, ready: mpsc::Sender<Arrival>) {
     while let Some(incoming) = endpoint.accept().await {
-        match ready.try_send(incoming) {
+        match ready.try_send(Arrival::Attempt(incoming)) {
             Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(incoming)) => {
-                tracing::debug!(peer = %incoming.remote_address(), "QUIC backlog full: refused");
-                incoming.refuse();
+            Err(mpsc::error::TrySendError::Full(arrival)) => {
+                if let Arrival::Attempt(incoming) = arrival {
+                    tracing::debug!(peer = %incoming.remote_address(), "QUIC backlog full: refused");
+                    incoming.refuse();
+                }
             }
             Err(mpsc::error::TrySendError::Closed(_)) => return,
         }
     }
 }
+
+/// What a listener hands the DTP.
+#[derive(Debug)]
+enum Arrival {
+    /// A connection attempt.
+    Attempt(quinn::Incoming),
+    /// A further stream on a connection already answered (`parallel=streams`).
+    Stream(Box<SharedStream>),
+}
+
+/// A shared connection and one of its streams.
+type SharedStream = (Arc<Shared>, quinn::SendStream, quinn::RecvStream);
 
 #[derive(Debug)]
 struct QuicListener {
@@ -184,7 +217,9 @@ struct QuicListener {
     local: SocketAddr,
     options: Options,
     tuning: SocketTuning,
-    ready: Mutex<mpsc::Receiver<quinn::Incoming>>,
+    ready: Mutex<mpsc::Receiver<Arrival>>,
+    /// Where a shared connection's further streams arrive.
+    more: mpsc::Sender<Arrival>,
     accepting: tokio::task::JoinHandle<()>,
 }
 
@@ -195,15 +230,26 @@ impl TransportListener for QuicListener {
 
     fn poll_accept(&self, cx: &mut Context<'_>) -> Poll<io::Result<Box<dyn TransportStream>>> {
         let mut ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
-        match ready.poll_recv(cx) {
-            Poll::Ready(Some(incoming)) => Poll::Ready(Ok(Box::new(QuicStream {
-                peer: incoming.remote_address(),
-                state: State::Arrived(Box::new(incoming)),
+        let stream = |peer, state| {
+            Box::new(QuicStream {
+                peer,
+                state,
                 local: self.local,
                 options: self.options,
                 tuning: self.tuning,
                 secured: Established::Plain,
-            }))),
+                more: self.options.shared.then(|| self.more.clone()),
+            })
+        };
+        match ready.poll_recv(cx) {
+            Poll::Ready(Some(Arrival::Attempt(incoming))) => Poll::Ready(Ok(stream(
+                incoming.remote_address(),
+                State::Arrived(Box::new(incoming)),
+            ))),
+            Poll::Ready(Some(Arrival::Stream(joined))) => Poll::Ready(Ok(stream(
+                joined.0.conn.remote_address(),
+                State::Joined(joined),
+            ))),
             Poll::Ready(None) => Poll::Ready(Err(io::Error::other("QUIC listener stopped"))),
             Poll::Pending => Poll::Pending,
         }
@@ -228,6 +274,8 @@ struct QuicStream {
     tuning: SocketTuning,
     /// What `establish` made of it.
     secured: Established,
+    /// A listening side's, with `parallel=streams`: where the connection's further streams go.
+    more: Option<mpsc::Sender<Arrival>>,
 }
 
 #[derive(Debug)]
@@ -236,6 +284,10 @@ enum State {
     Dialing(quinn::Endpoint),
     /// The listening side: a connection attempt not answered yet (boxed: it is large).
     Arrived(Box<quinn::Incoming>),
+    /// The connecting side of a shared connection (`parallel=streams`), before its stream.
+    Joining,
+    /// The listening side: a further stream of a shared connection, before its first bytes.
+    Joined(Box<SharedStream>),
     /// Handshake done, stream open.
     Open(Open),
     /// The handshake failed.
@@ -250,6 +302,10 @@ struct Open {
     recv: quinn::RecvStream,
     /// The connecting side's own endpoint (a listener's outlives its connections by itself).
     endpoint: Option<quinn::Endpoint>,
+    /// The connection, when its streams share it (it then closes with the last of them).
+    shared: Option<Arc<Shared>>,
+    /// Whether this stream's handshake made the connection.
+    first: bool,
 }
 
 impl QuicStream {
@@ -260,35 +316,8 @@ impl QuicStream {
     ) -> Result<Open, NetError> {
         let refusal = Refusal::default();
         let peer = self.peer;
-        let failed = |e: io::Error, refusal: &Refusal| match (refusal.take(), tls_alert(&e)) {
-            (None, None) if e.kind() == io::ErrorKind::PermissionDenied => NetError::Security(
-                format!("QUIC data connection with {peer}: {}", explained(e)),
-            ),
-            (None, None) if closed_with(&e, binding::REFUSED) => NetError::Security(format!(
-                "QUIC data connection with {peer}: the peer refused it: {}",
-                explained(e)
-            )),
-            (None, None) => NetError::Connect {
-                addr: peer,
-                source: explained(e),
-            },
-            (Some(why), _) => NetError::Security(format!(
-                "QUIC data connection with {peer}: its credential is refused: {why}"
-            )),
-            (None, Some(Alert::Theirs)) if protection.is_some() => NetError::Security(format!(
-                "QUIC data connection with {peer}: the peer refused our credential ({})",
-                explained(e)
-            )),
-            (None, Some(Alert::Theirs)) => NetError::Security(format!(
-                "QUIC data connection with {peer}: the peer refused the handshake ({}); \
-                 does it ask for DCAU A or S where this side has DCAU N?",
-                explained(e)
-            )),
-            (None, Some(Alert::Ours)) => NetError::Security(format!(
-                "QUIC data connection with {peer}: TLS handshake failed: {}",
-                explained(e)
-            )),
-        };
+        let protected = protection.is_some();
+        let failed = |e: io::Error, refusal: &Refusal| errors::failed(e, refusal, peer, protected);
         match std::mem::replace(&mut self.state, State::Failed) {
             State::Dialing(endpoint) => {
                 debug_assert!(initiator, "the side that connected starts the handshake");
@@ -309,6 +338,8 @@ impl QuicStream {
                     send: Some(send),
                     recv,
                     endpoint: Some(endpoint),
+                    shared: None,
+                    first: true,
                 })
             }
             State::Arrived(incoming) => {
@@ -316,11 +347,74 @@ impl QuicStream {
                 let (conn, send, recv) = arrive(*incoming, config, self.options.bind.as_ref())
                     .await
                     .map_err(|e| failed(e, &refusal))?;
+                let shared = self.more.take().map(|more| {
+                    let shared = Arc::new(Shared::new(conn.clone(), None));
+                    tokio::spawn(shared::accept_more(Arc::clone(&shared), more));
+                    shared
+                });
                 Ok(Open {
                     conn,
                     send: Some(send),
                     recv,
                     endpoint: None,
+                    shared,
+                    first: true,
+                })
+            }
+            State::Joining => {
+                let config = client_config(&self.options, &self.tuning, protection, &refusal)?;
+                let key = DialKey::new(peer, self.options, self.tuning, protection);
+                let (local, tuning) = (unspecified(peer), self.tuning);
+                let bind = self.options.bind.as_ref();
+                let joined = async {
+                    let (shared, first) = shared::join(key, || async move {
+                        let endpoint = endpoint(udp_socket(local, &tuning)?, None)?;
+                        let conn = endpoint
+                            .connect_with(config, peer, "ferry")
+                            .map_err(io::Error::other)?
+                            .await?;
+                        Ok(Shared::new(conn, Some(endpoint)))
+                    })
+                    .await?;
+                    let (mut send, mut recv) = shared.conn.open_bi().await?;
+                    binding::introduce(&shared.conn, &mut send, &mut recv, bind).await?;
+                    Ok::<_, io::Error>((shared, first, send, recv))
+                };
+                let (shared, first, send, recv) = joined.await.map_err(|e| failed(e, &refusal))?;
+                if let Some(local) = shared.local_addr() {
+                    self.local = local;
+                }
+                Ok(Open {
+                    conn: shared.conn.clone(),
+                    send: Some(send),
+                    recv,
+                    endpoint: None,
+                    shared: Some(shared),
+                    first,
+                })
+            }
+            State::Joined(joined) => {
+                let (shared, mut send, mut recv) = *joined;
+                let bind = self.options.bind.as_ref();
+                let answered = tokio::time::timeout(
+                    ARRIVAL,
+                    binding::answer(&shared.conn, &mut send, &mut recv, bind),
+                )
+                .await
+                .unwrap_or_else(|_| {
+                    Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the stream brought no preamble",
+                    ))
+                });
+                answered.map_err(|e| failed(e, &refusal))?;
+                Ok(Open {
+                    conn: shared.conn.clone(),
+                    send: Some(send),
+                    recv,
+                    endpoint: None,
+                    shared: Some(shared),
+                    first: false,
                 })
             }
             State::Open(open) => {
@@ -344,57 +438,6 @@ impl QuicStream {
                 "QUIC data connection used before its handshake (DataConn::establish)",
             )),
         }
-    }
-}
-
-/// Which side ended a failed handshake with a TLS alert.
-enum Alert {
-    /// The peer sent it.
-    Theirs,
-    /// This side did.
-    Ours,
-}
-
-/// Whether a failed handshake ended in a TLS alert (QUIC's CRYPTO_ERROR codes 0x100-0x1ff),
-/// and whose.
-fn tls_alert(e: &io::Error) -> Option<Alert> {
-    let crypto = |code: u64| (0x100..0x200).contains(&code);
-    match connection_error(e)? {
-        quinn::ConnectionError::ConnectionClosed(c) if crypto(u64::from(c.error_code)) => {
-            Some(Alert::Theirs)
-        }
-        quinn::ConnectionError::TransportError(t) if crypto(u64::from(t.code)) => Some(Alert::Ours),
-        _ => None,
-    }
-}
-
-/// The connection's end behind an I/O error of its handshake or stream, if that is what it is.
-fn connection_error(e: &io::Error) -> Option<&quinn::ConnectionError> {
-    let inner = e.get_ref()?;
-    if let Some(c) = inner.downcast_ref::<quinn::ConnectionError>() {
-        return Some(c);
-    }
-    match (
-        inner.downcast_ref::<quinn::ReadError>(),
-        inner.downcast_ref::<quinn::WriteError>(),
-    ) {
-        (Some(quinn::ReadError::ConnectionLost(c)), _) => Some(c),
-        (_, Some(quinn::WriteError::ConnectionLost(c))) => Some(c),
-        _ => None,
-    }
-}
-
-/// Whether the peer closed the connection with application error `code`.
-fn closed_with(e: &io::Error, code: u8) -> bool {
-    matches!(connection_error(e), Some(quinn::ConnectionError::ApplicationClosed(c))
-        if c.error_code == quinn::VarInt::from(code))
-}
-
-/// An I/O error of a handshake or stream, saying how the connection ended when it did.
-fn explained(e: io::Error) -> io::Error {
-    match connection_error(&e) {
-        Some(c) => io::Error::new(e.kind(), c.clone()),
-        None => e,
     }
 }
 
@@ -438,7 +481,7 @@ impl TransportStream for QuicStream {
     ) -> EstablishFuture<'a> {
         Box::pin(async move {
             let open = self.handshake(initiator, protection).await?;
-            if self.options.follows_path(&self.tuning) {
+            if open.first && self.options.follows_path(&self.tuning) {
                 tokio::spawn(windows::follow(
                     open.conn.clone(),
                     self.options.window(&self.tuning),
@@ -504,11 +547,16 @@ impl Drop for QuicStream {
         let _ = send.finish();
         let conn = open.conn.clone();
         let endpoint = open.endpoint.take();
+        let shared = open.shared.take();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         runtime.spawn(async move {
             let _ = tokio::time::timeout(LINGER, send.stopped()).await;
+            // A shared connection closes when its last stream lets go of it.
+            if shared.is_some() {
+                return;
+            }
             conn.close(0u8.into(), b"");
             if let Some(endpoint) = endpoint {
                 let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
@@ -519,8 +567,10 @@ impl Drop for QuicStream {
 
 mod binding;
 mod bounded;
+mod errors;
 mod gsi;
 mod options;
+mod shared;
 #[cfg(test)]
 mod tests;
 mod tls;

@@ -27,6 +27,9 @@ pub(super) struct Options {
     pub(super) window: Option<u64>,
     /// The session key each connection proves it knows (`binding`), from `bind=HEX`.
     pub(super) bind: Option<SessionKey>,
+    /// `parallel=streams`: a transfer's parallel streams are streams of one QUIC connection
+    /// (`shared`); `parallel=connections` (the default): one connection each.
+    pub(super) shared: bool,
 }
 
 impl std::fmt::Debug for Options {
@@ -36,6 +39,7 @@ impl std::fmt::Debug for Options {
             .field("congestion", &self.congestion)
             .field("window", &self.window)
             .field("bind", &self.bind.map(|_| "…"))
+            .field("shared", &self.shared)
             .finish()
     }
 }
@@ -46,6 +50,7 @@ impl Options {
             congestion: Controller::Bbr,
             window: None,
             bind: None,
+            shared: false,
         };
         let bad = |why: String| NetError::DriverOptions {
             driver: "quic".into(),
@@ -77,6 +82,17 @@ impl Options {
                     }
                     o.window = Some(bytes);
                 }
+                Some(("parallel", how)) => {
+                    o.shared = match how.to_ascii_lowercase().as_str() {
+                        "streams" => true,
+                        "connections" => false,
+                        _ => {
+                            return Err(bad(format!(
+                                "parallel must be streams or connections, got {how:?}"
+                            )))
+                        }
+                    }
+                }
                 Some(("bind", hex)) => {
                     o.bind = Some(SessionKey::from_hex(hex).ok_or_else(|| {
                         bad(format!(
@@ -88,7 +104,7 @@ impl Options {
                 }
                 _ => {
                     return Err(bad(format!(
-                        "unknown option {pair:?} (the quic driver takes congestion=bbr|cubic|newreno, window=BYTES and bind=KEY)"
+                        "unknown option {pair:?} (the quic driver takes congestion=bbr|cubic|newreno, window=BYTES, parallel=streams|connections and bind=KEY)"
                     )))
                 }
             }
@@ -128,7 +144,10 @@ impl Options {
             .send_window(window)
             .max_idle_timeout(Some(quinn::VarInt::from_u32(IDLE_TIMEOUT_MS).into()))
             .keep_alive_interval(Some(KEEP_ALIVE))
-            .max_concurrent_bidi_streams(1u8.into())
+            .max_concurrent_bidi_streams(match self.shared {
+                true => super::shared::MAX_STREAMS.into(),
+                false => 1u8.into(),
+            })
             .max_concurrent_uni_streams(0u8.into());
         let inner: Arc<dyn quinn::congestion::ControllerFactory + Send + Sync> =
             match self.congestion {

@@ -57,7 +57,11 @@ fn options_name_the_controller_and_the_window_and_nothing_else() {
         Options::parse("").unwrap().window(&tuned(100 << 20)),
         100 << 20
     );
+    assert!(Options::parse("parallel=streams").unwrap().shared);
+    assert!(!Options::parse("parallel=Connections").unwrap().shared);
+    assert!(!Options::parse("").unwrap().shared);
     for bad in [
+        "parallel=yes",
         "congestion=vegas",
         "window=big",
         "window=4096",
@@ -198,6 +202,7 @@ async fn a_peer_gone_mid_transfer_is_an_error_not_a_hang_or_an_end() {
         options: Options::parse("").unwrap(),
         tuning: SocketTuning::default(),
         secured: Established::Plain,
+        more: None,
     };
     c.establish(true, None).await.unwrap();
     c.write_all(&pattern(1 << 20)).await.unwrap();
@@ -379,4 +384,48 @@ async fn forged_stateless_resets_mid_transfer_end_nothing_and_every_byte_arrives
         got.len(),
         data.len()
     );
+}
+
+#[tokio::test]
+async fn parallel_streams_share_one_connection_each_proving_the_key_and_carrying_its_own_bytes() {
+    let sent = |k: u8| -> Vec<u8> { pattern(1 << 20).iter().map(|b| b.wrapping_add(k)).collect() };
+    for (options, one_connection) in [
+        (format!("parallel=streams;{}", bind(0x11)), true),
+        (bind(0x11), false),
+    ] {
+        let listener = listen(&options);
+        let addr = listener.local_addr().unwrap();
+        let dialers: Vec<_> = (0..4u8)
+            .map(|k| {
+                let options = options.clone();
+                tokio::spawn(async move {
+                    let mut c = dial(addr, &options).await;
+                    let local = c.local_addr().unwrap();
+                    c.write_all(&sent(k)).await.unwrap();
+                    local
+                })
+            })
+            .collect();
+        let mut got = Vec::new();
+        for _ in 0..4 {
+            let mut a = take(&listener).await;
+            let mut v = Vec::new();
+            a.read_to_end(&mut v).await.unwrap();
+            got.push(v);
+        }
+        let mut ports = Vec::new();
+        for d in dialers {
+            ports.push(d.await.unwrap().port());
+        }
+        got.sort_by_key(|v| v[0]);
+        for (k, v) in got.iter().enumerate() {
+            assert!(*v == sent(k as u8), "{options}: stream {k} differs");
+        }
+        ports.dedup();
+        assert_eq!(
+            ports.len() == 1,
+            one_connection,
+            "{options}: local ports {ports:?}"
+        );
+    }
 }
