@@ -21,8 +21,9 @@ from .wan import PATHS, _iperf, _socket_buffer_max, _spawn_in, _timed, _topology
 MIB = 1 << 20
 FERRY = os.path.join(REPO_ROOT, "target", "release", "ferry")
 WHITELIST = ("--dc-whitelist", "tcp,quic,gsi")
-LOOP_SUBJECTS = [("tcp", 1), ("quic", 1), ("tcp", 4), ("quic", 4)]
-WAN_SUBJECTS = [("tcp", 1), ("tcp", 8), ("quic", 1), ("quic", 4)]
+# `quic -p 4`: four QUIC connections; `quic:parallel=streams -p 4`: four streams of one.
+LOOP_SUBJECTS = [("tcp", 1), ("quic", 1), ("tcp", 4), ("quic", 4), ("quic:parallel=streams", 4)]
+WAN_SUBJECTS = [("tcp", 1), ("tcp", 8), ("quic", 1), ("quic", 4), ("quic:parallel=streams", 4)]
 WAN_PATHS = ["wan", "wan-long-haul", "wan-lossy"]
 # GSI on loopback: (transport, level) with ferry copy's flags per level.
 GSI_SUBJECTS = [("tcp", "nodcau"), ("tcp", "dcpriv"), ("quic", "nodcau"), ("quic", "dcpriv")]
@@ -41,7 +42,8 @@ GLOBUS_UDT_MBIT = {"wan": "not measured", "wan-long-haul": "91–102", "wan-loss
 METHOD = (
     "**Loopback**: one `ferry serve --anonymous --dc-whitelist tcp,quic,gsi` on 127.0.0.1 and "
     "`ferry copy -q -p N --transport T --length SIZE ftp://127.0.0.1:PORT/dev/zero /dev/null` (MODE E, "
-    "memory to memory), T = tcp or quic, subjects alternating run by run. Throughput is SIZE over the "
+    "memory to memory), T = tcp, quic (N QUIC connections) or quic:parallel=streams (N streams of "
+    "one QUIC connection), subjects alternating run by run. Throughput is SIZE over the "
     "client's wall time; CPU is the client's rusage plus the server's process tree (/proc), per "
     "decimal GB. QUIC encrypts (TLS 1.3, AES-GCM) where the TCP runs carry clear data, so the CPU "
     "column includes QUIC's encryption. **Loopback with GSI**: `ferry serve --gsi` (host credential "
@@ -245,16 +247,13 @@ def _loopback(ctx, result):
     rows = []
     rates = {s: summarize([g for g, _ in samples.get(s, [])]) for s in LOOP_SUBJECTS}
     cpus = {s: summarize([c for _, c in samples.get(s, [])]) for s in LOOP_SUBJECTS}
-    for n in (1, 4):
-        t, q = ("tcp", n), ("quic", n)
-        rows.append([str(n), rates[t].cell(2), rates[q].cell(2), fmt(ratio(rates[q], rates[t])),
-                     cpus[t].cell(2), cpus[q].cell(2)])
-        for s in (t, q):
-            result.summaries[(f"loopback {s[0]}", str(n))] = rates[s]
+    for sub in LOOP_SUBJECTS:
+        tcp = rates[("tcp", sub[1])]
+        rows.append([sub[0], str(sub[1]), rates[sub].cell(2), cpus[sub].cell(2), fmt(ratio(rates[sub], tcp))])
+        result.summaries[(f"loopback {sub[0]}", str(sub[1]))] = rates[sub]
     result.tables.append(Table(f"Loopback, {size >> 20} MiB /dev/zero → /dev/null: GB/s and CPU s per GB, "
                                "median (min–max)",
-                               ["streams", "tcp GB/s", "quic GB/s", "quic / tcp", "tcp CPU s/GB",
-                                "quic CPU s/GB"], rows))
+                               ["transport", "streams", "GB/s", "CPU s/GB", "/ tcp, same streams"], rows))
     result.raw.extend({"where": "loopback", "transport": s[0], "streams": s[1], "gb_s": g, "cpu_s_per_gb": c}
                       for s, v in samples.items() for g, c in v)
 
