@@ -186,7 +186,7 @@ fn endpoint(
 /// they are refused.
 async fn accept_all(endpoint: quinn::Endpoint, ready: mpsc::Sender<Arrival>) {
     while let Some(incoming) = endpoint.accept().await {
-        match ready.try_send(Arrival::Attempt(incoming)) {
+        match ready.try_send(Arrival::Attempt(Box::new(incoming))) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(arrival)) => {
                 if let Arrival::Attempt(incoming) = arrival {
@@ -202,8 +202,8 @@ async fn accept_all(endpoint: quinn::Endpoint, ready: mpsc::Sender<Arrival>) {
 /// What a listener hands the DTP.
 #[derive(Debug)]
 enum Arrival {
-    /// A connection attempt.
-    Attempt(quinn::Incoming),
+    /// A connection attempt (boxed: it is large).
+    Attempt(Box<quinn::Incoming>),
     /// A further stream on a connection already answered (`parallel=streams`).
     Stream(Box<SharedStream>),
 }
@@ -244,7 +244,7 @@ impl TransportListener for QuicListener {
         match ready.poll_recv(cx) {
             Poll::Ready(Some(Arrival::Attempt(incoming))) => Poll::Ready(Ok(stream(
                 incoming.remote_address(),
-                State::Arrived(Box::new(incoming)),
+                State::Arrived(incoming),
             ))),
             Poll::Ready(Some(Arrival::Stream(joined))) => Poll::Ready(Ok(stream(
                 joined.0.conn.remote_address(),
@@ -306,6 +306,25 @@ struct Open {
     shared: Option<Arc<Shared>>,
     /// Whether this stream's handshake made the connection.
     first: bool,
+}
+
+impl Open {
+    /// A stream of a shared connection (`first`: its handshake made the connection).
+    fn on(
+        shared: Arc<Shared>,
+        send: quinn::SendStream,
+        recv: quinn::RecvStream,
+        first: bool,
+    ) -> Open {
+        Open {
+            conn: shared.conn.clone(),
+            send: Some(send),
+            recv,
+            endpoint: None,
+            shared: Some(shared),
+            first,
+        }
+    }
 }
 
 impl QuicStream {
@@ -384,14 +403,7 @@ impl QuicStream {
                 if let Some(local) = shared.local_addr() {
                     self.local = local;
                 }
-                Ok(Open {
-                    conn: shared.conn.clone(),
-                    send: Some(send),
-                    recv,
-                    endpoint: None,
-                    shared: Some(shared),
-                    first,
-                })
+                Ok(Open::on(shared, send, recv, first))
             }
             State::Joined(joined) => {
                 let (shared, mut send, mut recv) = *joined;
@@ -408,14 +420,7 @@ impl QuicStream {
                     ))
                 });
                 answered.map_err(|e| failed(e, &refusal))?;
-                Ok(Open {
-                    conn: shared.conn.clone(),
-                    send: Some(send),
-                    recv,
-                    endpoint: None,
-                    shared: Some(shared),
-                    first: false,
-                })
+                Ok(Open::on(shared, send, recv, false))
             }
             State::Open(open) => {
                 self.state = State::Open(open);
