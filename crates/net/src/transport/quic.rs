@@ -31,6 +31,8 @@
 //! - `bind=HEX`: a 32-byte session key (64 hexadecimal digits) that both ends of each
 //!   connection must prove they know (`binding`). ferry's client chooses one per copy and
 //!   sets it at every end;
+//! - `mtu=BYTES`: the largest UDP payload a connection probes for and takes, 1200 to 65507;
+//!   8952 by default (a jumbo frame's), which a 1500-byte path settles below (`datagrams`);
 //! - `window=BYTES`: the flow-control windows (per stream and per connection) and the send
 //!   window, fixed. Without it, the socket buffer asked for (`SBUF`, `-tcp-bs`) when one was,
 //!   fixed too; else 64 MiB (room for 2.5 Gbit/s at 200 ms) that grows with the measured
@@ -108,8 +110,12 @@ impl Transport for Quic {
             let (state, local) = match options.shared {
                 true => (State::Joining, local),
                 false => {
-                    let endpoint =
-                        endpoint(udp_socket(local, &tuning).map_err(fail)?, None).map_err(fail)?;
+                    let endpoint = endpoint(
+                        udp_socket(local, &tuning).map_err(fail)?,
+                        None,
+                        options.max_payload,
+                    )
+                    .map_err(fail)?;
                     let local = endpoint.local_addr().map_err(fail)?;
                     (State::Dialing(endpoint), local)
                 }
@@ -138,7 +144,7 @@ impl Transport for Quic {
         // answered with the transfer's credential once the DTP takes it (`establish`).
         let server = server_config(&options, &tuning, None, &Refusal::default())?;
         let socket = bind_in_range(range, |port| udp_socket(SocketAddr::new(ip, port), &tuning))?;
-        let endpoint = endpoint(socket, Some(server))?;
+        let endpoint = endpoint(socket, Some(server), options.max_payload)?;
         let local = endpoint.local_addr()?;
         let (tx, rx) = mpsc::channel(BACKLOG);
         let more = tx.clone();
@@ -169,16 +175,24 @@ fn udp_socket(addr: SocketAddr, tuning: &SocketTuning) -> io::Result<std::net::U
     super::udp_socket(addr, want(tuning.recv_buffer), want(tuning.send_buffer))
 }
 
+/// An endpoint on `socket` that takes datagrams of up to `max_payload` bytes and sends its
+/// batches within what one `sendmsg` takes (`datagrams`).
 fn endpoint(
     socket: std::net::UdpSocket,
     server: Option<quinn::ServerConfig>,
+    max_payload: u16,
 ) -> io::Result<quinn::Endpoint> {
-    quinn::Endpoint::new(
-        quinn::EndpointConfig::default(),
-        server,
-        socket,
-        Arc::new(quinn::TokioRuntime),
-    )
+    use quinn::Runtime;
+    let mut config = quinn::EndpointConfig::default();
+    config
+        .max_udp_payload_size(max_payload)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let runtime = Arc::new(quinn::TokioRuntime);
+    let socket = Arc::new(datagrams::Batched::new(
+        runtime.wrap_udp_socket(socket)?,
+        max_payload,
+    ));
+    quinn::Endpoint::new_with_abstract_socket(config, server, socket, runtime)
 }
 
 /// Takes connection attempts until the listener goes. Each waits, unanswered, until the DTP
@@ -384,10 +398,11 @@ impl QuicStream {
                 let config = client_config(&self.options, &self.tuning, protection, &refusal)?;
                 let key = DialKey::new(peer, self.options, self.tuning, protection);
                 let (local, tuning) = (unspecified(peer), self.tuning);
+                let max_payload = self.options.max_payload;
                 let bind = self.options.bind.as_ref();
                 let joined = async {
                     let (shared, first) = shared::join(key, || async move {
-                        let endpoint = endpoint(udp_socket(local, &tuning)?, None)?;
+                        let endpoint = endpoint(udp_socket(local, &tuning)?, None, max_payload)?;
                         let conn = endpoint
                             .connect_with(config, peer, "ferry")
                             .map_err(io::Error::other)?
@@ -572,6 +587,7 @@ impl Drop for QuicStream {
 
 mod binding;
 mod bounded;
+mod datagrams;
 mod errors;
 mod gsi;
 mod options;

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::binding::{SessionKey, KEY_LEN};
+use super::datagrams::{self, DEFAULT_MAX_PAYLOAD, MIN_PAYLOAD};
 use super::{bounded, windows, IDLE_TIMEOUT_MS, KEEP_ALIVE};
 use crate::{NetError, SocketTuning};
 
@@ -30,6 +31,8 @@ pub(super) struct Options {
     /// `parallel=streams`: a transfer's parallel streams are streams of one QUIC connection
     /// (`shared`); `parallel=connections` (the default): one connection each.
     pub(super) shared: bool,
+    /// `mtu=BYTES`: the largest UDP payload probed for and taken (`datagrams`).
+    pub(super) max_payload: u16,
 }
 
 impl std::fmt::Debug for Options {
@@ -40,6 +43,7 @@ impl std::fmt::Debug for Options {
             .field("window", &self.window)
             .field("bind", &self.bind.map(|_| "…"))
             .field("shared", &self.shared)
+            .field("max_payload", &self.max_payload)
             .finish()
     }
 }
@@ -51,6 +55,7 @@ impl Options {
             window: None,
             bind: None,
             shared: false,
+            max_payload: DEFAULT_MAX_PAYLOAD,
         };
         let bad = |why: String| NetError::DriverOptions {
             driver: "quic".into(),
@@ -93,6 +98,18 @@ impl Options {
                         }
                     }
                 }
+                Some(("mtu", n)) => {
+                    o.max_payload = n
+                        .parse()
+                        .ok()
+                        .filter(|b| (MIN_PAYLOAD..=datagrams::MAX_BATCH as u16).contains(b))
+                        .ok_or_else(|| {
+                            bad(format!(
+                                "mtu must be a UDP payload size from {MIN_PAYLOAD} to {}, got {n:?}",
+                                datagrams::MAX_BATCH
+                            ))
+                        })?;
+                }
                 Some(("bind", hex)) => {
                     o.bind = Some(SessionKey::from_hex(hex).ok_or_else(|| {
                         bad(format!(
@@ -104,7 +121,7 @@ impl Options {
                 }
                 _ => {
                     return Err(bad(format!(
-                        "unknown option {pair:?} (the quic driver takes congestion=bbr|cubic|newreno, window=BYTES, parallel=streams|connections and bind=KEY)"
+                        "unknown option {pair:?} (the quic driver takes congestion=bbr|cubic|newreno, window=BYTES, mtu=BYTES, parallel=streams|connections and bind=KEY)"
                     )))
                 }
             }
@@ -155,6 +172,9 @@ impl Options {
                 Controller::Cubic => Arc::new(quinn::congestion::CubicConfig::default()),
                 Controller::NewReno => Arc::new(quinn::congestion::NewRenoConfig::default()),
             };
+        let mut mtu = quinn::MtuDiscoveryConfig::default();
+        mtu.upper_bound(self.max_payload);
+        t.mtu_discovery_config(Some(mtu));
         t.congestion_controller_factory(Arc::new(bounded::BoundedFactory(inner)));
         Arc::new(t)
     }

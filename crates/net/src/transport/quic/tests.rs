@@ -60,7 +60,13 @@ fn options_name_the_controller_and_the_window_and_nothing_else() {
     assert!(Options::parse("parallel=streams").unwrap().shared);
     assert!(!Options::parse("parallel=Connections").unwrap().shared);
     assert!(!Options::parse("").unwrap().shared);
+    assert_eq!(Options::parse("").unwrap().max_payload, 8952);
+    assert_eq!(Options::parse("mtu=1452").unwrap().max_payload, 1452);
+    assert_eq!(Options::parse("mtu=65507").unwrap().max_payload, 65507);
     for bad in [
+        "mtu=1199",
+        "mtu=65508",
+        "mtu=jumbo",
         "parallel=yes",
         "congestion=vegas",
         "window=big",
@@ -131,6 +137,7 @@ async fn garbage_datagrams_are_dropped_and_a_wrong_preamble_is_refused_by_name()
     let ep = endpoint(
         udp_socket((LOOPBACK, 0).into(), &SocketTuning::default()).unwrap(),
         None,
+        datagrams::DEFAULT_MAX_PAYLOAD,
     )
     .unwrap();
     let config = client_config(&o, &SocketTuning::default(), None, &Refusal::default()).unwrap();
@@ -193,6 +200,7 @@ async fn a_peer_gone_mid_transfer_is_an_error_not_a_hang_or_an_end() {
     let ep = endpoint(
         udp_socket((LOOPBACK, 0).into(), &SocketTuning::default()).unwrap(),
         None,
+        datagrams::DEFAULT_MAX_PAYLOAD,
     )
     .unwrap();
     let mut c = QuicStream {
@@ -308,6 +316,7 @@ async fn a_listener_that_cannot_prove_the_key_is_refused_by_the_connecting_side(
     let ep = endpoint(
         udp_socket((LOOPBACK, 0).into(), &SocketTuning::default()).unwrap(),
         Some(server),
+        datagrams::DEFAULT_MAX_PAYLOAD,
     )
     .unwrap();
     let addr = ep.local_addr().unwrap();
@@ -426,6 +435,72 @@ async fn parallel_streams_share_one_connection_each_proving_the_key_and_carrying
             ports.len() == 1,
             one_connection,
             "{options}: local ports {ports:?}"
+        );
+    }
+}
+
+/// Two endpoints of ferry's making on loopback (MTU 65536), one connection between them with
+/// `options` at both ends; the sender's connection once `n` bytes crossed.
+async fn sender_after(options: &str, n: usize) -> quinn::Connection {
+    let o = Options::parse(options).unwrap();
+    let t = SocketTuning::default();
+    let mk = |server| {
+        endpoint(
+            udp_socket((LOOPBACK, 0).into(), &t).unwrap(),
+            server,
+            o.max_payload,
+        )
+    };
+    let listening = mk(Some(
+        server_config(&o, &t, None, &Refusal::default()).unwrap(),
+    ))
+    .unwrap();
+    let addr = listening.local_addr().unwrap();
+    let receiver = tokio::spawn(async move {
+        let conn = listening.accept().await.unwrap().await.unwrap();
+        let (_send, mut recv) = conn.accept_bi().await.unwrap();
+        let got = recv.read_to_end(usize::MAX).await.unwrap();
+        (got, listening)
+    });
+    let connecting = mk(None).unwrap();
+    let config = client_config(&o, &t, None, &Refusal::default()).unwrap();
+    let conn = connecting
+        .connect_with(config, addr, "ferry")
+        .unwrap()
+        .await
+        .unwrap();
+    let (mut send, _recv) = conn.open_bi().await.unwrap();
+    let sent = pattern(n);
+    send.write_all(&sent).await.unwrap();
+    send.finish().unwrap();
+    let (got, _listening) = receiver.await.unwrap();
+    assert!(
+        got == sent,
+        "{} of {} bytes, or different",
+        got.len(),
+        sent.len()
+    );
+    conn
+}
+
+#[tokio::test]
+async fn datagrams_grow_to_the_bound_where_the_path_carries_them_and_no_black_hole_is_seen() {
+    // Batches of seven 8952-byte datagrams fit a GSO send; ten (quinn's batch) would not, and
+    // quinn would lose each batch, call the path a black hole and drop to 1200 bytes.
+    let conn = sender_after("", 64 << 20).await;
+    let path = conn.stats().path;
+    assert_eq!(
+        (path.current_mtu, path.black_holes_detected),
+        (datagrams::DEFAULT_MAX_PAYLOAD, 0),
+        "{path:?}"
+    );
+    // A bound asked for holds, as does the largest one (one datagram a send).
+    for (options, mtu) in [("mtu=1452", 1452), ("mtu=65507", 65507)] {
+        let path = sender_after(options, 16 << 20).await.stats().path;
+        assert_eq!(
+            (path.current_mtu, path.black_holes_detected),
+            (mtu, 0),
+            "{options}: {path:?}"
         );
     }
 }
