@@ -22,7 +22,9 @@ MIB = 1 << 20
 FERRY = os.path.join(REPO_ROOT, "target", "release", "ferry")
 WHITELIST = ("--dc-whitelist", "tcp,quic,gsi")
 # `quic -p 4`: four QUIC connections; `quic:parallel=streams -p 4`: four streams of one.
-LOOP_SUBJECTS = [("tcp", 1), ("quic", 1), ("tcp", 4), ("quic", 4), ("quic:parallel=streams", 4)]
+# `quic:mtu=1452`: quinn's own datagram bound (Ethernet's), the anchor for ferry's 8952.
+LOOP_SUBJECTS = [("tcp", 1), ("quic", 1), ("quic:mtu=1452", 1), ("tcp", 4), ("quic", 4),
+                 ("quic:parallel=streams", 4)]
 WAN_SUBJECTS = [("tcp", 1), ("tcp", 8), ("quic", 1), ("quic", 4), ("quic:parallel=streams", 4)]
 WAN_PATHS = ["wan", "wan-long-haul", "wan-lossy"]
 # GSI on loopback: (transport, level) with ferry copy's flags per level.
