@@ -3,9 +3,10 @@
 //! stays on TCP; across a netlab WAN (1 Gbit/s, 60 ms, both hosts on cubic) it picks QUIC for a
 //! large file both ways, TCP for a small file, UDT from a server whose admin offers UDT and not
 //! QUIC (ferry's, and Globus' with udt whitelisted), and TCP from a Globus server that offers
-//! neither. The
-//! ferry server's transfer log says which transport carried each file; bytes compared. The netlab part needs root, `ip` and ferry-netlab;
-//! elsewhere it says so and passes.
+//! neither. On a short path that loses 1 % (5 ms), the round trip alone says LAN and the first
+//! large file goes over TCP; its sender's retransmissions then send the next one over QUIC.
+//! The ferry server's transfer log says which transport carried each file; bytes compared. The
+//! netlab parts need root, `ip` and ferry-netlab; elsewhere they say so and pass.
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -18,15 +19,14 @@ use common::netlab::{missing, Lab};
 const LAB: &str = "t-auto";
 const MIB: usize = 1 << 20;
 
-/// The transport of each line of a transfer log.
+/// The transport of each file a transfer log records (listings left out).
 fn transports(log: &Path) -> Vec<String> {
     std::fs::read_to_string(log)
         .unwrap_or_default()
         .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
-            v["transport"].as_str().unwrap_or("?").to_string()
-        })
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON line"))
+        .filter(|v| !matches!(v["command"].as_str(), Some("MLSD" | "LIST" | "NLST")))
+        .map(|v| v["transport"].as_str().unwrap_or("?").to_string())
         .collect()
 }
 
@@ -239,4 +239,70 @@ fn across_a_60_ms_wan_auto_picks_quic_or_udt_for_large_files_where_both_ends_off
     said(&out, "transport auto chose udt");
     said(&out, &format!("{b}:2814 does not offer QUIC (500"));
     same(&dir.path().join("got-big-4.bin"), &big);
+}
+
+#[test]
+fn on_a_short_lossy_path_the_first_file_s_loss_sends_the_next_over_quic() {
+    if let Some(why) = missing("transport auto netlab test (loss)") {
+        eprintln!("{why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(root.join("set")).unwrap();
+    let files = [
+        ("set/1.bin", common::striping::pattern(24 * MIB)),
+        ("set/2.bin", common::striping::pattern(20 * MIB)),
+    ];
+    for (name, bytes) in &files {
+        std::fs::write(root.join(name), bytes).unwrap();
+    }
+    let log = dir.path().join("transfers.log");
+    let mut lab = Lab::up(dir.path(), "lossy-lan", "t-autoloss", Some("cubic"));
+    let b = lab.addr("b");
+    let args: Vec<String> = [
+        "--listen",
+        &format!("{b}:2811"),
+        "--anonymous",
+        "--root",
+        root.to_str().unwrap(),
+        "--dc-whitelist",
+        "tcp,quic,gsi",
+        "--log-transfer",
+        log.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    lab.serve("b", 2811, &args, &dir.path().join("ferry.err"));
+    let got = dir.path().join("got");
+    // One file at a time, so that the second follows the first on one worker's sessions.
+    let out = lab
+        .cmd(
+            "a",
+            &[
+                env!("CARGO_BIN_EXE_ferry"),
+                "copy",
+                "-v",
+                "-r",
+                "--concurrency",
+                "1",
+                &format!("ftp://{b}:2811/set/"),
+                got.to_str().unwrap(),
+            ],
+        )
+        .output()
+        .unwrap();
+    said(&out, "transport auto chose tcp: the round trip is");
+    said(&out, "a LAN");
+    // The server sent the first file; its SITE TCPINFO gave the retransmissions.
+    said(
+        &out,
+        "transport auto chose quic: the last large file over TCP",
+    );
+    said(&out, "so loss is what holds it back");
+    assert_eq!(transports(&log), ["tcp", "quic"]);
+    for (name, bytes) in &files {
+        same(&got.join(name.trim_start_matches("set/")), bytes);
+    }
 }

@@ -291,8 +291,21 @@ impl FileCopy {
                 }
             }
         };
+        let moving = Instant::now();
         let (moved, streams, local_sums, tcp) =
             self.transfer(sessions, &req, &mut on_progress).await?;
+        if req.transport.is_none() && self.request.transport.as_deref() == Some(crate::choose::AUTO)
+        {
+            crate::choose::learn(
+                &self.src,
+                &self.dst,
+                tcp.as_ref(),
+                moved,
+                moving.elapsed(),
+                sessions,
+            )
+            .await;
+        }
         if !stream_only.is_empty() {
             self.check_stream_size(sessions).await?;
         }

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::choose::Seen;
 use crate::gsi::GsiSetup;
 use crate::session::RemoteSession;
 use crate::url::{Location, RemoteUrl};
@@ -12,6 +13,17 @@ use crate::ClientError;
 pub struct Sessions {
     open: Vec<RemoteSession>,
     gsi: Arc<GsiSetup>,
+    /// What the last large file over TCP showed of each path, by its ends (`path`).
+    seen: Vec<((String, String), Seen)>,
+}
+
+/// A path's ends as keys: a server by its authority, this host as "".
+fn path(src: &Location, dst: &Location) -> (String, String) {
+    let end = |l: &Location| match l {
+        Location::Remote(r) => r.authority(),
+        Location::Local(_) => String::new(),
+    };
+    (end(src), end(dst))
 }
 
 impl Sessions {
@@ -25,6 +37,7 @@ impl Sessions {
         Sessions {
             open: Vec::new(),
             gsi,
+            seen: Vec::new(),
         }
     }
 
@@ -99,6 +112,20 @@ impl Sessions {
             set.spawn(s.close());
         }
         while set.join_next().await.is_some() {}
+    }
+
+    /// What the last large file over TCP from `src` to `dst` showed of that path.
+    pub(crate) fn seen(&self, src: &Location, dst: &Location) -> Option<&Seen> {
+        let key = path(src, dst);
+        self.seen.iter().find(|(k, _)| *k == key).map(|(_, s)| s)
+    }
+
+    /// Keeps what a file from `src` to `dst` showed of that path, in place of what an earlier
+    /// one did.
+    pub(crate) fn saw(&mut self, src: &Location, dst: &Location, seen: Seen) {
+        let key = path(src, dst);
+        self.seen.retain(|(k, _)| *k != key);
+        self.seen.push((key, seen));
     }
 
     /// Drops the session for `url` (after a network error, so the next use reconnects).

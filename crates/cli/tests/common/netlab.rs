@@ -28,11 +28,17 @@ pub fn missing(what: &str) -> Option<String> {
     None
 }
 
+/// One lab at a time in a test binary: bringing one up takes every other lab down.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// A lab, torn down when dropped; every process started in it is killed first.
 pub struct Lab {
     name: String,
     file: PathBuf,
     pub procs: Vec<Child>,
+    /// Held until the lab is down (fields drop after `drop`); a failed test's lab still lets
+    /// go of it.
+    _turn: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Drop for Lab {
@@ -49,6 +55,7 @@ impl Lab {
     /// Brings up `bench/topologies/TOPOLOGY.toml` as lab `name` (its file in `dir`), with the
     /// hosts' TCP congestion control set when `congestion` names one.
     pub fn up(dir: &Path, topology: &str, name: &str, congestion: Option<&str>) -> Lab {
+        let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let src = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join(format!("../../bench/topologies/{topology}.toml"));
         let cc = congestion
@@ -71,6 +78,7 @@ impl Lab {
             name: name.to_string(),
             file,
             procs: Vec::new(),
+            _turn: turn,
         }
     }
 
