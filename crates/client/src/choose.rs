@@ -55,6 +55,8 @@ use crate::{ClientError, FileRequest, Sessions};
 pub const AUTO: &str = "auto";
 /// The user-space transports `auto` may pick, in the order it asks for them.
 const USER_SPACE: [(&str, &str); 2] = [("quic", "QUIC"), ("udt", "UDT")];
+/// The smallest file `auto` considers for QUIC, and learns a path's loss from.
+const LARGE: u64 = 16 << 20;
 /// How far above Mathis et al.'s loss bound a file may move and still count as held back by
 /// loss: cubic beats that Reno model by 1.3 to 2.3 times on netlab's lossy paths (`bench/`,
 /// scenario `quic`: 3 Mbit/s for 2.4 at 60 ms / 1 %, one stream; 41 for 18 at 200 ms / 0.1 %,
@@ -130,7 +132,7 @@ impl Seen {
     /// From the sending side's figures of a file that moved `bytes` in `seconds`; `None` where
     /// they say nothing of loss (no bytes sent: a receiver's figures, or too small a file).
     pub(crate) fn from_sender(tcp: &ferry_net::TcpStats, bytes: u64, seconds: f64) -> Option<Seen> {
-        if tcp.bytes_sent < 16 << 20 || seconds <= 0.0 || tcp.connections == 0 {
+        if tcp.bytes_sent < LARGE || seconds <= 0.0 || tcp.connections == 0 {
             return None;
         }
         let rtt_us = if tcp.rtt_us > 0 {
@@ -215,9 +217,13 @@ pub(crate) async fn learn(
     took: Duration,
     sessions: &mut Sessions,
 ) {
+    // A small file's rate is mostly set-up, whatever its (possibly reused) connections sent.
+    if bytes < LARGE {
+        return;
+    }
     let seconds = took.as_secs_f64();
     let mut seen = tcp.and_then(|t| Seen::from_sender(t, bytes, seconds));
-    if seen.is_none() && bytes >= 16 << 20 {
+    if seen.is_none() {
         if let Location::Remote(r) = src {
             if let Ok(session) = sessions.get(r).await {
                 if let Some(t) = session.last_tcp_info().await {
@@ -277,7 +283,7 @@ pub(crate) async fn choose(
         .into_iter()
         .chain(req.length)
         .min();
-    let large = payload.is_none_or(|p| p >= 16 << 20);
+    let large = payload.is_none_or(|p| p >= LARGE);
     let rule = match sessions.seen(src, dst) {
         Some(seen) if large => by_loss(seen),
         _ => by_path(large, rtt, &sender, &congestion),
