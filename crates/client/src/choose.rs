@@ -141,7 +141,7 @@ impl Seen {
             tcp.min_rtt_us
         };
         Some(Seen {
-            loss: tcp.bytes_retrans as f64 / tcp.bytes_sent as f64,
+            loss: tcp.retransmit_ratio(),
             rate: bytes as f64 / seconds,
             streams: tcp.connections,
             rtt: Duration::from_micros(u64::from(rtt_us.max(1))),
