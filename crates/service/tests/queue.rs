@@ -4,7 +4,7 @@
 
 mod pg;
 
-use ferry_service::db::{Db, Ending, JobFilter, NewFile, NewJob, HOST_TIMEOUT};
+use ferry_service::db::{Db, Ending, JobFilter, NewFile, NewJob, Room, HOST_TIMEOUT};
 use ferry_service::states::{FileState, JobState};
 use ferry_service::ServiceError;
 
@@ -430,6 +430,154 @@ async fn two_hosts_on_one_postgres_queue_claim_each_file_once_and_take_back_a_si
         let again = b.ready_files(1100, 500).await.unwrap();
         assert!(again.iter().any(|r| r.file_id == *f));
     }
+}
+
+const L1: &str = "gsiftp://a:2811 → gsiftp://b:2811";
+const L2: &str = "gsiftp://a:2811 → gsiftp://c:2811";
+
+fn room(link: &str) -> Room {
+    Room {
+        link: link.into(),
+        link_max: 2,
+        endpoint_max: 3,
+        host_timeout: HOST_TIMEOUT,
+    }
+}
+
+/// Jobs of 4 files on L1 and 4 on L2 (which share server a); their READY files' ids.
+async fn two_links(db: &Db) -> (Vec<i64>, Vec<i64>) {
+    let mut other = job("l2", 4);
+    for f in &mut other.files {
+        f.link = L2.into();
+    }
+    db.insert_job(job("l1", 4), 1000).await.unwrap();
+    db.insert_job(other, 1000).await.unwrap();
+    let ready = db.ready_files(1000, 100).await.unwrap();
+    let ids = |link: &str| -> Vec<i64> {
+        ready
+            .iter()
+            .filter(|f| f.link == link)
+            .map(|f| f.file_id)
+            .collect()
+    };
+    (ids(L1), ids(L2))
+}
+
+/// Whether `db` got a slot (and the file) in `room(link)`.
+async fn took(db: &Db, id: i64, link: &str, now: i64) -> bool {
+    match db
+        .start_attempts_in(vec![id], now, room(link))
+        .await
+        .unwrap()
+    {
+        Some(rows) => {
+            assert_eq!(rows.len(), 1, "the file was READY");
+            true
+        }
+        None => false,
+    }
+}
+
+#[tokio::test]
+async fn sqlite_link_and_server_limits_hold_until_a_slot_is_given_back() {
+    let db = Db::in_memory().unwrap();
+    db.heartbeat(1000).await.unwrap();
+    let (l1, l2) = two_links(&db).await;
+    assert!(took(&db, l1[0], L1, 1000).await);
+    assert!(took(&db, l1[1], L1, 1000).await);
+    assert!(!took(&db, l1[2], L1, 1000).await, "the link holds 2");
+    assert_eq!(
+        db.file(l1[2]).await.unwrap().unwrap().file_state,
+        FileState::Ready,
+        "a file refused for room stays in the queue"
+    );
+    assert!(took(&db, l2[0], L2, 1000).await);
+    assert!(!took(&db, l2[1], L2, 1000).await, "server a holds 3 in all");
+    db.end_slot(L1.into()).await.unwrap();
+    assert!(
+        took(&db, l2[1], L2, 1000).await,
+        "a slot given back on L1 frees server a"
+    );
+    // A claim of files no longer READY takes no slot.
+    db.end_slot(L2.into()).await.unwrap();
+    let again = db
+        .start_attempts_in(vec![l1[0]], 1000, room(L1))
+        .await
+        .unwrap();
+    assert!(matches!(again, Some(rows) if rows.is_empty()));
+    let held = db.shared_slots(1000, HOST_TIMEOUT).await.unwrap();
+    assert_eq!((held[L1], held[L2]), (1, 1));
+    // Started again, the host counts nothing of its last life.
+    db.reclaim(1001, true, HOST_TIMEOUT).await.unwrap();
+    assert!(db
+        .shared_slots(1001, HOST_TIMEOUT)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hosts_on_one_postgres_queue_share_link_and_server_limits() {
+    let Some(pg) = blocking(pg::or_skip) else {
+        return;
+    };
+    let (url, a) = pg_db(&pg, "limits", "host-a");
+    let b = blocking(|| Db::open(&url, "host-b").unwrap());
+    a.heartbeat(1000).await.unwrap();
+    b.heartbeat(1000).await.unwrap();
+    let (l1, l2) = two_links(&a).await;
+    assert!(took(&a, l1[0], L1, 1000).await);
+    assert!(took(&b, l1[1], L1, 1000).await);
+    assert!(
+        !took(&a, l1[2], L1, 1000).await && !took(&b, l1[2], L1, 1000).await,
+        "the link's 2 are one per host"
+    );
+    assert!(took(&b, l2[0], L2, 1000).await);
+    assert!(
+        !took(&a, l2[1], L2, 1000).await,
+        "server a holds 3 over both hosts"
+    );
+    let held = a.shared_slots(1000, HOST_TIMEOUT).await.unwrap();
+    assert_eq!((held[L1], held[L2]), (2, 1));
+    a.end_slot(L1.into()).await.unwrap();
+    assert!(
+        took(&b, l1[2], L1, 1000).await,
+        "A's slot given back is B's to take"
+    );
+
+    // Both hosts race for the last slot of L2 (server a is at 3 again): one gets it.
+    b.end_slot(L1.into()).await.unwrap();
+    let (ra, rb) = tokio::join!(
+        a.start_attempts_in(vec![l2[1]], 1000, room(L2)),
+        b.start_attempts_in(vec![l2[2]], 1000, room(L2))
+    );
+    let (a_won, b_won) = (
+        matches!(ra.unwrap(), Some(rows) if rows.len() == 1),
+        matches!(rb.unwrap(), Some(rows) if rows.len() == 1),
+    );
+    assert!(a_won != b_won, "exactly one host takes the last slot");
+
+    // A goes silent: after the timeout its slots no longer count for B, and B's reclaim
+    // drops them.
+    let late = 1001 + HOST_TIMEOUT;
+    let b_holds = 2 + i64::from(b_won);
+    b.heartbeat(late).await.unwrap();
+    let total = |m: std::collections::HashMap<String, i64>| m.values().sum::<i64>();
+    assert_eq!(
+        total(b.shared_slots(late, HOST_TIMEOUT).await.unwrap()),
+        b_holds
+    );
+    assert_eq!(
+        total(a.shared_slots(late, HOST_TIMEOUT).await.unwrap()),
+        3,
+        "a host always counts its own"
+    );
+    b.reclaim(late, false, HOST_TIMEOUT).await.unwrap();
+    assert_eq!(
+        total(a.shared_slots(late, HOST_TIMEOUT).await.unwrap()),
+        b_holds,
+        "A's slots were dropped with its claims"
+    );
 }
 
 #[tokio::test]

@@ -16,6 +16,7 @@ mod schema;
 pub(crate) mod sql;
 mod views;
 
+pub use claims::{endpoints_of, Room};
 pub use rows::*;
 
 use std::collections::HashMap;

@@ -20,6 +20,17 @@ DROP INDEX files_job_state;
 DROP INDEX files_job;
 "#;
 
+/// Version 6, the same in both dialects: the transfers each host runs per link, so that link
+/// and server limits hold across every host of a shared queue, not per host.
+const SLOTS: &str = r#"
+CREATE TABLE slots (
+    host_id       TEXT NOT NULL,
+    link          TEXT NOT NULL,
+    n             BIGINT NOT NULL,
+    PRIMARY KEY (host_id, link)
+);
+"#;
+
 /// SQLite: index N takes a database from version N to N + 1.
 const SQLITE: &[&str] = &[
     r#"
@@ -105,6 +116,7 @@ CREATE TABLE hosts (
 "#,
     INDEX_JOB_STATE,
     INDEX_JOB_STATE_LINK,
+    SLOTS,
 ];
 
 /// PostgreSQL: the same versions in its types.
@@ -192,6 +204,7 @@ CREATE TABLE hosts (
 "#,
     INDEX_JOB_STATE,
     INDEX_JOB_STATE_LINK,
+    SLOTS,
 ];
 
 /// The newest version this ferry knows.

@@ -1,7 +1,8 @@
 //! Takes files off the queue and runs them through the resumable copy API
 //! ([`ferry_client::FileCopy`]): at most `max_active` at once, as many per link as its
 //! optimizer allows ([`crate::optimizer`]), at most `endpoint_max` per server, most urgent
-//! first. Every checkpoint a transfer reports is written to the database as it comes, so a
+//! first. The per-link and per-server counts are kept in the queue, over every host that
+//! shares it ([`Db::start_attempts_in`]); `max_active` is this host's own. Every checkpoint a transfer reports is written to the database as it comes, so a
 //! retry, or the service started again after a crash, sends only what the destination lacks.
 
 use std::collections::{HashMap, VecDeque};
@@ -17,7 +18,7 @@ use ferry_proto::RangeSet;
 use ferry_storage::ChecksumAlgorithm;
 use tokio::sync::{mpsc, Notify};
 
-use crate::db::{Db, DecisionRow, Ending, FileRow, JobRow};
+use crate::db::{endpoints_of, Db, DecisionRow, Ending, FileRow, JobRow, Room};
 use crate::metrics::{LinkLabel, Metrics, ResultLabel, StateLabel};
 use crate::optimizer::{LinkOptimizer, Window};
 use crate::submit::JobOptions;
@@ -39,7 +40,8 @@ pub struct Limits {
     pub link_min: usize,
     /// Transfers a link may reach when the optimizer finds more pay.
     pub link_max: usize,
-    /// Transfers at once touching one server, over all its links.
+    /// Transfers at once touching one server, over all its links (and all the hosts of a
+    /// shared queue).
     pub endpoint_max: usize,
     /// How often the optimizer judges each link.
     pub interval: Duration,
@@ -167,14 +169,6 @@ pub struct Snapshot {
     pub links: HashMap<String, (usize, u32, f64)>,
     /// (unix seconds, bytes per second).
     pub history: Vec<(i64, f64)>,
-}
-
-/// The two servers of a link (`A → B`).
-fn endpoints_of(link: &str) -> [String; 2] {
-    match link.split_once(" → ") {
-        Some((a, b)) => [a.to_owned(), b.to_owned()],
-        None => [link.to_owned(), link.to_owned()],
-    }
 }
 
 impl Scheduler {
@@ -410,7 +404,21 @@ impl Scheduler {
             let token = self.shutdown.child_token();
             let ids: Vec<i64> = members.iter().map(|m| m.file_id).collect();
             taken.extend(ids.iter().copied());
-            let rows = self.db.start_attempts(ids, now()).await?;
+            // The link's and its servers' limits are checked again where every host of a
+            // shared queue counts: another host may hold the room this one saw free.
+            let room = {
+                let st = self.state.lock().map_err(|_| poisoned())?;
+                Room {
+                    link: f.link.clone(),
+                    link_max: self.target(&st, &f.link) as i64,
+                    endpoint_max: self.limits.endpoint_max as i64,
+                    host_timeout: self.limits.host_timeout.as_secs() as i64,
+                }
+            };
+            let Some(rows) = self.db.start_attempts_in(ids, now(), room).await? else {
+                no_room.push(f.link.clone());
+                continue;
+            };
             for row in &rows {
                 self.register(row, &token);
             }
@@ -437,6 +445,11 @@ impl Scheduler {
                     }
                 }
                 me.release_slot(&link);
+                if let Err(e) = me.db.end_slot(link).await {
+                    // Counted until this host's next start, or until the others take it for
+                    // dead: the link runs one fewer meanwhile, nothing runs twice.
+                    tracing::warn!(error = %e, "could not give back a transfer slot");
+                }
                 me.wake();
             });
         }
