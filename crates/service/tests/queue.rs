@@ -286,6 +286,74 @@ async fn cancel_and_list(db: Db) {
     );
 }
 
+/// The counts the triggers keep, as (state, n) of link L1, sorted.
+async fn counted(db: &Db) -> Vec<(String, i64)> {
+    let mut c: Vec<(String, i64)> = db
+        .link_counts()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|(l, _, _)| l == L1)
+        .map(|(_, s, n)| (s, n))
+        .collect();
+    c.sort();
+    c
+}
+
+fn states(pairs: &[(&str, i64)]) -> Vec<(String, i64)> {
+    pairs.iter().map(|(s, n)| ((*s).to_owned(), *n)).collect()
+}
+
+/// The per-link and per-state counts follow every change of a file, before and after their
+/// deltas are folded, and the totals agree.
+async fn counts_follow_every_change(db: Db) {
+    db.heartbeat(100).await.unwrap();
+    db.insert_job(job("c", 3), 100).await.unwrap();
+    assert_eq!(counted(&db).await, states(&[("SUBMITTED", 3)]));
+    let ready = db.ready_files(100, 10).await.unwrap();
+    db.fold_counts().await.unwrap();
+    assert_eq!(counted(&db).await, states(&[("READY", 3)]));
+    db.start_attempt(ready[0].file_id, 101).await.unwrap();
+    assert_eq!(counted(&db).await, states(&[("ACTIVE", 1), ("READY", 2)]));
+    db.end_attempt(
+        ready[0].file_id,
+        Ending::Finished {
+            bytes: 10,
+            moved: 10,
+            throughput: 1.0,
+            checksum: None,
+        },
+        102,
+    )
+    .await
+    .unwrap();
+    db.fold_counts().await.unwrap();
+    db.fold_counts().await.unwrap();
+    assert_eq!(counted(&db).await, states(&[("FINISHED", 1), ("READY", 2)]));
+    db.cancel(vec!["c".into()], None, 103).await.unwrap();
+    assert_eq!(
+        counted(&db).await,
+        states(&[("CANCELED", 2), ("FINISHED", 1)])
+    );
+    let mut totals = db.state_counts().await.unwrap();
+    totals.sort();
+    assert_eq!(totals, states(&[("CANCELED", 2), ("FINISHED", 1)]));
+}
+
+#[tokio::test]
+async fn sqlite_keeps_counts_that_follow_every_change() {
+    counts_follow_every_change(Db::in_memory().unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_keeps_counts_that_follow_every_change() {
+    let Some(pg) = blocking(pg::or_skip) else {
+        return;
+    };
+    let (_, db) = pg_db(&pg, "counts", "h1");
+    counts_follow_every_change(db).await;
+}
+
 #[tokio::test]
 async fn sqlite_pipelines_claim_their_successors_with_their_ends() {
     successor_pipelines(Db::in_memory().unwrap()).await;

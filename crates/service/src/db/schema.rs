@@ -31,6 +31,70 @@ CREATE TABLE slots (
 );
 "#;
 
+/// Version 7: files per link and state, kept as the files change rather than counted over
+/// the whole history each time the dashboard, the optimizer or the metrics ask. Triggers
+/// append one delta row per change (no row is updated in place, so hosts changing files at
+/// once never wait on a shared counter, nor lock counters in two orders), and
+/// [`super::Db::fold_counts`] folds the deltas into `link_states` once a second. The
+/// count is `link_states` plus the deltas not folded yet. The tables are the same in both
+/// dialects; each has its own triggers.
+macro_rules! counts_tables {
+    () => {
+        r#"
+CREATE TABLE link_states (
+    link          TEXT NOT NULL,
+    state         TEXT NOT NULL,
+    n             BIGINT NOT NULL,
+    PRIMARY KEY (link, state)
+);
+CREATE TABLE link_state_deltas (
+    link          TEXT NOT NULL,
+    state         TEXT NOT NULL,
+    d             BIGINT NOT NULL
+);
+INSERT INTO link_states (link, state, n) SELECT link, state, COUNT(*) FROM files GROUP BY link, state;
+"#
+    };
+}
+
+/// Version 7 for SQLite.
+const SQLITE_COUNTS: &str = concat!(
+    counts_tables!(),
+    r#"
+CREATE TRIGGER files_counted_in AFTER INSERT ON files BEGIN
+    INSERT INTO link_state_deltas (link, state, d) VALUES (new.link, new.state, 1);
+END;
+CREATE TRIGGER files_counted_move AFTER UPDATE OF state ON files WHEN old.state <> new.state BEGIN
+    INSERT INTO link_state_deltas (link, state, d) VALUES (old.link, old.state, -1), (new.link, new.state, 1);
+END;
+CREATE TRIGGER files_counted_out AFTER DELETE ON files BEGIN
+    INSERT INTO link_state_deltas (link, state, d) VALUES (old.link, old.state, -1);
+END;
+"#
+);
+
+/// Version 7 for PostgreSQL.
+const POSTGRES_COUNTS: &str = concat!(
+    counts_tables!(),
+    r#"
+CREATE FUNCTION ferry_count_files() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP IN ('UPDATE', 'DELETE') THEN
+        INSERT INTO link_state_deltas (link, state, d) VALUES (OLD.link, OLD.state, -1);
+    END IF;
+    IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        INSERT INTO link_state_deltas (link, state, d) VALUES (NEW.link, NEW.state, 1);
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER files_counted AFTER INSERT OR DELETE ON files
+    FOR EACH ROW EXECUTE FUNCTION ferry_count_files();
+CREATE TRIGGER files_counted_move AFTER UPDATE OF state ON files
+    FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state) EXECUTE FUNCTION ferry_count_files();
+"#
+);
+
 /// SQLite: index N takes a database from version N to N + 1.
 const SQLITE: &[&str] = &[
     r#"
@@ -117,6 +181,7 @@ CREATE TABLE hosts (
     INDEX_JOB_STATE,
     INDEX_JOB_STATE_LINK,
     SLOTS,
+    SQLITE_COUNTS,
 ];
 
 /// PostgreSQL: the same versions in its types.
@@ -205,6 +270,7 @@ CREATE TABLE hosts (
     INDEX_JOB_STATE,
     INDEX_JOB_STATE_LINK,
     SLOTS,
+    POSTGRES_COUNTS,
 ];
 
 /// The newest version this ferry knows.
@@ -248,9 +314,7 @@ pub(crate) fn migrate(store: &mut dyn Store) -> Result<(), ServiceError> {
         let Some(script) = scripts.get(version as usize) else {
             return Ok(());
         };
-        for statement in script.split(';').map(str::trim).filter(|s| !s.is_empty()) {
-            tx.exec(statement, &[])?;
-        }
+        tx.script(script)?;
         match kind {
             Kind::Sqlite => {
                 tx.exec(&format!("PRAGMA user_version = {}", version + 1), &[])?;

@@ -130,6 +130,9 @@ pub(crate) trait Store: Send {
 /// A transaction.
 pub(crate) trait Tx {
     fn exec(&mut self, sql: &str, params: &[V]) -> Result<u64, ServiceError>;
+    /// Runs a script of several statements with no parameters (schema changes, whose
+    /// trigger bodies have semicolons of their own).
+    fn script(&mut self, sql: &str) -> Result<(), ServiceError>;
     fn rows(&mut self, sql: &str, params: &[V]) -> Result<Vec<Row>, ServiceError>;
     fn commit(self: Box<Self>) -> Result<(), ServiceError>;
 
@@ -169,6 +172,10 @@ impl Tx for rusqlite::Transaction<'_> {
     fn exec(&mut self, sql: &str, params: &[V]) -> Result<u64, ServiceError> {
         let mut st = self.prepare_cached(sql)?;
         Ok(st.execute(rusqlite::params_from_iter(params.iter()))? as u64)
+    }
+    fn script(&mut self, sql: &str) -> Result<(), ServiceError> {
+        self.execute_batch(sql)?;
+        Ok(())
     }
     fn rows(&mut self, sql: &str, params: &[V]) -> Result<Vec<Row>, ServiceError> {
         let mut st = self.prepare_cached(sql)?;
@@ -293,6 +300,10 @@ impl Tx for postgres::Transaction<'_> {
             .collect::<Result<Vec<_>, _>>()?;
         let refs: Vec<&(dyn ToSql + Sync)> = boxed.iter().map(|b| b.as_ref()).collect();
         Ok(self.execute(&st, &refs)?)
+    }
+    fn script(&mut self, sql: &str) -> Result<(), ServiceError> {
+        self.batch_execute(sql)?;
+        Ok(())
     }
     fn rows(&mut self, sql: &str, params: &[V]) -> Result<Vec<Row>, ServiceError> {
         let st = self.prepare(&dollar_placeholders(sql))?;

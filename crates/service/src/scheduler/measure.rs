@@ -54,6 +54,9 @@ impl Scheduler {
                     .set(i64::from(o.target()));
             }
         }
+        if let Err(e) = self.db.fold_counts().await {
+            tracing::warn!(error = %e, "could not fold the file counts");
+        }
         if let Ok(counts) = self.db.state_counts().await {
             for state in [
                 "SUBMITTED",
