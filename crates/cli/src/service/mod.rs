@@ -74,17 +74,19 @@ pub(crate) struct ServiceArgs {
     /// A DN (or token identity) that sees and cancels every user's jobs; repeat for more.
     #[arg(long, value_name = "DN")]
     admin: Vec<String>,
-    /// Transfers at once, in all.
+    /// Transfers at once on this host, in all.
     #[arg(long, default_value_t = Limits::default().max_active)]
     max_active: usize,
     /// Transfers each link (source server → destination server) starts with and keeps at
     /// least.
     #[arg(long, default_value_t = Limits::default().link_min)]
     link_min: usize,
-    /// Transfers a link may reach when the optimizer measures that more pay.
+    /// Transfers a link may reach when the optimizer measures that more pay (over all hosts
+    /// of a shared queue).
     #[arg(long, default_value_t = Limits::default().link_max)]
     link_max: usize,
-    /// Transfers at once touching one server, over all its links.
+    /// Transfers at once touching one server, over all its links (and all hosts of a shared
+    /// queue).
     #[arg(long, default_value_t = Limits::default().endpoint_max)]
     endpoint_max: usize,
     /// Seconds between the optimizer's judgements of each link.
