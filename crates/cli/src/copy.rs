@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use ferry_client::{CopyOptions, FileRequest, GsiOptions, Location, SyncLevel, Verify};
+use ferry_client::{CopyOptions, Ends, FileRequest, GsiOptions, Location, SyncLevel, Verify};
 use ferry_storage::ChecksumAlgorithm;
 
 use crate::demo::parse_size;
@@ -202,6 +202,7 @@ fn verification(
             algorithm: alg,
             expected: Some(hex.to_ascii_lowercase()),
             required: true,
+            ends: Ends::Both,
         };
     }
     Ok(Some(v))

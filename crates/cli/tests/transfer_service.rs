@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{adler32, random_bytes, write_file};
+use common::ftpd::{Ftpd, FtpdKind, FtpdOptions};
+use common::{adler32, random_bytes, write_file, Sandbox};
 use serde_json::Value;
 
 /// The bearer token of an admin identity the dashboard test signs in with.
@@ -26,6 +27,8 @@ struct Site {
     metrics_port: u16,
     /// A shared PostgreSQL queue instead of the SQLite file.
     database: Option<String>,
+    /// More options for `ferry service`.
+    service_args: Vec<String>,
 }
 
 impl Drop for Site {
@@ -65,6 +68,11 @@ impl Site {
 
     /// A site whose service keeps its queue in `database` (a PostgreSQL URL).
     fn start_with(database: Option<String>) -> Site {
+        Site::start_with_args(database, &[])
+    }
+
+    /// A site whose service also gets `args`.
+    fn start_with_args(database: Option<String>, args: &[&str]) -> Site {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path();
         let ca = p.join("ca");
@@ -143,6 +151,7 @@ impl Site {
             service_port: free_port(),
             metrics_port: free_port(),
             database,
+            service_args: args.iter().map(|a| (*a).to_owned()).collect(),
         };
         site.start_service();
         site
@@ -186,6 +195,7 @@ impl Site {
             .arg(host.join("hostkey.pem"))
             .arg("--cert-dir")
             .arg(self.path("ca/certificates"))
+            .args(&self.service_args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -342,6 +352,64 @@ fn ferry_submit_delegates_and_the_service_copies_and_verifies_as_the_user() {
         j["attempts"][0].as_array().map(Vec::len),
         Some(1),
         "a mismatch is not retried: {j}"
+    );
+}
+
+/// FTS3's `target` mode with a user checksum sums the destination alone, so a source that
+/// has no `CKSM` (a plain FTP server: ProFTPD) is no failure; `both` still needs the source's
+/// answer, and a wrong value fails the file naming both and leaves no destination.
+#[test]
+fn fts3s_target_mode_verifies_a_source_without_cksm_by_its_destination_alone() {
+    let kind = FtpdKind::ProFtpd;
+    if let Some(reason) = kind.missing() {
+        eprintln!("{reason}");
+        return;
+    }
+    let sandbox = Sandbox::new();
+    let ftpd = Ftpd::start(kind, &sandbox, FtpdOptions::default());
+    let site = Site::start_with_args(None, &["--allow-local"]);
+    let data = random_bytes(2 << 20, 7);
+    ftpd.put_file(&ftpd.home, "/v.bin", &data);
+    let src = ftpd.user_url("/v.bin");
+    let right = format!("ADLER32:{:08x}", adler32(&data));
+    let dst = |name: &str| format!("file://{}", site.path(name).display());
+    let submit = |verify: &str, checksum: &str, name: &str| {
+        let out = site.ferry(&[
+            "submit",
+            &src,
+            &dst(name),
+            "--verify",
+            verify,
+            "--checksum",
+            checksum,
+            "--no-delegate",
+            "--wait",
+        ]);
+        let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        (out.status.code(), site.job(&id))
+    };
+
+    let (code, j) = submit("target", &right, "target.bin");
+    assert_eq!(code, Some(0), "{j}");
+    assert_eq!(j["files"][0]["file_state"], "FINISHED", "{j}");
+    same_file(&ftpd.home.join("v.bin"), &site.path("target.bin"));
+    assert_eq!(j["files"][0]["checksum"], right, "{j}");
+
+    let (code, j) = submit("both", &right, "both.bin");
+    assert_eq!(code, Some(1), "{j}");
+    let reason = j["files"][0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("CKSM"), "both ends are asked: {j}");
+
+    let (code, j) = submit("target", "ADLER32:00000001", "wrong.bin");
+    assert_eq!(code, Some(1), "{j}");
+    let reason = j["files"][0]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("00000001") && reason.contains(&right[8..]),
+        "the reason names the expected value and the destination's: {j}"
+    );
+    assert!(
+        !site.path("wrong.bin").exists(),
+        "a destination with the wrong checksum is removed"
     );
 }
 

@@ -53,6 +53,22 @@ pub struct Verify {
     /// Asked for by name: an end that cannot answer `CKSM` fails the copy. When `false` (the
     /// default verification) such an end gives a warning and the copy is not verified.
     pub required: bool,
+    /// Which ends are summed. With an `expected` value, FTS3's `source` and `target` modes
+    /// sum one end only (a tape source or an object store that cannot answer `CKSM` is no
+    /// failure); without one, both ends are always compared.
+    pub ends: Ends,
+}
+
+/// The ends a verification sums (see [`Verify::ends`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Ends {
+    /// The source and the destination (and the expected value, when given).
+    #[default]
+    Both,
+    /// The source against the expected value only.
+    Source,
+    /// The destination against the expected value only.
+    Destination,
 }
 
 impl Verify {
@@ -63,6 +79,7 @@ impl Verify {
             algorithm: ChecksumAlgorithm::Adler32,
             expected: None,
             required: false,
+            ends: Ends::Both,
         }
     }
 
@@ -72,6 +89,7 @@ impl Verify {
             algorithm,
             expected: None,
             required: true,
+            ends: Ends::Both,
         }
     }
 }
@@ -116,52 +134,68 @@ pub(crate) async fn verify(
             .map(|t| t.value.clone()),
         _ => None,
     };
+    let (ask_src, ask_dst) = match (v.ends, &v.expected) {
+        (Ends::Source, Some(_)) => (true, false),
+        (Ends::Destination, Some(_)) => (false, true),
+        _ => (true, true),
+    };
     let (a, b) = match (src, dst) {
-        (Location::Remote(s), Location::Remote(d)) => {
+        (Location::Remote(s), Location::Remote(d)) if ask_src && ask_dst => {
             let (x, y) = sessions.pair(s, d).await?;
-            tokio::join!(
+            let (a, b) = tokio::join!(
                 x.checksum(&s.path, alg.name(), req.offset, req.length),
                 y.checksum(&d.path, alg.name(), req.offset, req.length)
-            )
+            );
+            (Some(a), Some(b))
         }
         _ => {
-            let a = match known(src) {
-                Some(value) => Ok(value),
-                None => checksum_of(src, sessions, alg, req.offset, req.length).await,
-            };
-            let b = match known(dst) {
-                Some(value) => Ok(value),
-                None => checksum_of(dst, sessions, alg, req.offset, req.length).await,
-            };
+            let mut a = None;
+            let mut b = None;
+            for (loc, asked, out) in [(src, ask_src, &mut a), (dst, ask_dst, &mut b)] {
+                if asked {
+                    *out = Some(match known(loc) {
+                        Some(value) => Ok(value),
+                        None => checksum_of(loc, sessions, alg, req.offset, req.length).await,
+                    });
+                }
+            }
             (a, b)
         }
     };
     let a = match a {
-        Ok(a) => normalize(alg, &a),
-        Err(e) => return unanswered(src, e, v),
+        Some(Ok(a)) => Some(normalize(alg, &a)),
+        Some(Err(e)) => return unanswered(src, e, v),
+        None => None,
     };
     let b = match b {
-        Ok(b) => normalize(alg, &b),
-        Err(e) => return unanswered(dst, e, v),
+        Some(Ok(b)) => Some(normalize(alg, &b)),
+        Some(Err(e)) => return unanswered(dst, e, v),
+        None => None,
     };
     let name = alg.name();
-    let problem = match &v.expected {
-        Some(e) if normalize(alg, e) != a => Some(format!(
-            "{name} of the source {} is {a}, not the expected {}",
-            display(src),
-            normalize(alg, e)
+    let expected = v.expected.as_deref().map(|e| normalize(alg, e));
+    let problem = match (&a, &b, &expected) {
+        (Some(a), _, Some(e)) if a != e => Some(format!(
+            "{name} of the source {} is {a}, not the expected {e}",
+            display(src)
         )),
-        Some(e) if normalize(alg, e) != b => Some(format!(
+        (Some(a), Some(b), Some(_)) if a != b => Some(format!(
             "{name} checksum mismatch: {} has {b}, the expected value (and the source's) is {a}",
             display(dst)
         )),
-        _ if a != b => Some(format!(
+        (None, Some(b), Some(e)) if b != e => Some(format!(
+            "{name} checksum mismatch: {} has {b}, the expected value is {e}",
+            display(dst)
+        )),
+        (Some(a), Some(b), None) if a != b => Some(format!(
             "{name} checksum mismatch: {} has {a}, {} has {b}",
             display(src),
             display(dst)
         )),
         _ => None,
     };
+    // One end at least was summed (both, or the one the mode names).
+    let a = a.or(b).unwrap_or_default();
     match problem {
         None => Ok(Checked::Same(a)),
         Some(p) => Err(ClientError::Verification(format!(

@@ -27,7 +27,7 @@ mod third_party;
 mod transfer;
 pub mod url;
 
-pub use checks::Verify;
+pub use checks::{Ends, Verify};
 pub use control::ControlClient;
 pub use copy::{
     copy, copy_with_sessions, CopyEvent, CopyOptions, CopySummary, EventSink, SyncLevel,

@@ -439,6 +439,13 @@ pub fn verify_for(mode: &str, checksum: Option<&str>) -> Option<Verify> {
             algorithm: alg.unwrap_or(ChecksumAlgorithm::Adler32),
             expected: value,
             required: true,
+            // FTS3's modes: `source` and `target` sum that end alone against the user's
+            // value (without a value, both ends are compared).
+            ends: match mode {
+                "source" => Ends::Source,
+                "target" => Ends::Destination,
+                _ => Ends::Both,
+            },
         }),
     }
 }

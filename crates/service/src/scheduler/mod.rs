@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ferry_client::{
-    CancellationToken, ClientError, FileCopy, FileCopyEvent, GsiOptions, GsiSetup, Location, Retry,
-    Sessions, Verify,
+    CancellationToken, ClientError, Ends, FileCopy, FileCopyEvent, GsiOptions, GsiSetup, Location,
+    Retry, Sessions, Verify,
 };
 use ferry_gsi::{Credential, TrustStore};
 use ferry_proto::RangeSet;
