@@ -671,3 +671,176 @@ async fn a_full_link_does_not_hide_the_files_of_other_links() {
     assert_eq!(rest.len(), 2);
     assert!(rest.iter().all(|f| f.job_id == "other"));
 }
+
+/// `Db::open`'s error, as text (`Db` has no `Debug` for `unwrap_err`).
+fn open_err(url: &str) -> String {
+    match blocking(|| Db::open(url, "h")) {
+        Ok(_) => panic!("{url} was accepted"),
+        Err(e @ ServiceError::Database(_)) => e.to_string(),
+        Err(e) => panic!("not a database error: {e}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_sslmode_require_runs_the_queue_over_tls_and_disable_is_refused() {
+    let Some(pg) = blocking(pg::ssl_only_or_skip) else {
+        return;
+    };
+    let url = blocking(|| pg.database("tls_require"));
+    let db = blocking(|| Db::open(&format!("{url}?sslmode=require"), "h1").unwrap());
+    assert!(db.insert_job(job("j-tls", 2), 100).await.unwrap());
+    let row = db.job("j-tls".into()).await.unwrap().unwrap();
+    assert_eq!(
+        (row.user_dn.as_str(), row.job_state),
+        ("/CN=alice", JobState::Submitted)
+    );
+    assert_eq!(db.ready_files(100, 10).await.unwrap().len(), 2);
+    // Seen from the server: the queue's own session is encrypted.
+    let (tls, plain) = blocking(|| pg.sessions("tls_require"));
+    assert_eq!((tls.len(), plain), (1, 0), "{tls:?}");
+    assert!(tls[0].starts_with("TLSv1."), "{tls:?}");
+    // prefer, the default, takes TLS where the server offers it.
+    let by_default = blocking(|| Db::open(&url, "h2").unwrap());
+    assert!(by_default.job("j-tls".into()).await.unwrap().is_some());
+    assert_eq!(
+        blocking(|| pg.sessions("tls_require")),
+        (vec![tls[0].clone(); 2], 0)
+    );
+    // allow tries without TLS first and, turned away, again with it.
+    let allowed = blocking(|| Db::open(&format!("{url}?sslmode=allow"), "h3").unwrap());
+    assert!(allowed.job("j-tls".into()).await.unwrap().is_some());
+    assert_eq!(blocking(|| pg.sessions("tls_require")).0.len(), 3);
+    // The server's pg_hba.conf turns away a session without TLS.
+    let e = open_err(&format!("{url}?sslmode=disable"));
+    assert!(e.contains("pg_hba.conf rejects connection"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_verify_full_trusts_only_the_ca_in_sslrootcert_and_checks_the_host_name() {
+    let Some(pg) = blocking(pg::ssl_only_or_skip) else {
+        return;
+    };
+    let url = blocking(|| pg.database("tls_verify"));
+    let port = url
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.split_once('/'))
+        .map(|(p, _)| p.to_owned())
+        .unwrap();
+    // The right CA, from a path with a space in it (the URL escapes it, as libpq's does).
+    let dir = tempfile::tempdir().unwrap();
+    let spaced = dir.path().join("root certs");
+    std::fs::create_dir(&spaced).unwrap();
+    std::fs::copy(pg.ca_file(), spaced.join("ca.pem")).unwrap();
+    let root = format!("{}/ca.pem", spaced.display()).replace(' ', "%20");
+    let mut open = Vec::new();
+    for host in ["127.0.0.1", "localhost"] {
+        let good = format!(
+            "postgres://ferry@{host}:{port}/tls_verify?sslmode=verify-full&sslrootcert={root}"
+        );
+        let db = blocking(|| Db::open(&good, "h1").unwrap());
+        assert!(db.insert_job(job(host, 1), 100).await.unwrap());
+        open.push(db);
+    }
+    let (tls, plain) = blocking(|| pg.sessions("tls_verify"));
+    assert_eq!((tls.len(), plain), (2, 0), "{tls:?}");
+    // A CA that did not sign the server's certificate: refused, in require too (libpq
+    // checks against a root file given in any mode).
+    let (_, other) = pg::make_ca(dir.path(), "Some other CA").unwrap();
+    for mode in ["verify-full", "verify-ca", "require"] {
+        let e = open_err(&format!(
+            "{url}?sslmode={mode}&sslrootcert={}",
+            other.display()
+        ));
+        assert!(e.contains("certificate verify failed"), "{mode}: {e}");
+    }
+    // Reached by address under a name the certificate does not hold: verify-ca is content
+    // with the chain, verify-full wants the name too.
+    let renamed = format!(
+        "postgres://ferry@db.example.org:{port}/tls_verify?hostaddr=127.0.0.1&sslrootcert={}",
+        pg.ca_file().display()
+    );
+    let db = blocking(|| Db::open(&format!("{renamed}&sslmode=verify-ca"), "h2").unwrap());
+    assert!(db.job("localhost".into()).await.unwrap().is_some());
+    let e = open_err(&format!("{renamed}&sslmode=verify-full"));
+    assert!(e.contains("certificate verify failed"), "{e}");
+    assert!(e.contains("hostname mismatch"), "{e}");
+}
+
+#[test]
+fn a_bad_tls_parameter_is_refused_by_name_without_showing_the_password() {
+    let base = "postgres://ferry:secret@127.0.0.1:1/q";
+    let cases = [
+        ("sslmode=verify", "sslmode=\"verify\" is not one of"),
+        (
+            "sslmode=verify-ca&sslrootcert=/nonexistent/ca.pem",
+            "sslrootcert /nonexistent/ca.pem: cannot read it",
+        ),
+        ("sslcert=/c.pem", "sslcert is given without sslkey"),
+        (
+            "sslrootcert=system&sslmode=require",
+            "weak sslmode \"require\" may not be used with sslrootcert=system",
+        ),
+        ("sslrootcert=%ff", "sslrootcert is not UTF-8"),
+        // libpq parameters beyond these four go to tokio-postgres, which names what it lacks.
+        ("sslcrl=/crl.pem", "unknown option `sslcrl`"),
+    ];
+    for (query, says) in cases {
+        let e = match Db::open(&format!("{base}?{query}"), "h") {
+            Ok(_) => panic!("{query} was accepted"),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains(says), "{query}: {e}");
+        assert!(e.contains("ferry:***@"), "{query}: {e}");
+        assert!(!e.contains("secret"), "{query}: {e}");
+    }
+    // A password given as a parameter is hidden too.
+    let e = match Db::open(
+        "postgres://ferry@127.0.0.1:1/q?password=secret&sslmode=x",
+        "h",
+    ) {
+        Ok(_) => panic!("sslmode=x was accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("password=***") && !e.contains("secret"), "{e}");
+}
+
+#[test]
+fn prefer_tries_without_tls_only_after_a_server_turned_tls_down() {
+    // Nothing listens on port 1: no server to ask, so no second try without TLS.
+    let e = match Db::open("postgres://ferry@127.0.0.1:1/q", "h") {
+        Ok(_) => panic!("port 1 answered"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("with TLS: error connecting to server"), "{e}");
+    assert!(!e.contains("without TLS"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_sslcert_and_sslkey_present_a_client_certificate_where_the_server_wants_one() {
+    let Some(pg) = blocking(pg::ssl_only_or_skip) else {
+        return;
+    };
+    // pg_hba.conf wants a certificate whose CN is the user for this database.
+    let url = blocking(|| pg.database("tls_cert"));
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = pg.client_certificate(dir.path(), "ferry");
+    let (_, other_key) = pg.client_certificate(dir.path(), "someone");
+    let e = open_err(&format!("{url}?sslmode=require"));
+    assert!(e.contains("requires a valid client certificate"), "{e}");
+    let with = format!(
+        "{url}?sslmode=verify-full&sslrootcert={}&sslcert={}&sslkey={}",
+        pg.ca_file().display(),
+        cert.display(),
+        key.display()
+    );
+    let db = blocking(|| Db::open(&with, "h1").unwrap());
+    assert!(db.insert_job(job("j-cert", 1), 100).await.unwrap());
+    assert_eq!(blocking(|| pg.sessions("tls_cert")).0.len(), 1);
+    // Another certificate's key is caught before any connection.
+    let e = open_err(&format!(
+        "{url}?sslmode=require&sslcert={}&sslkey={}",
+        cert.display(),
+        other_key.display()
+    ));
+    assert!(e.contains("is not the key of sslcert"), "{e}");
+}

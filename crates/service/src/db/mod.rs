@@ -14,6 +14,7 @@ mod jobs;
 mod rows;
 mod schema;
 pub(crate) mod sql;
+mod tls;
 mod views;
 
 pub use claims::{endpoints_of, Room};
@@ -65,9 +66,7 @@ impl Db {
     /// off the async threads (`spawn_blocking`).
     pub fn open(spec: &str, host: &str) -> Result<Db, ServiceError> {
         if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
-            let client = postgres::Client::connect(spec, postgres::NoTls).map_err(|e| {
-                ServiceError::Database(format!("cannot connect to {}: {e}", redact(spec)))
-            })?;
+            let client = tls::connect(spec)?;
             return Db::setup(Box::new(sql::Pg(Some(client))), Kind::Postgres, host);
         }
         let path = Path::new(spec);
@@ -216,7 +215,7 @@ fn refresh_job_state(tx: &mut dyn Tx, job_id: &str, now: i64) -> Result<(), Serv
 
 /// A database URL without its password, for messages.
 fn redact(spec: &str) -> String {
-    match (spec.find("://"), spec.rfind('@')) {
+    let spec = match (spec.find("://"), spec.rfind('@')) {
         (Some(s), Some(at)) if at > s => {
             let cred = &spec[s + 3..at];
             match cred.split_once(':') {
@@ -225,7 +224,19 @@ fn redact(spec: &str) -> String {
             }
         }
         _ => spec.to_owned(),
-    }
+    };
+    // A password may also come as a parameter (`?password=…`, as libpq allows).
+    let Some(q) = spec.find('?') else {
+        return spec;
+    };
+    let params: Vec<String> = spec[q + 1..]
+        .split('&')
+        .map(|p| match p.split_once('=') {
+            Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+            _ => p.to_owned(),
+        })
+        .collect();
+    format!("{}?{}", &spec[..q], params.join("&"))
 }
 
 impl From<rusqlite::Error> for ServiceError {
