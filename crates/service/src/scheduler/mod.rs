@@ -1,8 +1,9 @@
 //! Takes files off the queue and runs them through the resumable copy API
 //! ([`ferry_client::FileCopy`]): at most `max_active` at once, as many per link as its
 //! optimizer allows ([`crate::optimizer`]), at most `endpoint_max` per server, most urgent
-//! first. The per-link and per-server counts are kept in the queue, over every host that
-//! shares it ([`Db::start_attempts_in`]); `max_active` is this host's own. Every checkpoint a transfer reports is written to the database as it comes, so a
+//! first. `link_max` and `endpoint_max` are counted in the queue, over every host that shares
+//! it ([`Db::start_attempts_in`]); `max_active` and the optimizer's target are this host's
+//! own. Every checkpoint a transfer reports is written to the database as it comes, so a
 //! retry, or the service started again after a crash, sends only what the destination lacks.
 
 use std::collections::{HashMap, VecDeque};
@@ -38,7 +39,8 @@ pub struct Limits {
     pub max_active: usize,
     /// Transfers a link (source server → destination server) starts with and never goes below.
     pub link_min: usize,
-    /// Transfers a link may reach when the optimizer finds more pay.
+    /// Transfers a link may reach when the optimizer finds more pay (over all the hosts of a
+    /// shared queue; each host's optimizer moves its own share within it).
     pub link_max: usize,
     /// Transfers at once touching one server, over all its links (and all the hosts of a
     /// shared queue).
@@ -404,16 +406,15 @@ impl Scheduler {
             let token = self.shutdown.child_token();
             let ids: Vec<i64> = members.iter().map(|m| m.file_id).collect();
             taken.extend(ids.iter().copied());
-            // The link's and its servers' limits are checked again where every host of a
-            // shared queue counts: another host may hold the room this one saw free.
-            let room = {
-                let st = self.state.lock().map_err(|_| poisoned())?;
-                Room {
-                    link: f.link.clone(),
-                    link_max: self.target(&st, &f.link) as i64,
-                    endpoint_max: self.limits.endpoint_max as i64,
-                    host_timeout: self.limits.host_timeout.as_secs() as i64,
-                }
+            // The admin's caps on a link and on a server hold over every host of a shared
+            // queue, so they are checked again where all hosts count: another host may hold
+            // the room this one saw free. The optimizer's target (checked above) is this
+            // host's own share of the link, judged from its own transfers.
+            let room = Room {
+                link: f.link.clone(),
+                link_max: self.limits.link_max as i64,
+                endpoint_max: self.limits.endpoint_max as i64,
+                host_timeout: self.limits.host_timeout.as_secs() as i64,
             };
             let Some(rows) = self.db.start_attempts_in(ids, now(), room).await? else {
                 no_room.push(f.link.clone());
