@@ -70,6 +70,7 @@ impl Default for Limits {
 /// rather than 32 moved 10 000 small files from 0.77 to 0.82 of `ferry copy -r`'s rate
 /// (bench, medians of 3 and 4 alternated runs), while a host that dies hands back at most
 /// 128 files per slot, each resent whole (they are small).
+const BATCH: usize = 128;
 
 /// Pipelines' worth of READY files the dispatcher reads at a time.
 const READ_PIPELINES: usize = 2;
