@@ -13,12 +13,13 @@ mod claims;
 mod jobs;
 mod rows;
 mod schema;
+mod slots;
 pub(crate) mod sql;
 mod tls;
 mod views;
 
-pub use claims::{endpoints_of, Room};
 pub use rows::*;
+pub use slots::{endpoints_of, Room};
 
 use std::collections::HashMap;
 use std::path::Path;
