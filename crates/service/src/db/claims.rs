@@ -75,12 +75,7 @@ impl Db {
     ) -> Result<Vec<FileRow>, ServiceError> {
         self.tx(false, move |tx, kind, host| {
             let rows = start_many(tx, kind, host, &file_ids, now)?;
-            let mut jobs: Vec<&str> = rows.iter().map(|r| r.job_id.as_str()).collect();
-            jobs.sort_unstable();
-            jobs.dedup();
-            for j in jobs {
-                refresh_job_state(tx, j, now)?;
-            }
+            refresh_jobs(tx, rows.iter().map(|r| r.job_id.as_str()).collect(), now)?;
             Ok(rows)
         })
         .await
@@ -165,11 +160,7 @@ impl Db {
                     Err(e) => out.push(Err(e)),
                 }
             }
-            jobs.sort_unstable();
-            jobs.dedup();
-            for j in jobs {
-                refresh_job_state(tx, &j, now)?;
-            }
+            refresh_jobs(tx, jobs.iter().map(String::as_str).collect(), now)?;
             let Some((link, most)) = next else {
                 return Ok((out, None));
             };
@@ -284,12 +275,7 @@ impl Db {
                  (SELECT host_id FROM hosts WHERE heartbeat >= ?2)",
                 vals![&me, alive_since],
             )?;
-            let mut jobs: Vec<&String> = ids.iter().map(|(_, j)| j).collect();
-            jobs.sort();
-            jobs.dedup();
-            for j in jobs {
-                refresh_job_state(tx, j, now)?;
-            }
+            refresh_jobs(tx, ids.iter().map(|(_, j)| j.as_str()).collect(), now)?;
             Ok(ids.len())
         })
         .await

@@ -161,6 +161,16 @@ impl Db {
     }
 }
 
+/// [`refresh_job_state`] for each of `jobs` once (they may repeat).
+fn refresh_jobs(tx: &mut dyn Tx, mut jobs: Vec<&str>, now: i64) -> Result<(), ServiceError> {
+    jobs.sort_unstable();
+    jobs.dedup();
+    for j in jobs {
+        refresh_job_state(tx, j, now)?;
+    }
+    Ok(())
+}
+
 /// Sets a job's state (and finish time) from its files' states. While the job runs this is
 /// two index probes (`files(job_id, state)`), not a count of its files, so a job of many files
 /// costs the same per transition as a job of one; the files are counted once, when it ends.

@@ -41,12 +41,7 @@ impl Db {
             if rows.is_empty() {
                 return Ok(Some(rows));
             }
-            let mut jobs: Vec<&str> = rows.iter().map(|r| r.job_id.as_str()).collect();
-            jobs.sort_unstable();
-            jobs.dedup();
-            for j in jobs {
-                refresh_job_state(tx, j, now)?;
-            }
+            refresh_jobs(tx, rows.iter().map(|r| r.job_id.as_str()).collect(), now)?;
             tx.exec(
                 "INSERT INTO slots (host_id, link, n) VALUES (?1, ?2, 1) \
                  ON CONFLICT (host_id, link) DO UPDATE SET n = slots.n + 1",
