@@ -42,7 +42,7 @@ impl Drop for Site {
     }
 }
 
-#[path = "../../service/tests/pg/mod.rs"]
+#[path = "../../service/tests/it/pg/mod.rs"]
 mod pg;
 
 fn free_port() -> u16 {

@@ -8,7 +8,7 @@
 // Each test binary uses its own subset of the harness.
 #![allow(dead_code, unused_imports, unused_macros)]
 
-#[path = "../../../server/tests/common/audit.rs"]
+#[path = "../../../server/tests/it/common/audit.rs"]
 pub mod audit;
 pub mod capture;
 pub mod ferry;

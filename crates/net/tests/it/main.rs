@@ -1,0 +1,7 @@
+//! The net crate's integration tests, one module per concern, built as one test binary (each
+//! test binary links the whole program with LTO, so one binary builds in a fraction of the time
+//! of one per file). `cargo test --release -p ferry-net --test it MODULE::` runs one module.
+
+mod quic_gsi;
+mod tls;
+mod udt_libudt;

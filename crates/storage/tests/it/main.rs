@@ -1,0 +1,8 @@
+//! The storage crate's integration tests, one module per concern, built as one test binary (each
+//! test binary links the whole program with LTO, so one binary builds in a fraction of the time
+//! of one per file). `cargo test --release -p ferry-storage --test it MODULE::` runs one module.
+
+mod common;
+
+mod posix_confinement;
+mod posix_data;
