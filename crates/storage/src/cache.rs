@@ -161,48 +161,62 @@ impl ChecksumCache {
 
     /// The value of `alg` for the file as it is now, if one was kept for this version.
     pub fn lookup(&self, file: &dyn FileHandle, alg: ChecksumAlgorithm) -> Option<String> {
-        self.valid(file)
-            .into_iter()
-            .find(|(a, _)| *a == alg)
-            .map(|(_, v)| v)
+        self.kept(file, &[alg]).into_iter().next().map(|(_, v)| v)
     }
 
     /// Every value kept for the file as it is now.
     pub fn valid(&self, file: &dyn FileHandle) -> Vec<Sum> {
+        self.kept(file, ChecksumAlgorithm::all())
+    }
+
+    /// The values of `algs` kept for the file as it is now. What this process keeps in memory
+    /// for the version answers without reading the file's attributes (a `CKSM` after a transfer,
+    /// once per file of a verified copy, costs one `fstat`); otherwise ferry's record is read,
+    /// then XRootD's for each algorithm still missing, and what they hold is kept in memory.
+    pub fn kept(&self, file: &dyn FileHandle, algs: &[ChecksumAlgorithm]) -> Vec<Sum> {
         if self.mode == CacheMode::Off {
             return Vec::new();
         }
         let Some(now) = FileVersion::of(file) else {
             return Vec::new();
         };
-        let mut sums = match self.memo().files.get(&now.key()) {
-            Some(e) if e.version == now => e.sums.clone(),
+        let mut sums: Vec<Sum> = match self.memo().files.get(&now.key()) {
+            Some(e) if e.version == now => e
+                .sums
+                .iter()
+                .filter(|(a, _)| algs.contains(a))
+                .cloned()
+                .collect(),
             _ => Vec::new(),
         };
-        if self.mode == CacheMode::Xattr {
-            if let Some(fd) = fd_of(file) {
-                let mut found = Vec::new();
-                if let Some((v, own)) = read_ferry_record(fd) {
-                    if v == now {
-                        found.extend(own);
-                    }
-                }
-                for &alg in ChecksumAlgorithm::all() {
-                    if found.iter().any(|(a, _)| *a == alg) {
-                        continue;
-                    }
-                    if let Some(r) = read_xrdcks(fd, alg) {
-                        if r.fm_time == now.mtime && r.cs_time >= 2 {
-                            found.push((alg, hex::encode(&r.value)));
-                        }
-                    }
-                }
-                if !found.is_empty() {
-                    self.keep_in_memory(now, &found);
-                }
-                merge(&mut sums, found);
+        let missing = |sums: &[Sum], alg: &ChecksumAlgorithm| !sums.iter().any(|(a, _)| a == alg);
+        if self.mode != CacheMode::Xattr || !algs.iter().any(|a| missing(&sums, a)) {
+            return sums;
+        }
+        let Some(fd) = fd_of(file) else {
+            return sums;
+        };
+        let mut found = Vec::new();
+        if let Some((v, own)) = read_ferry_record(fd) {
+            if v == now {
+                found.extend(own);
             }
         }
+        for &alg in algs {
+            if !missing(&found, &alg) || !missing(&sums, &alg) {
+                continue;
+            }
+            if let Some(r) = read_xrdcks(fd, alg) {
+                if r.fm_time == now.mtime && r.cs_time >= 2 {
+                    found.push((alg, hex::encode(&r.value)));
+                }
+            }
+        }
+        if !found.is_empty() {
+            self.keep_in_memory(now, &found);
+        }
+        found.retain(|(a, _)| algs.contains(a));
+        merge(&mut sums, found);
         sums
     }
 

@@ -96,7 +96,7 @@ impl Dtp {
         if let (Some(_), Some(file), Some(cache)) =
             (&digest, &read_back, self.storage.checksum_cache())
         {
-            let valid = cache.valid(&**file);
+            let valid = cache.kept(&**file, &desc.checksums);
             let all: Option<Vec<Taken>> = desc
                 .checksums
                 .iter()
