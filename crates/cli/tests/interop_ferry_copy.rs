@@ -645,6 +645,85 @@ fn a_pipelined_third_party_copy_between_ferry_servers_survives_a_refused_file() 
     pipelined_third_party_with_a_refusal(ServerKind::Ferry, ServerKind::Ferry);
 }
 
+/// A recursive third-party copy between ferry servers whose source keeps a wrong ADLER32 for
+/// one file (an XRootD record planted for its current mtime, so the source answers it without
+/// reading the file): the pipeline's verification, which asks each server for every file's
+/// checksum in one pipelined exchange, fails that file alone with exit 6 and removes its copy;
+/// the others are verified and byte for byte.
+#[test]
+fn a_pipelined_third_party_copy_between_ferry_servers_catches_the_one_file_whose_checksum_differs()
+{
+    let p = pair(ServerKind::Ferry, ServerKind::Ferry);
+    let tree = p.a.path_of("many");
+    let count = 30;
+    let data = |i: usize| random_bytes(700 + 257 * i, 1300 + i as u64);
+    for i in 0..count {
+        write_file(&tree.join(format!("f{i:02}.bin")), &data(i));
+    }
+    let liar = tree.join("f07.bin");
+    let mtime = fs::metadata(&liar)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_secs() as i64);
+    let wrong = (adler32(&data(7)) ^ 0x5a5a_5a5a).to_be_bytes().to_vec();
+    let record = ferry_storage::cache::XrdCksRecord {
+        alg: ferry_storage::ChecksumAlgorithm::Adler32,
+        fm_time: mtime,
+        cs_time: 5,
+        value: wrong.clone(),
+    };
+    let name = ferry_storage::cache::xrdcks_name(ferry_storage::ChecksumAlgorithm::Adler32);
+    rustix::fs::setxattr(
+        &liar,
+        name.as_str(),
+        &record.encode(),
+        rustix::fs::XattrFlags::empty(),
+    )
+    .unwrap_or_else(|e| panic!("cannot set {name} on {}: {e}", liar.display()));
+    let out = copy(
+        &["-r", "--retries", "0"],
+        &p.a.dir_url_for("many"),
+        &p.b.dir_url_for("copy"),
+    );
+    out.assert_exit(6);
+    let failed = out.events_named("failed");
+    let error = failed
+        .first()
+        .map(|e| e["error"].to_string())
+        .unwrap_or_default();
+    if failed.len() != 1 || !error.contains("f07.bin") || !error.contains(&hex(&wrong)) {
+        out.fail(&format!(
+            "expected one `failed` event naming f07.bin and the source's wrong value, got {failed:?}"
+        ));
+    }
+    if p.b.path_of("copy/f07.bin").exists() {
+        out.fail("the copy whose checksum differs should have been removed");
+    }
+    let done = out.events_named("done");
+    if done.len() != count - 1 || done.iter().any(|e| e["checksum"].is_null()) {
+        out.fail(&format!("expected {} verified `done` events", count - 1));
+    }
+    for i in (0..count).filter(|&i| i != 7) {
+        let copied = p.b.path_of(&format!("copy/f{i:02}.bin"));
+        if let Err(e) = common::files::compare_bytes(&data(i), &copied) {
+            out.fail(&e);
+        }
+    }
+    for port in [p.a.port(), p.b.port()] {
+        let asked = cksms_to(&out, port).len();
+        if asked != count {
+            out.fail(&format!(
+                "expected {count} CKSMs to port {port}, got {asked}"
+            ));
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 // 5. Restart after the server is killed mid-transfer.
 
 const RESTART_MIB: u64 = 768;

@@ -127,18 +127,7 @@ pub(crate) async fn verify(
     local: &[ferry_dtp::digest::Taken],
 ) -> Result<Checked, ClientError> {
     let alg = v.algorithm;
-    let known = |loc: &Location| match loc {
-        Location::Local(_) if !req.is_partial() => local
-            .iter()
-            .find(|t| t.algorithm == alg)
-            .map(|t| t.value.clone()),
-        _ => None,
-    };
-    let (ask_src, ask_dst) = match (v.ends, &v.expected) {
-        (Ends::Source, Some(_)) => (true, false),
-        (Ends::Destination, Some(_)) => (false, true),
-        _ => (true, true),
-    };
+    let (ask_src, ask_dst) = ends_asked(v);
     let (a, b) = match (src, dst) {
         (Location::Remote(s), Location::Remote(d)) if ask_src && ask_dst => {
             let (x, y) = sessions.pair(s, d).await?;
@@ -149,19 +138,175 @@ pub(crate) async fn verify(
             (Some(a), Some(b))
         }
         _ => {
-            let mut a = None;
-            let mut b = None;
-            for (loc, asked, out) in [(src, ask_src, &mut a), (dst, ask_dst, &mut b)] {
-                if asked {
-                    *out = Some(match known(loc) {
-                        Some(value) => Ok(value),
-                        None => checksum_of(loc, sessions, alg, req.offset, req.length).await,
-                    });
-                }
-            }
-            (a, b)
+            let a = answer(src, ask_src, None, local, sessions, alg, req).await;
+            (
+                a,
+                answer(dst, ask_dst, None, local, sessions, alg, req).await,
+            )
         }
     };
+    judge(src, dst, sessions, v, req, a, b).await
+}
+
+/// [`verify`] for a pipeline's files, all between the same two ends: each server is asked for
+/// every file's checksum in one pipelined exchange (both servers of a third-party copy at once),
+/// not a round trip per file. Falls back to [`verify`] file by file where a server's session
+/// fails part way.
+pub(crate) async fn verify_all(
+    items: &[(&Location, &Location, &[ferry_dtp::digest::Taken])],
+    sessions: &mut Sessions,
+    v: &Verify,
+    req: &FileRequest,
+) -> Vec<Result<Checked, ClientError>> {
+    let mut out = Vec::with_capacity(items.len());
+    let asked = match asked_all(items, sessions, v, req).await {
+        Ok(asked) => asked,
+        Err(e) => {
+            tracing::debug!("pipelined CKSM failed ({e}); asking file by file");
+            for (src, dst, local) in items {
+                out.push(verify(src, dst, sessions, v, req, local).await);
+            }
+            return out;
+        }
+    };
+    for ((src, dst, _), (a, b)) in items.iter().zip(asked) {
+        out.push(judge(src, dst, sessions, v, req, a, b).await);
+    }
+    out
+}
+
+/// One end's answer, where it was asked.
+type Answer = Option<Result<String, ClientError>>;
+
+/// Every item's source and destination checksums (where the mode asks them): local ends from
+/// what the client summed (or the file), remote ends in one pipelined `CKSM` exchange per server.
+async fn asked_all<'a>(
+    items: &[(&'a Location, &'a Location, &[ferry_dtp::digest::Taken])],
+    sessions: &mut Sessions,
+    v: &Verify,
+    req: &FileRequest,
+) -> Result<Vec<(Answer, Answer)>, ClientError> {
+    let alg = v.algorithm;
+    let (ask_src, ask_dst) = ends_asked(v);
+    let remote = |src: bool| {
+        let urls: Vec<&'a crate::url::RemoteUrl> = items
+            .iter()
+            .filter_map(|i| match if src { i.0 } else { i.1 } {
+                Location::Remote(r) => Some(r),
+                Location::Local(_) => None,
+            })
+            .collect();
+        (urls.len() == items.len() && urls.windows(2).all(|w| w[0].same_server(w[1])))
+            .then_some(urls)
+    };
+    let (src_urls, dst_urls) = (remote(true), remote(false));
+    let paths = |urls: &Option<Vec<&'a crate::url::RemoteUrl>>| -> Vec<&'a str> {
+        urls.iter().flatten().map(|u| u.path.as_str()).collect()
+    };
+    let (sp, dp) = (paths(&src_urls), paths(&dst_urls));
+    let (name, offset, length) = (alg.name(), req.offset, req.length);
+    let (mut a, mut b): (Option<Vec<_>>, Option<Vec<_>>) = (None, None);
+    match (&src_urls, &dst_urls) {
+        (Some(s), Some(d)) if ask_src && ask_dst => {
+            let (x, y) = sessions.pair(s[0], d[0]).await?;
+            let (ra, rb) = tokio::join!(
+                x.checksums(&sp, name, offset, length),
+                y.checksums(&dp, name, offset, length)
+            );
+            (a, b) = (Some(ra?), Some(rb?));
+        }
+        _ => {
+            if let (Some(s), true) = (&src_urls, ask_src) {
+                a = Some(
+                    sessions
+                        .get(s[0])
+                        .await?
+                        .checksums(&sp, name, offset, length)
+                        .await?,
+                );
+            }
+            if let (Some(d), true) = (&dst_urls, ask_dst) {
+                b = Some(
+                    sessions
+                        .get(d[0])
+                        .await?
+                        .checksums(&dp, name, offset, length)
+                        .await?,
+                );
+            }
+        }
+    }
+    let (mut a, mut b) = (a.map(Vec::into_iter), b.map(Vec::into_iter));
+    let mut out = Vec::with_capacity(items.len());
+    for (src, dst, local) in items {
+        let (pa, pb) = (
+            a.as_mut().and_then(Iterator::next),
+            b.as_mut().and_then(Iterator::next),
+        );
+        let sa = answer(src, ask_src, pa, local, sessions, alg, req).await;
+        let sb = answer(dst, ask_dst, pb, local, sessions, alg, req).await;
+        out.push((sa, sb));
+    }
+    Ok(out)
+}
+
+/// One end's checksum where it is asked: as the pipeline answered, else as the client summed
+/// it while the bytes moved, else asked on its own.
+async fn answer(
+    loc: &Location,
+    asked: bool,
+    piped: Answer,
+    local: &[ferry_dtp::digest::Taken],
+    sessions: &mut Sessions,
+    alg: ChecksumAlgorithm,
+    req: &FileRequest,
+) -> Answer {
+    if !asked || piped.is_some() {
+        return piped.filter(|_| asked);
+    }
+    Some(match known(loc, local, alg, req) {
+        Some(value) => Ok(value),
+        None => checksum_of(loc, sessions, alg, req.offset, req.length).await,
+    })
+}
+
+/// Which ends a verification asks: both, unless FTS3's mode names one and a value is given.
+fn ends_asked(v: &Verify) -> (bool, bool) {
+    match (v.ends, &v.expected) {
+        (Ends::Source, Some(_)) => (true, false),
+        (Ends::Destination, Some(_)) => (false, true),
+        _ => (true, true),
+    }
+}
+
+/// What the client's own end summed while the bytes moved (a whole-file copy's local end).
+fn known(
+    loc: &Location,
+    local: &[ferry_dtp::digest::Taken],
+    alg: ChecksumAlgorithm,
+    req: &FileRequest,
+) -> Option<String> {
+    match loc {
+        Location::Local(_) if !req.is_partial() => local
+            .iter()
+            .find(|t| t.algorithm == alg)
+            .map(|t| t.value.clone()),
+        _ => None,
+    }
+}
+
+/// Compares what the ends answered (and the expected value); on a mismatch removes the
+/// destination (a whole file) and names both values.
+async fn judge(
+    src: &Location,
+    dst: &Location,
+    sessions: &mut Sessions,
+    v: &Verify,
+    req: &FileRequest,
+    a: Answer,
+    b: Answer,
+) -> Result<Checked, ClientError> {
+    let alg = v.algorithm;
     let a = match a {
         Some(Ok(a)) => Some(normalize(alg, &a)),
         Some(Err(e)) => return unanswered(src, e, v),

@@ -361,6 +361,41 @@ impl RemoteSession {
         Ok(r.text().trim().to_ascii_lowercase())
     }
 
+    /// `CKSM` of several files in one pipelined exchange: the commands go in one write and the
+    /// replies are read in order, so a batch costs one round trip rather than one per file. The
+    /// outer error is the session's (nothing more is known); an inner one is that file's refusal.
+    pub async fn checksums(
+        &mut self,
+        paths: &[&str],
+        algorithm: &str,
+        offset: u64,
+        length: Option<u64>,
+    ) -> Result<Vec<Result<String, ClientError>>, ClientError> {
+        let commands: Vec<Command> = paths
+            .iter()
+            .map(|p| Command::Cksm {
+                algorithm: algorithm.to_ascii_uppercase(),
+                offset,
+                length,
+                path: (*p).into(),
+            })
+            .collect();
+        self.ctl.send_all(&commands).await?;
+        let mut out = Vec::with_capacity(commands.len());
+        for cmd in &commands {
+            let reply = self.ctl.read_reply().await?;
+            out.push(if reply.code >= 400 {
+                Err(ClientError::Refused {
+                    command: crate::control::shown(cmd),
+                    reply,
+                })
+            } else {
+                Ok(reply.text().trim().to_ascii_lowercase())
+            });
+        }
+        Ok(out)
+    }
+
     /// The size of a file (SIZE, in TYPE I: servers refuse it in ASCII mode or count the
     /// line ends ASCII would send).
     pub async fn size(&mut self, path: &str) -> Result<u64, ClientError> {

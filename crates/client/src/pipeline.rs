@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::checks::{verify, Checked};
+use crate::checks::{verify_all, Checked};
 use crate::copy::{finished, started, CopyEvent, CopyOptions, CopySummary, EventSink, SyncLevel};
 use crate::job::auto_parallelism;
 use crate::plan::{display, Job};
@@ -205,9 +205,13 @@ pub(crate) async fn run_pairs(
         tracing::debug!("pipeline stopped at {at}: {e}; going on one file at a time");
     }
     if let Some(v) = verify_with {
-        for (k, o) in to_verify {
-            let (src, dst) = pairs[k];
-            let r = match verify(src, dst, sessions, v, &req, &o.checksums).await {
+        let items: Vec<_> = to_verify
+            .iter()
+            .map(|(k, o)| (pairs[*k].0, pairs[*k].1, o.checksums.as_slice()))
+            .collect();
+        let checked = verify_all(&items, sessions, v, &req).await;
+        for ((k, o), r) in to_verify.into_iter().zip(checked) {
+            let r = match r {
                 Ok(Checked::Same(value)) => Ok((o, Some(value))),
                 Ok(Checked::Unverified(message)) => {
                     on_warning(message);
