@@ -18,7 +18,7 @@ use crate::ClientError;
 use ferry_dtp::TransferOutcome;
 
 /// Most files one pipeline takes from the queue, and most RETRs outstanding on it.
-const PIPELINE_BATCH: usize = 32;
+const PIPELINE_BATCH: usize = 128;
 const PIPELINE_WINDOW: usize = 8;
 
 /// The next job, or a run of up to [`PIPELINE_BATCH`] whole small files between the same two
