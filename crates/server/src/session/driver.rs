@@ -27,6 +27,9 @@ use crate::daemon::ServerContext;
 use crate::metrics::AuthKind;
 use crate::translog::TransferRecord;
 
+/// The longest a reply is held back while a later pipelined command is carried out.
+const HOLD_REPLIES: Duration = Duration::from_millis(5);
+
 /// What the driver holds for a logged-in session: the storage its calls run on and the mover
 /// that moves its data (its own DTP, or a striped frontend's DTPs on the data nodes).
 pub(super) struct Driver {
@@ -74,6 +77,10 @@ impl Driver {
             let event = match self.reader.next_buffered() {
                 Some(ev) => ev,
                 None => {
+                    // Nothing more buffered: the replies held for a pipeline go out now.
+                    if self.wr.flush().await.is_err() {
+                        break;
+                    }
                     self.reader.framer.shrink();
                     let deadline = if pi.is_logged_in() {
                         let idle = Duration::from_secs(self.ctx.config.control_idle_timeout.max(1));
@@ -96,6 +103,7 @@ impl Driver {
                 LineEvent::Line(line) => pi.handle_line(&strip_telnet(&line)),
             }
         }
+        let _ = self.wr.flush().await;
         let _ = self.wr.wr.shutdown().await;
     }
 
@@ -104,7 +112,7 @@ impl Driver {
     async fn drain(&mut self, pi: &mut Pi) -> std::io::Result<bool> {
         while let Some(out) = pi.poll_output() {
             match out {
-                Output::Reply(r) => self.wr.write_all(&r.to_bytes()).await?,
+                Output::Reply(r) => self.wr.hold(&r.to_bytes())?,
                 Output::Protect(ctx) => self.protect(*ctx),
                 Output::Close => return Ok(false),
                 Output::Request(req) => self.carry_out(req, pi).await?,
@@ -121,6 +129,15 @@ impl Driver {
     }
 
     async fn carry_out(&mut self, req: Request, pi: &mut Pi) -> std::io::Result<()> {
+        // Held replies wait only for storage calls (a pipeline of CKSMs, say) and quick answers;
+        // a login, a data connection or a transfer may take long, and the client may be waiting
+        // for an earlier reply before it connects.
+        if !matches!(
+            req,
+            Request::Storage(_) | Request::ForgetCache | Request::Status
+        ) {
+            self.wr.flush().await?;
+        }
         match req {
             Request::Login(login) => {
                 let r = self.login(login, pi.peer).await;
@@ -146,8 +163,11 @@ impl Driver {
                 }
             }
             Request::Storage(call) => {
-                let r = match &self.storage {
-                    Some(s) => blocking(s, call).await,
+                let r = match self.storage.clone() {
+                    Some(s) => {
+                        self.held_while(async move { blocking(&s, call).await })
+                            .await?
+                    }
                     None => Err(StorageError::PermissionDenied("not logged in".into())),
                 };
                 pi.storage_done(r);
@@ -166,6 +186,25 @@ impl Driver {
             }
         }
         Ok(())
+    }
+
+    /// Awaits `call`; replies held for a pipeline go out if it takes longer than
+    /// [`HOLD_REPLIES`] (a checksum of a large file, a slow file system), so holding them never
+    /// delays a reply by more than that.
+    async fn held_while<T>(
+        &mut self,
+        call: impl std::future::Future<Output = T>,
+    ) -> std::io::Result<T> {
+        if !self.wr.holds() {
+            return Ok(call.await);
+        }
+        tokio::pin!(call);
+        tokio::select! {
+            r = &mut call => return Ok(r),
+            () = tokio::time::sleep(HOLD_REPLIES) => {}
+        }
+        self.wr.flush().await?;
+        Ok(call.await)
     }
 
     /// Checks a login and sets up its storage and mover; `Ok(read_only)` or the refusal.

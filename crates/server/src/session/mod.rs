@@ -45,30 +45,58 @@ impl std::fmt::Debug for ControlReader {
 }
 
 /// The control connection's writing side: replies go out as they are, or wrapped line by
-/// line once GSI protects the session.
+/// line once GSI protects the session. Replies to commands a client pipelined may be held
+/// (see [`ControlWriter::hold`]) and leave together in one write.
 pub(crate) struct ControlWriter {
     wr: OwnedWriteHalf,
     security: Option<crate::gsi::Shared>,
+    /// Reply bytes (wrapped where protected) not written yet.
+    held: Vec<u8>,
 }
 
 impl std::fmt::Debug for ControlWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ControlWriter")
             .field("protected", &self.security.is_some())
+            .field("held", &self.held.len())
             .finish_non_exhaustive()
     }
 }
 
 impl ControlWriter {
-    /// Writes reply bytes, wrapped when the session is protected.
+    /// Writes reply bytes now, after any held ones.
     pub(crate) async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.hold(bytes)?;
+        self.flush().await
+    }
+
+    /// Keeps reply bytes (wrapped at once, so a later change of protection cannot touch them)
+    /// for the next [`ControlWriter::flush`]: the driver holds replies while more commands are
+    /// already buffered, so a pipeline's replies cost the client one wake-up, not one each.
+    pub(crate) fn hold(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         match &self.security {
-            None => self.wr.write_all(bytes).await,
+            None => self.held.extend_from_slice(bytes),
             Some(s) => {
                 let wrapped = crate::gsi::wrap_reply(s, bytes)?;
-                self.wr.write_all(&wrapped).await
+                self.held.extend_from_slice(&wrapped);
             }
         }
+        Ok(())
+    }
+
+    /// Whether replies are held.
+    pub(crate) fn holds(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    /// Writes the held replies.
+    pub(crate) async fn flush(&mut self) -> std::io::Result<()> {
+        if self.held.is_empty() {
+            return Ok(());
+        }
+        let r = self.wr.write_all(&self.held).await;
+        self.held.clear();
+        r
     }
 }
 
@@ -131,7 +159,11 @@ pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, ctx: Arc<ServerCont
         security: None,
         plain: LineFramer::new(MAX_COMMAND_LINE),
     };
-    let writer = ControlWriter { wr, security: None };
+    let writer = ControlWriter {
+        wr,
+        security: None,
+        held: Vec::new(),
+    };
     let mut pi = pi::Pi::new(Arc::clone(&ctx), peer, local);
     let started = std::time::Instant::now();
     tracing::info!(peer = %peer, "session opened");
