@@ -159,6 +159,9 @@ pub(crate) async fn verify_all(
     req: &FileRequest,
 ) -> Vec<Result<Checked, ClientError>> {
     let mut out = Vec::with_capacity(items.len());
+    if items.is_empty() {
+        return out;
+    }
     let asked = match asked_all(items, sessions, v, req).await {
         Ok(asked) => asked,
         Err(e) => {
@@ -196,8 +199,8 @@ async fn asked_all<'a>(
                 Location::Local(_) => None,
             })
             .collect();
-        (urls.len() == items.len() && urls.windows(2).all(|w| w[0].same_server(w[1])))
-            .then_some(urls)
+        let one_server = urls.windows(2).all(|w| w[0].same_server(w[1]));
+        (!urls.is_empty() && urls.len() == items.len() && one_server).then_some(urls)
     };
     let (src_urls, dst_urls) = (remote(true), remote(false));
     let paths = |urls: &Option<Vec<&'a crate::url::RemoteUrl>>| -> Vec<&'a str> {
