@@ -219,23 +219,14 @@ async fn asked_all<'a>(
             (a, b) = (Some(ra?), Some(rb?));
         }
         _ => {
-            if let (Some(s), true) = (&src_urls, ask_src) {
-                a = Some(
-                    sessions
-                        .get(s[0])
-                        .await?
-                        .checksums(&sp, name, offset, length)
-                        .await?,
-                );
-            }
-            if let (Some(d), true) = (&dst_urls, ask_dst) {
-                b = Some(
-                    sessions
-                        .get(d[0])
-                        .await?
-                        .checksums(&dp, name, offset, length)
-                        .await?,
-                );
+            for (urls, asked, paths, out) in [
+                (&src_urls, ask_src, &sp, &mut a),
+                (&dst_urls, ask_dst, &dp, &mut b),
+            ] {
+                if let (Some(u), true) = (urls, asked) {
+                    let session = sessions.get(u[0]).await?;
+                    *out = Some(session.checksums(paths, name, offset, length).await?);
+                }
             }
         }
     }
