@@ -350,15 +350,9 @@ impl RemoteSession {
         offset: u64,
         length: Option<u64>,
     ) -> Result<String, ClientError> {
-        let r = self
-            .expect_ok(&Command::Cksm {
-                algorithm: algorithm.to_ascii_uppercase(),
-                offset,
-                length,
-                path: path.into(),
-            })
-            .await?;
-        Ok(r.text().trim().to_ascii_lowercase())
+        let mut one = self.checksums(&[path], algorithm, offset, length).await?;
+        one.pop()
+            .unwrap_or_else(|| Err(ClientError::Network("CKSM: no reply".into())))
     }
 
     /// `CKSM` of several files in one pipelined exchange: the commands go in one write and the
