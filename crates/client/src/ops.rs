@@ -374,10 +374,19 @@ impl RemoteSession {
                 path: (*p).into(),
             })
             .collect();
-        self.ctl.send_all(&commands).await?;
+        // A session that fails part way has replies still unread: it is dropped, so no later
+        // command reads another's reply.
+        let broken = |s: &mut Self, e: ClientError| {
+            s.broken = true;
+            e
+        };
+        self.ctl
+            .send_all(&commands)
+            .await
+            .map_err(|e| broken(self, e))?;
         let mut out = Vec::with_capacity(commands.len());
         for cmd in &commands {
-            let reply = self.ctl.read_reply().await?;
+            let reply = self.ctl.read_reply().await.map_err(|e| broken(self, e))?;
             out.push(if reply.code >= 400 {
                 Err(ClientError::Refused {
                     command: crate::control::shown(cmd),
