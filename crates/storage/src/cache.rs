@@ -101,6 +101,21 @@ impl FileVersion {
         })
     }
 
+    /// The version a `stat` of a regular file describes (`None` for anything else).
+    pub fn of_metadata(m: &cap_std::fs::Metadata) -> Option<FileVersion> {
+        use cap_std::fs::MetadataExt;
+        if !m.is_file() {
+            return None;
+        }
+        Some(FileVersion {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: m.mtime(),
+            mtime_ns: u32::try_from(m.mtime_nsec()).ok()?,
+        })
+    }
+
     /// File size at this version.
     pub fn size(&self) -> u64 {
         self.size
@@ -162,6 +177,22 @@ impl ChecksumCache {
     /// The value of `alg` for the file as it is now, if one was kept for this version.
     pub fn lookup(&self, file: &dyn FileHandle, alg: ChecksumAlgorithm) -> Option<String> {
         self.kept(file, &[alg]).into_iter().next().map(|(_, v)| v)
+    }
+
+    /// The value of `alg` this process keeps in memory for the file at `version`, if any:
+    /// nothing is opened or read.
+    pub fn in_memory(&self, version: FileVersion, alg: ChecksumAlgorithm) -> Option<String> {
+        if self.mode == CacheMode::Off {
+            return None;
+        }
+        match self.memo().files.get(&version.key()) {
+            Some(e) if e.version == version => e
+                .sums
+                .iter()
+                .find(|(a, _)| *a == alg)
+                .map(|(_, v)| v.clone()),
+            _ => None,
+        }
     }
 
     /// Every value kept for the file as it is now.

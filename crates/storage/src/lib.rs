@@ -149,6 +149,15 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
         offset: u64,
         length: Option<u64>,
     ) -> Result<String, StorageError>;
+    /// The whole-file checksum of `alg` this storage has at hand for the file as it is now,
+    /// found without reading the file or its attributes (one `stat`): a value kept in this
+    /// process's memory. `None` sends the caller to [`Storage::checksum`]. The server asks
+    /// this on the session's own task, so it must not wait on anything slower than a `stat`
+    /// (a storage that switches identity for each call keeps the default).
+    fn checksum_at_hand(&self, path: &VirtualPath, alg: ChecksumAlgorithm) -> Option<String> {
+        let _ = (path, alg);
+        None
+    }
     /// The whole-file checksums this storage keeps, if it keeps any (see [`cache`]).
     fn checksum_cache(&self) -> Option<&ChecksumCache> {
         None

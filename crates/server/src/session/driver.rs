@@ -162,12 +162,15 @@ impl Driver {
                     m.forget_cache();
                 }
             }
-            Request::Storage(call) => {
+            Request::Storage(mut call) => {
                 let r = match self.storage.clone() {
-                    Some(s) => {
-                        self.held_while(async move { blocking(&s, call).await })
-                            .await?
-                    }
+                    Some(s) => match call.at_hand(&*s) {
+                        Some(answer) => Ok(answer),
+                        None => {
+                            self.held_while(async move { blocking(&s, call).await })
+                                .await?
+                        }
+                    },
                     None => Err(StorageError::PermissionDenied("not logged in".into())),
                 };
                 pi.storage_done(r);
@@ -548,7 +551,7 @@ impl RelaySink for ControlSink<'_> {
 /// Runs a storage call on the blocking pool.
 async fn blocking(storage: &Arc<dyn Storage>, call: StorageCall) -> Result<Answer, StorageError> {
     let s = Arc::clone(storage);
-    match tokio::task::spawn_blocking(move || call(&*s)).await {
+    match tokio::task::spawn_blocking(move || call.run(&*s)).await {
         Ok(r) => r,
         Err(e) => Err(StorageError::Io {
             path: String::new(),

@@ -280,3 +280,44 @@ fn ferry_records_that_do_not_parse_are_ignored() {
         ]
     );
 }
+
+#[test]
+fn at_hand_answers_only_from_memory_for_the_file_as_it_is_now() {
+    let (dir, s, p) = setup(CacheMode::Xattr, false);
+    let adler32 = ChecksumAlgorithm::Adler32;
+    // Nothing summed yet: the caller must read the file.
+    assert_eq!(s.checksum_at_hand(&p, adler32), None);
+    // Another process's record is on disk, but at hand means memory only.
+    s.checksum(&p, adler32, 0, None).expect("cksm");
+    let fresh = PosixStorage::open(dir.path(), false)
+        .expect("storage")
+        .with_checksum_cache(Arc::new(ChecksumCache::new(CacheMode::Xattr)));
+    assert_eq!(fresh.checksum_at_hand(&p, adler32), None);
+    // Summed by this storage: at hand, and only for the algorithm summed.
+    assert_eq!(s.checksum_at_hand(&p, adler32), Some(adler(DATA)));
+    assert_eq!(s.checksum_at_hand(&p, ChecksumAlgorithm::Md5), None);
+    // Changed (same size, new content): not at hand, and a read gives the new value.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let changed = DATA.to_ascii_uppercase();
+    std::fs::write(dir.path().join("f"), &changed).expect("write");
+    assert_eq!(s.checksum_at_hand(&p, adler32), None);
+    assert_eq!(s.checksum(&p, adler32, 0, None).expect("cksm"), adler(&changed));
+    // Missing files, directories and FIFOs (which an open would wait on) are never at hand.
+    let gone = VirtualPath::resolve(&VirtualPath::root(), "gone").expect("path");
+    assert_eq!(s.checksum_at_hand(&gone, adler32), None);
+    assert_eq!(s.checksum_at_hand(&VirtualPath::root(), adler32), None);
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        dir.path().join("fifo"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .expect("mkfifo");
+    let fifo = VirtualPath::resolve(&VirtualPath::root(), "fifo").expect("path");
+    assert_eq!(s.checksum_at_hand(&fifo, adler32), None);
+    // A cache that is off has nothing at hand.
+    let (_dir, off, p) = setup(CacheMode::Off, false);
+    off.checksum(&p, adler32, 0, None).expect("cksm");
+    assert_eq!(off.checksum_at_hand(&p, adler32), None);
+}

@@ -301,6 +301,14 @@ impl Storage for PosixStorage {
         checksum_cached(self, &handle, algorithm, offset, length)
     }
 
+    /// A `stat` by path (no open: a FIFO cannot block it), then the memory's value for that
+    /// version.
+    fn checksum_at_hand(&self, path: &VirtualPath, alg: ChecksumAlgorithm) -> Option<String> {
+        let cache = self.cache.as_deref()?;
+        let m = self.root.metadata(path.relative()).ok()?;
+        cache.in_memory(FileVersion::of_metadata(&m)?, alg)
+    }
+
     fn checksum_cache(&self) -> Option<&ChecksumCache> {
         self.cache.as_deref()
     }

@@ -14,9 +14,28 @@ use ferry_storage::{
 use super::stacks::StackKind;
 use super::{clamp_buffer, LoginState, Pending, Pi, Request};
 
-/// A call on the session's storage, made by the driver on a blocking thread.
-pub(crate) type StorageCall =
-    Box<dyn FnOnce(&dyn Storage) -> Result<Answer, StorageError> + Send + 'static>;
+/// A call on the session's storage, made by the driver on a blocking thread, unless the
+/// storage has the answer at hand.
+pub(crate) struct StorageCall {
+    /// Asked first, on the session's task: what the storage has without reading a file (see
+    /// [`Storage::checksum_at_hand`]).
+    at_hand: Option<AtHand>,
+    call: Box<dyn FnOnce(&dyn Storage) -> Result<Answer, StorageError> + Send + 'static>,
+}
+
+type AtHand = Box<dyn FnOnce(&dyn Storage) -> Option<Answer> + Send + 'static>;
+
+impl StorageCall {
+    /// The answer, if the storage has it at hand (asked once); else [`StorageCall::run`] it.
+    pub(crate) fn at_hand(&mut self, s: &dyn Storage) -> Option<Answer> {
+        self.at_hand.take().and_then(|ask| ask(s))
+    }
+
+    /// Makes the call (it may block on the storage).
+    pub(crate) fn run(self, s: &dyn Storage) -> Result<Answer, StorageError> {
+        (self.call)(s)
+    }
+}
 
 /// What a storage call found.
 #[derive(Debug)]
@@ -75,7 +94,24 @@ impl Pi {
         call: impl FnOnce(&dyn Storage) -> Result<Answer, StorageError> + Send + 'static,
     ) {
         self.pending = Some(Pending::Storage(then));
-        self.request(Request::Storage(Box::new(call)));
+        self.request(Request::Storage(StorageCall {
+            at_hand: None,
+            call: Box::new(call),
+        }));
+    }
+
+    /// As [`Pi::storage`], asking `at_hand` first.
+    fn storage_or_at_hand(
+        &mut self,
+        then: Then,
+        at_hand: impl FnOnce(&dyn Storage) -> Option<Answer> + Send + 'static,
+        call: impl FnOnce(&dyn Storage) -> Result<Answer, StorageError> + Send + 'static,
+    ) {
+        self.pending = Some(Pending::Storage(then));
+        self.request(Request::Storage(StorageCall {
+            at_hand: Some(Box::new(at_hand)),
+            call: Box::new(call),
+        }));
     }
 
     pub(super) fn cmd_file(&mut self, cmd: Command) {
@@ -192,9 +228,20 @@ impl Pi {
                     return Err(StorageError::UnsupportedAlgorithm(algorithm));
                 };
                 let vp = self.resolve(&path)?;
-                self.storage(Then::Cksm, move |s| {
-                    s.checksum(&vp, alg, offset, length).map(Answer::Sum)
-                });
+                if offset == 0 && length.is_none() {
+                    // A verified copy's CKSM, after the transfer that summed the file: the
+                    // value is in memory, and the blocking pool's hand-off would cost more.
+                    let whole = vp.clone();
+                    self.storage_or_at_hand(
+                        Then::Cksm,
+                        move |s| s.checksum_at_hand(&whole, alg).map(Answer::Sum),
+                        move |s| s.checksum(&vp, alg, offset, length).map(Answer::Sum),
+                    );
+                } else {
+                    self.storage(Then::Cksm, move |s| {
+                        s.checksum(&vp, alg, offset, length).map(Answer::Sum)
+                    });
+                }
             }
             other => self.reply(502, format!("{} not implemented.", other.verb())),
         }

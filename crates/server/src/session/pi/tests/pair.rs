@@ -221,8 +221,11 @@ impl Pair {
                 self.server.active_done(Ok(()));
             }
             Request::ForgetCache => self.forgot += 1,
-            Request::Storage(call) => {
-                let r = call(&*self.storage);
+            Request::Storage(mut call) => {
+                let r = match call.at_hand(&*self.storage) {
+                    Some(answer) => Ok(answer),
+                    None => call.run(&*self.storage),
+                };
                 self.server.storage_done(r);
             }
             Request::Transfer(run) => {
