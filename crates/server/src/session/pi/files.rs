@@ -20,10 +20,11 @@ pub(crate) struct StorageCall {
     /// Asked first, on the session's task: what the storage has without reading a file (see
     /// [`Storage::checksum_at_hand`]).
     at_hand: Option<AtHand>,
-    call: Box<dyn FnOnce(&dyn Storage) -> Result<Answer, StorageError> + Send + 'static>,
+    call: Call,
 }
 
 type AtHand = Box<dyn FnOnce(&dyn Storage) -> Option<Answer> + Send + 'static>;
+type Call = Box<dyn FnOnce(&dyn Storage) -> Result<Answer, StorageError> + Send + 'static>;
 
 impl StorageCall {
     /// The answer, if the storage has it at hand (asked once); else [`StorageCall::run`] it.
