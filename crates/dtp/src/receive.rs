@@ -234,6 +234,7 @@ impl ConnReader {
         for (at, n) in chunks(&header, buf.len()) {
             read_exact(conn, &mut buf[..n], job.idle).await?;
             store(job, &buf[..n], at)?;
+            self.stored(at, n);
             self.sum(job, &buf[..n], at);
         }
         Ok(self.finish(&header))
@@ -254,9 +255,19 @@ impl ConnReader {
         for (at, n) in chunks(&header, buf.len()) {
             conn.read_exact(&mut buf[..n])?;
             store(job, &buf[..n], at)?;
+            self.stored(at, n);
             self.sum(job, &buf[..n], at);
         }
         Ok(self.finish(&header))
+    }
+
+    /// Counts `n` bytes just stored at wire offset `at` for the next restart marker: a block
+    /// counts as it is written, not when it ends, so a slow stream's large block (several
+    /// MiB at a few Mbit/s) is not sent again when the transfer stops part way.
+    fn stored(&mut self, at: u64, n: usize) {
+        if let Ok(mut r) = self.mine.lock() {
+            r.insert(at, at + n as u64);
+        }
     }
 
     /// Sums payload just stored at wire offset `at`.
@@ -292,9 +303,6 @@ impl ConnReader {
         if len > 0 {
             self.received += len;
             self.tally.bytes += len;
-            if let Ok(mut r) = self.mine.lock() {
-                r.insert(header.offset, header.offset + len);
-            }
         }
         if header.descriptor.has(Descriptor::EOD) {
             let eof = header

@@ -47,6 +47,50 @@ async fn restart_markers_cover_exactly_the_bytes_received_so_far() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_still_arriving_is_marked_as_far_as_it_is_written() {
+    // A slow stream's large block (here 16 MiB, of which 6 MiB come): what is written counts
+    // before the block ends, so a client that stops the transfer resumes after it.
+    use tokio::io::AsyncWriteExt;
+    let srv = TestServer::start().await;
+    let data = random_bytes(6 << 20, 72);
+    let mut c = srv.login().await;
+    expect(&mut c, "TYPE I", 200).await;
+    expect(&mut c, "MODE E", 200).await;
+    expect(&mut c, "TREV RESTART 1", 200).await;
+    let addr = pasv(&mut c).await;
+    start_transfer(&mut c, "STOR part.bin").await;
+    let mut conn = data_connect(addr).await;
+    let header = ferry_proto::mode_e::BlockHeader::data(0, 16 << 20).encode();
+    conn.write_all(&header).await.expect("header");
+    conn.write_all(&data).await.expect("part of the payload");
+    let sent = RangeSet::from_range(0, data.len() as u64);
+    let mut marked = RangeSet::new();
+    while marked.total() < (4 << 20) {
+        let r = next_reply(&mut c).await;
+        let m = RestartMarker::from_reply(&r).unwrap_or_else(|| panic!("expected 111, got {r}"));
+        marked.merge(&m.0);
+        let mut beyond = marked.clone();
+        beyond.subtract(&sent);
+        assert!(beyond.is_empty(), "marker {r} covers bytes not sent");
+    }
+    // Everything marked is on disk as sent.
+    let on_disk = srv.read("part.bin");
+    for (start, end) in marked.iter() {
+        let (s, e) = (start as usize, end as usize);
+        assert!(on_disk.len() >= e && on_disk[s..e] == data[s..e], "marked {s}-{e}");
+    }
+    // The sender goes away mid-block: the transfer fails, and what was marked stays.
+    drop(conn);
+    let (_, fin) = final_reply(&mut c).await;
+    assert_eq!(fin.code, 426, "{fin}");
+    let kept = srv.read("part.bin");
+    for (start, end) in marked.iter() {
+        let (s, e) = (start as usize, end as usize);
+        assert!(kept.len() >= e && kept[s..e] == data[s..e], "marked {s}-{e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn perf_markers_arrive_as_112_multiline_replies_during_a_store() {
     let srv = TestServer::start().await;
     let data = random_bytes(40_000, 72);
