@@ -13,6 +13,7 @@ use crate::job::{FileCopy, FileCopyEvent, Retry};
 use crate::pipeline::{run_pipeline, take_batch};
 use crate::plan::{display, Job, Plan};
 use crate::request::FileRequest;
+use crate::retune::{Retune, Retuned, Watch};
 use crate::sessions::Sessions;
 use crate::url::Location;
 use crate::{ClientError, ErrorClass};
@@ -53,6 +54,8 @@ pub struct CopyOptions {
     pub gsi: crate::GsiOptions,
     /// Stops the copy: files in flight end with [`ClientError::Cancelled`] and no more start.
     pub cancel: CancellationToken,
+    /// A rule that may re-choose each file's streams from its first seconds (gcp's).
+    pub retune: Option<Retune>,
 }
 
 impl CopyOptions {
@@ -79,6 +82,7 @@ impl Default for CopyOptions {
             preserve: false,
             gsi: crate::GsiOptions::default(),
             cancel: CancellationToken::new(),
+            retune: None,
         }
     }
 }
@@ -416,11 +420,32 @@ async fn copy_one(
         stored: opts.request.restart.clone(),
         verify: opts.verify.clone(),
     };
+    let mut retune = opts.retune.as_ref();
+    if let (Some(_), Some(n)) = (
+        file.request.large_file_streams,
+        retune.and_then(|r| r.0.settled()),
+    ) {
+        // An earlier file of this copy found that more streams move it faster.
+        file.request.large_file_streams = Some(n);
+    }
     let started = Instant::now();
     let mut attempt = 1;
     loop {
+        // The rule's decision stops this run (not the copy) to resume with other streams.
+        let run_cancel = opts.cancel.child_token();
+        let mut watch = retune.map(|r| Watch::new(r, job.size, file.stored.total()));
         let mut on_event = |ev: FileCopyEvent| match ev {
-            FileCopyEvent::Performance { bytes, .. } => events(CopyEvent::Bytes { file: i, bytes }),
+            FileCopyEvent::Performance { bytes, seconds } => {
+                events(CopyEvent::Bytes { file: i, bytes });
+                if watch.as_mut().is_some_and(|w| w.sample(seconds, bytes)) {
+                    run_cancel.cancel();
+                }
+            }
+            FileCopyEvent::Moving { streams } => {
+                if let Some(w) = watch.as_mut() {
+                    w.moving(streams);
+                }
+            }
             FileCopyEvent::Stored { ranges } => events(CopyEvent::Stored {
                 file: i,
                 ranges: ranges.to_string(),
@@ -429,7 +454,20 @@ async fn copy_one(
             FileCopyEvent::Note { message } => events(CopyEvent::Note { message }),
             _ => {}
         };
-        match file.run(sessions, &opts.cancel, &mut on_event).await {
+        let result = file.run(sessions, &run_cancel, &mut on_event).await;
+        let verdict = watch.and_then(|w| w.verdict);
+        if verdict.is_some() {
+            retune = None;
+        }
+        let restream = match verdict {
+            Some(Retuned::Keep(why)) => {
+                events(CopyEvent::Note { message: why });
+                None
+            }
+            Some(Retuned::Streams(n, why)) => Some((n, why)),
+            _ => None,
+        };
+        match result {
             Ok(done) => {
                 if opts.preserve {
                     if let Some(message) = preserve(&job.src, &job.dst, sessions).await? {
@@ -445,6 +483,18 @@ async fn copy_one(
                     checksum: done.checksum,
                     tcp: done.tcp,
                 });
+            }
+            Err(e)
+                if matches!(e.error, ClientError::Cancelled)
+                    && !opts.cancel.is_cancelled()
+                    && restream.is_some() =>
+            {
+                let Some((n, why)) = restream else {
+                    return Err(e.error);
+                };
+                events(CopyEvent::Note { message: why });
+                file.request.parallelism = n;
+                file.stored = e.stored;
             }
             Err(e) if e.retry() == Retry::Resume && attempt <= opts.retries => {
                 attempt += 1;

@@ -63,6 +63,12 @@ pub enum FileCopyEvent {
         /// What was chosen and why, in a sentence.
         message: String,
     },
+    /// The data starts moving in MODE E over TCP on this many streams (after any fallback;
+    /// not said for stream mode, other transports or local copies).
+    Moving {
+        /// Parallel TCP streams of this run.
+        streams: u32,
+    },
     /// Both ends have this checksum.
     Checksum {
         /// The algorithm's name as servers spell it (`ADLER32`, `MD5` …).
@@ -269,6 +275,16 @@ impl FileCopy {
         }
         req.restart = stored.clone();
         req.checksums = self.verify.iter().map(|v| v.algorithm).collect();
+        let over_tcp = req.transport.as_deref().is_none_or(|t| t == "tcp");
+        let local = matches!(
+            (&self.src, &self.dst),
+            (Location::Local(_), Location::Local(_))
+        );
+        if stream_only.is_empty() && over_tcp && !local {
+            on_event(FileCopyEvent::Moving {
+                streams: req.parallelism,
+            });
+        }
         let mut on_progress = |p: Progress| match p {
             Progress::Bytes(bytes) => on_event(FileCopyEvent::Performance {
                 bytes,

@@ -221,6 +221,7 @@ pub(crate) fn run(args: GcpArgs) -> u8 {
             return exit::OK;
         }
         job.options.request.large_file_streams = tuning.large_file_streams;
+        job.options.retune = tuning.retune();
         job.options.request.congestion = tuning.congestion;
         let (code, measured) = run_job_async(job, sessions).await;
         if let Some((summary, elapsed)) = measured {

@@ -3,6 +3,9 @@
 //! hold), and an increase rule (a held path whose throughput moves by more than 15 % has
 //! changed: a quarter more while each step gains 3 %), so a faster path is found again.
 
+use std::sync::Mutex;
+
+use ferry_client::{FirstSeconds, RetuneRule, Retuned};
 use serde::{Deserialize, Serialize};
 
 use super::tune::{autotune_max, PathEntry};
@@ -95,6 +98,115 @@ pub(super) fn first_streams(rtt_ms: f64, window: Option<u64>) -> (u32, String) {
     (n, why)
 }
 
+/// How long a restart costs, about: a file with less than this left at the measured rate keeps
+/// its streams (new connections start slowly again, and the logins cost round trips).
+const RESTREAM_LEFT_S: f64 = 20.0;
+/// A run whose streams moved this much of what their windows allow is held by the windows.
+const WINDOW_BOUND: f64 = 0.75;
+
+/// The first copy's second look, from what the file's first seconds measured (the seed assumed
+/// 1 Gbit/s; this measures instead). Once slow start is past (`max(2 s, 20 RTTs)` after the
+/// data began), the rate over the next `max(2 s, 10 RTTs)` is the path's bandwidth when the
+/// streams are not held by their windows (each moves at most half its buffer, `window / 2`,
+/// per round trip): then the streams stay. When they are held (at least 3/4 of what the
+/// windows allow), the path may carry more than they can take: the copy resumes with twice the
+/// streams, at most 32, unless less than 20 s of it is left.
+pub(super) fn judge_first_seconds(
+    first: &FirstSeconds,
+    rtt_ms: f64,
+    window: Option<u64>,
+) -> Retuned {
+    let rtt = (rtt_ms / 1e3).max(1e-4);
+    let Some(&(began, _)) = first.samples.iter().find(|(_, b)| *b > 0) else {
+        return Retuned::Wait;
+    };
+    let ramp = (20.0 * rtt).max(2.0);
+    let span = (10.0 * rtt).max(2.0);
+    let Some(&(t0, b0)) = first.samples.iter().find(|(t, _)| *t >= began + ramp) else {
+        return Retuned::Wait;
+    };
+    let Some(&(t1, b1)) = first.samples.iter().find(|(t, _)| *t >= t0 + span) else {
+        return Retuned::Wait;
+    };
+    let bps = b1.saturating_sub(b0) as f64 * 8.0 / (t1 - t0);
+    let n = first.streams.max(1);
+    let measured = format!(
+        "the first {:.0} s moved {:.0} Mbit/s on {n} streams (bandwidth-delay product {})",
+        t1 - began,
+        bps / 1e6,
+        crate::present::human_bytes((bps / 8.0 * rtt) as u64)
+    );
+    let Some(window) = window.filter(|w| *w > 0) else {
+        return Retuned::Keep(format!(
+            "{measured}; this host's socket buffer limits cannot be read: streams kept"
+        ));
+    };
+    let allowed = f64::from(n) * window as f64 / 2.0 / rtt * 8.0;
+    if bps < WINDOW_BOUND * allowed {
+        return Retuned::Keep(format!(
+            "{measured}, {:.0} % of what their windows allow ({:.0} Mbit/s): the path, not the \
+             windows, sets the rate; streams kept",
+            100.0 * bps / allowed,
+            allowed / 1e6
+        ));
+    }
+    if n >= MAX_STREAMS {
+        return Retuned::Keep(format!(
+            "{measured}, held by their windows; already at the most streams ({MAX_STREAMS})"
+        ));
+    }
+    let left_s = first.left.map_or(f64::INFINITY, |b| b as f64 * 8.0 / bps);
+    if left_s < RESTREAM_LEFT_S {
+        return Retuned::Keep(format!(
+            "{measured}, held by their windows; {left_s:.0} s left, too little to restart on more"
+        ));
+    }
+    let more = (2 * n).min(MAX_STREAMS);
+    Retuned::Streams(
+        more,
+        format!(
+            "{measured}, {:.0} % of what their windows allow ({:.0} Mbit/s): the path carries \
+             more; resuming the rest on {more} streams from the ranges stored",
+            100.0 * bps / allowed,
+            allowed / 1e6
+        ),
+    )
+}
+
+/// [`judge_first_seconds`] for the files of one copy, remembering the most streams it asked
+/// for: later large files start there, and the cache learns it.
+pub(super) struct FirstSecondsRule {
+    pub(super) rtt_ms: f64,
+    pub(super) window: Option<u64>,
+    settled: Mutex<Option<u32>>,
+}
+
+impl FirstSecondsRule {
+    pub(super) fn new(rtt_ms: f64, window: Option<u64>) -> FirstSecondsRule {
+        FirstSecondsRule {
+            rtt_ms,
+            window,
+            settled: Mutex::new(None),
+        }
+    }
+}
+
+impl RetuneRule for FirstSecondsRule {
+    fn judge(&self, first: &FirstSeconds) -> Retuned {
+        let v = judge_first_seconds(first, self.rtt_ms, self.window);
+        if let Retuned::Streams(n, _) = &v {
+            if let Ok(mut s) = self.settled.lock() {
+                *s = Some(s.map_or(*n, |m| m.max(*n)));
+            }
+        }
+        v
+    }
+
+    fn settled(&self) -> Option<u32> {
+        self.settled.lock().ok().and_then(|s| *s)
+    }
+}
+
 /// One step of the stream search after a copy with `n` streams at `bps`; says what changed.
 pub(super) fn step_search(e: &mut PathEntry, n: u32, bps: f64) -> String {
     e.runs += 1;
@@ -173,6 +285,75 @@ mod tests {
         // A DTN's 64 MiB buffers need no more than the floor.
         assert_eq!(first_streams(75.0, Some(64 << 20)).0, 8);
         assert_eq!(first_streams(75.0, None).0, 8);
+    }
+
+    /// Samples every `every` seconds of a run that moves `mbit` Mbit/s from `start` on.
+    fn run_at(streams: u32, mbit: f64, start: f64, every: f64, until: f64) -> FirstSeconds {
+        let mut samples = Vec::new();
+        let mut t = every;
+        while t <= until {
+            let bytes = ((t - start).max(0.0) * mbit * 1e6 / 8.0) as u64;
+            samples.push((t, bytes));
+            t += every;
+        }
+        FirstSeconds {
+            streams,
+            samples,
+            left: Some(10 << 30),
+        }
+    }
+
+    #[test]
+    fn the_first_seconds_double_streams_held_by_their_windows_and_keep_the_others() {
+        let small = Some(64 << 10);
+        // Past slow start (2 s) and over 2 s more: not yet.
+        let early = run_at(16, 130.0, 1.0, 0.25, 4.5);
+        assert_eq!(judge_first_seconds(&early, 30.0, small), Retuned::Wait);
+        // 16 streams of 32 KiB per 30 ms allow 140 Mbit/s: 130 is held by the windows.
+        let held = run_at(16, 130.0, 1.0, 0.25, 6.0);
+        let Retuned::Streams(32, why) = judge_first_seconds(&held, 30.0, small) else {
+            panic!("16 window-bound streams should double");
+        };
+        assert!(why.contains("130 Mbit/s on 16 streams"), "{why}");
+        // A third-party copy's markers come every 5 s: judged at the third.
+        let tp = run_at(8, 100.0, 3.0, 5.0, 15.0);
+        assert!(matches!(
+            judge_first_seconds(&tp, 30.0, Some(32 << 10)),
+            Retuned::Streams(16, _)
+        ));
+        // The same rate with Linux's 4 MiB buffers is the path's, not the windows'.
+        let Retuned::Keep(why) = judge_first_seconds(&held, 30.0, Some(4 << 20)) else {
+            panic!("streams far from their windows' limit stay");
+        };
+        assert!(why.contains("the path, not the windows"), "{why}");
+        // Too little left to pay for a restart; already at the most; nothing to judge by.
+        let ending = FirstSeconds {
+            left: Some(100 << 20),
+            ..held.clone()
+        };
+        assert!(matches!(
+            judge_first_seconds(&ending, 30.0, small),
+            Retuned::Keep(w) if w.contains("too little to restart")
+        ));
+        let most = FirstSeconds {
+            streams: 32,
+            ..run_at(32, 260.0, 1.0, 0.25, 6.0)
+        };
+        assert!(matches!(judge_first_seconds(&most, 30.0, small), Retuned::Keep(_)));
+        assert!(matches!(judge_first_seconds(&held, 30.0, None), Retuned::Keep(_)));
+        // Nothing moved yet.
+        let idle = run_at(16, 0.0, 0.0, 0.25, 8.0);
+        assert_eq!(judge_first_seconds(&idle, 30.0, small), Retuned::Wait);
+    }
+
+    #[test]
+    fn a_copy_remembers_the_most_streams_its_files_asked_for() {
+        let rule = FirstSecondsRule::new(30.0, Some(64 << 10));
+        assert_eq!(rule.settled(), None);
+        rule.judge(&run_at(16, 130.0, 1.0, 0.25, 6.0));
+        assert_eq!(rule.settled(), Some(32));
+        rule.judge(&run_at(8, 65.0, 1.0, 0.25, 6.0));
+        assert_eq!(rule.settled(), Some(32), "a later file asking fewer does not lower it");
     }
 
     #[test]

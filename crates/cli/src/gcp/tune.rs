@@ -18,7 +18,7 @@ use ferry_client::{ClientError, Location, Sessions};
 use ferry_net::Congestion;
 use serde::{Deserialize, Serialize};
 
-use super::search::{choose_streams, step_search, Search};
+use super::search::{choose_streams, step_search, FirstSecondsRule, Search};
 
 /// Round trips from this up are long: there one loss costs cubic seconds of halved rate.
 const LONG_RTT_MS: f64 = 10.0;
@@ -96,6 +96,8 @@ pub(crate) struct Tuning {
     pub(crate) congestion: Option<Congestion>,
     /// The measurements, the choices and the reasons, for `--explain`.
     pub(crate) explained: Vec<String>,
+    /// The first copy on a path looks again once its first seconds are measured.
+    first_seconds: Option<std::sync::Arc<FirstSecondsRule>>,
     learning: Option<Learning>,
 }
 
@@ -212,12 +214,20 @@ impl PathEntry {
 }
 
 impl Tuning {
+    /// The rule that re-chooses streams from a file's first seconds, when this copy has one.
+    pub(crate) fn retune(&self) -> Option<ferry_client::Retune> {
+        self.first_seconds.as_ref().map(|r| {
+            ferry_client::Retune(std::sync::Arc::clone(r) as std::sync::Arc<_>)
+        })
+    }
+
     /// No tuning: what `--no-tune` and local copies get.
     pub(crate) fn none(why: &str) -> Tuning {
         Tuning {
             large_file_streams: None,
             congestion: None,
             explained: vec![format!("tuning: none ({why})")],
+            first_seconds: None,
             learning: None,
         }
     }
@@ -284,6 +294,15 @@ impl Tuning {
             }
             None => Some(choose_streams(&entry, &mut explained)),
         };
+        // With nothing measured on the path yet, the first seconds of the copy measure it.
+        let first_seconds = (streams.is_some() && entry.best_streams.is_none()).then(|| {
+            explained.push(
+                "then: the first seconds of each large file measure the path; streams held by \
+                 their windows double (see the notes with -v)"
+                    .into(),
+            );
+            std::sync::Arc::new(FirstSecondsRule::new(entry.rtt_ms, autotune_max()))
+        });
         if matches!((src, dest), (Location::Remote(_), Location::Remote(_))) && streams.is_some() {
             explained.push(
                 "(third party: this host's socket limits stand in for the servers', which the \
@@ -295,6 +314,7 @@ impl Tuning {
             large_file_streams: streams,
             congestion,
             explained,
+            first_seconds,
             learning: file.map(|file| Learning {
                 key,
                 entry,
@@ -336,6 +356,15 @@ impl Tuning {
             l.entry = PathEntry::probed(l.entry.rtt_ms, l.entry.offered, l.entry.sender);
         }
         l.entry.congestion = congestion;
+        let restreamed = self.first_seconds.as_ref().and_then(|r| {
+            use ferry_client::RetuneRule;
+            r.settled()
+        });
+        if let Some(n) = restreamed {
+            // The first seconds showed the streams held by their windows: the copy ended on
+            // more, and the search goes on upwards from there.
+            l.streams = Some(n);
+        }
         // The search learns from copies whose large files had the chosen streams: what the data
         // connections show (the most any file had), or a single file where no figures came.
         let large = match (tcp, l.streams) {
@@ -365,7 +394,17 @@ impl Tuning {
                 "measured: {:.0} Mbit/s with {n} streams for large files",
                 bps / 1e6
             ));
-            said.push(step_search(&mut l.entry, n, bps));
+            let next = step_search(&mut l.entry, n, bps);
+            if restreamed.is_some() {
+                l.entry.search = Search::Increase;
+                said.push(
+                    "next copy: more streams, while each step gains 3 % (the first seconds \
+                     found the streams held by their windows)"
+                        .into(),
+                );
+            } else {
+                said.push(next);
+            }
         } else {
             said.push(format!("measured: {:.0} Mbit/s", bps / 1e6));
         }
