@@ -251,3 +251,102 @@ fn a_server_that_cannot_be_reached_fails_the_copy_once_with_the_network_exit_cod
     );
     assert!(!dest.exists());
 }
+
+/// Netlab's 60 ms, 1 Gbit/s path with both hosts' socket buffers capped at 64 KiB: the first
+/// copy's 16 streams (the seed's 1 Gbit/s assumed) can move about 70 Mbit/s. Its first seconds
+/// show the streams held by their windows, and the copy resumes on 32 from the ranges the
+/// client stored; the file arrives whole, the second RETR sends only what the first did not.
+#[test]
+fn streams_held_by_their_windows_double_after_the_first_seconds_and_resume_where_they_were() {
+    use common::netlab::{missing, Lab};
+    if let Some(why) = missing("gcp first-seconds netlab test") {
+        eprintln!("{why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let size = 320 * MIB;
+    let bytes = random_bytes(size, 93);
+    std::fs::write(root.join("big.bin"), &bytes).unwrap();
+    let log = dir.path().join("transfers.jsonl");
+    let mut lab = Lab::up(dir.path(), "wan-60ms", "t-first", Some("cubic"));
+    for host in ["a", "b"] {
+        let set = lab
+            .cmd(
+                host,
+                &[
+                    "sysctl",
+                    "-w",
+                    "net.ipv4.tcp_rmem=4096 65536 65536",
+                    "net.ipv4.tcp_wmem=4096 65536 65536",
+                ],
+            )
+            .output()
+            .unwrap();
+        assert!(set.status.success(), "sysctl in {host}: {set:?}");
+    }
+    let b = lab.addr("b");
+    let args: Vec<String> = [
+        "--listen",
+        &format!("{b}:2811"),
+        "--anonymous",
+        "--root",
+        root.to_str().unwrap(),
+        "--log-transfer",
+        log.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    lab.serve("b", 2811, &args, &dir.path().join("serve.err"));
+    let got = dir.path().join("got.bin");
+    let cache = dir.path().join("cache");
+    let out = lab
+        .cmd(
+            "a",
+            &[
+                "env",
+                &format!("XDG_CACHE_HOME={}", cache.display()),
+                env!("CARGO_BIN_EXE_ferry"),
+                "cp",
+                "--explain",
+                "--congestion",
+                "system",
+                &format!("ftp://{b}:2811/big.bin"),
+                got.to_str().unwrap(),
+            ],
+        )
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "gcp: {err}");
+    assert!(std::fs::read(&got).unwrap() == bytes, "bytes differ");
+    for said in [
+        "streams: 16 for files of 16 MiB and more (first copy",
+        "of what their windows allow",
+        "resuming the rest on 32 streams from the ranges stored",
+        "next copy: more streams",
+    ] {
+        assert!(err.contains(said), "gcp should say {said:?}: {err}");
+    }
+    let retrs: Vec<serde_json::Value> = transfers(&log)
+        .into_iter()
+        .filter(|t| t["command"] == "RETR")
+        .collect();
+    assert_eq!(retrs.len(), 2, "one stopped RETR, one resumed: {retrs:?}");
+    assert_ne!(retrs[0]["code"], 226, "{:?}", retrs[0]);
+    let (resumed, streams) = (&retrs[1]["bytes"], &retrs[1]["streams"]);
+    assert_eq!((&retrs[1]["code"], streams), (&226.into(), &32.into()));
+    let resumed = resumed.as_u64().unwrap();
+    assert!(
+        resumed > 0 && resumed < size as u64,
+        "the second RETR sends only what the client lacked: {resumed} of {size}"
+    );
+    let kept: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(cache.join("ferry/gcp-paths.json")).unwrap())
+            .unwrap();
+    let path = kept["paths"].as_object().unwrap().values().next().unwrap();
+    assert_eq!((&path["streams"], &path["search"]), (&32.into(), &"increase".into()));
+    drop(lab);
+}
