@@ -49,6 +49,10 @@ class Options:
     udt_seconds: int = 20
     multilink_size: int = 0
     multilink_congestion: tuple = ("cubic",)
+    gcp_parts: tuple = ("paths",)
+    gcp_paths: tuple = ("4ms", "15ms", "75ms", "60ms-1pct", "200ms-0.1pct")
+    gcp_congestion: tuple = ("cubic",)
+    gcp_largest: int = 10 << 30
 
 
 def _int_list(text: str) -> list[int]:
@@ -131,6 +135,17 @@ def parse_options(argv, scenario_names) -> Options:
                    help="udt: netlab transfers are sized to last at least this long (default 20)")
     p.add_argument("--multilink-size", type=parse_size,
                    help="multilink: the file sent to every destination (default 48M; quick 16M)")
+    gcp_parts = ("paths", "sizes", "tree")
+    p.add_argument("--gcp-parts", type=_name_list(gcp_parts), default=["paths"],
+                   help="gcp: paths (one size per path, with the guc sweep), sizes (1 KiB up to --gcp-largest), "
+                        "tree (10 000 x 4 KiB, recursive); default paths")
+    gcp_paths = ("4ms", "15ms", "75ms", "60ms-1pct", "200ms-0.1pct")
+    p.add_argument("--gcp-paths", type=_name_list(gcp_paths), default=list(gcp_paths),
+                   help=f"gcp: which netlab paths (default all: {','.join(gcp_paths)})")
+    p.add_argument("--gcp-congestion", type=_name_list(("cubic", "bbr")), default=["cubic"],
+                   help="gcp: the hosts' congestion control, one or both (default cubic)")
+    p.add_argument("--gcp-largest", type=parse_size, default=parse_size("10G"),
+                   help="gcp sizes: the largest file on clean paths (default 10G; lossy paths stop at 1G)")
     p.add_argument("--multilink-congestion", type=_name_list(("cubic", "bbr")), default=["cubic"],
                    help="multilink: the hosts' congestion controls, each a full run (default cubic; the "
                         "links lose nothing, so the two differ little)")
@@ -170,4 +185,8 @@ def parse_options(argv, scenario_names) -> Options:
         udt_seconds=a.udt_seconds,
         multilink_size=a.multilink_size if a.multilink_size is not None else parse_size("16M" if q else "48M"),
         multilink_congestion=tuple(a.multilink_congestion),
+        gcp_parts=tuple(a.gcp_parts),
+        gcp_paths=tuple(a.gcp_paths),
+        gcp_congestion=tuple(a.gcp_congestion),
+        gcp_largest=a.gcp_largest,
     )
