@@ -347,6 +347,9 @@ fn streams_held_by_their_windows_double_after_the_first_seconds_and_resume_where
         serde_json::from_slice(&std::fs::read(cache.join("ferry/gcp-paths.json")).unwrap())
             .unwrap();
     let path = kept["paths"].as_object().unwrap().values().next().unwrap();
-    assert_eq!((&path["streams"], &path["search"]), (&32.into(), &"increase".into()));
+    assert_eq!(
+        (&path["streams"], &path["search"]),
+        (&32.into(), &"increase".into())
+    );
     drop(lab);
 }

@@ -339,8 +339,14 @@ mod tests {
             streams: 32,
             ..run_at(32, 260.0, 1.0, 0.25, 6.0)
         };
-        assert!(matches!(judge_first_seconds(&most, 30.0, small), Retuned::Keep(_)));
-        assert!(matches!(judge_first_seconds(&held, 30.0, None), Retuned::Keep(_)));
+        assert!(matches!(
+            judge_first_seconds(&most, 30.0, small),
+            Retuned::Keep(_)
+        ));
+        assert!(matches!(
+            judge_first_seconds(&held, 30.0, None),
+            Retuned::Keep(_)
+        ));
         // Nothing moved yet.
         let idle = run_at(16, 0.0, 0.0, 0.25, 8.0);
         assert_eq!(judge_first_seconds(&idle, 30.0, small), Retuned::Wait);
@@ -353,7 +359,11 @@ mod tests {
         rule.judge(&run_at(16, 130.0, 1.0, 0.25, 6.0));
         assert_eq!(rule.settled(), Some(32));
         rule.judge(&run_at(8, 65.0, 1.0, 0.25, 6.0));
-        assert_eq!(rule.settled(), Some(32), "a later file asking fewer does not lower it");
+        assert_eq!(
+            rule.settled(),
+            Some(32),
+            "a later file asking fewer does not lower it"
+        );
     }
 
     #[test]

@@ -216,9 +216,9 @@ impl PathEntry {
 impl Tuning {
     /// The rule that re-chooses streams from a file's first seconds, when this copy has one.
     pub(crate) fn retune(&self) -> Option<ferry_client::Retune> {
-        self.first_seconds.as_ref().map(|r| {
-            ferry_client::Retune(std::sync::Arc::clone(r) as std::sync::Arc<_>)
-        })
+        self.first_seconds
+            .as_ref()
+            .map(|r| ferry_client::Retune(std::sync::Arc::clone(r) as std::sync::Arc<_>))
     }
 
     /// No tuning: what `--no-tune` and local copies get.

@@ -77,7 +77,10 @@ async fn a_block_still_arriving_is_marked_as_far_as_it_is_written() {
     let on_disk = srv.read("part.bin");
     for (start, end) in marked.iter() {
         let (s, e) = (start as usize, end as usize);
-        assert!(on_disk.len() >= e && on_disk[s..e] == data[s..e], "marked {s}-{e}");
+        assert!(
+            on_disk.len() >= e && on_disk[s..e] == data[s..e],
+            "marked {s}-{e}"
+        );
     }
     // The sender goes away mid-block: the transfer fails, and what was marked stays.
     drop(conn);
@@ -86,7 +89,10 @@ async fn a_block_still_arriving_is_marked_as_far_as_it_is_written() {
     let kept = srv.read("part.bin");
     for (start, end) in marked.iter() {
         let (s, e) = (start as usize, end as usize);
-        assert!(kept.len() >= e && kept[s..e] == data[s..e], "marked {s}-{e}");
+        assert!(
+            kept.len() >= e && kept[s..e] == data[s..e],
+            "marked {s}-{e}"
+        );
     }
 }
 

@@ -301,7 +301,10 @@ fn at_hand_answers_only_from_memory_for_the_file_as_it_is_now() {
     let changed = DATA.to_ascii_uppercase();
     std::fs::write(dir.path().join("f"), &changed).expect("write");
     assert_eq!(s.checksum_at_hand(&p, adler32), None);
-    assert_eq!(s.checksum(&p, adler32, 0, None).expect("cksm"), adler(&changed));
+    assert_eq!(
+        s.checksum(&p, adler32, 0, None).expect("cksm"),
+        adler(&changed)
+    );
     // Missing files, directories and FIFOs (which an open would wait on) are never at hand.
     let gone = VirtualPath::resolve(&VirtualPath::root(), "gone").expect("path");
     assert_eq!(s.checksum_at_hand(&gone, adler32), None);
