@@ -67,6 +67,20 @@ pub struct ControlClient {
     gss: Option<Box<SecurityContext>>,
     /// The wire's replies on a protected session, before they are opened.
     wire: ReplyParser,
+    /// Commands queued with [`ControlClient::defer`] whose replies are not read yet, oldest
+    /// first: they leave with the next command and their replies come before its own.
+    deferred: std::collections::VecDeque<Deferred>,
+    /// Set when a deferred command was refused: replies after it were not read, so the
+    /// connection is out of step and takes no more commands.
+    out_of_step: bool,
+}
+
+/// A command sent ahead of the one whose reply a caller waits for.
+#[derive(Debug)]
+struct Deferred {
+    shown: String,
+    /// A refusal is logged and the session goes on (the server keeps its default).
+    may_refuse: bool,
 }
 
 impl ControlClient {
@@ -147,6 +161,8 @@ impl ControlClient {
             peer: addr,
             gss: None,
             wire: ReplyParser::new(),
+            deferred: std::collections::VecDeque::new(),
+            out_of_step: false,
         };
         let banner = c.read_reply().await?;
         if banner.code != 220 {
@@ -168,8 +184,69 @@ impl ControlClient {
         self.stream.local_addr()
     }
 
-    /// Reads the next complete reply (opened, on a protected session).
+    /// Queues a command whose reply the caller does not wait for: it leaves with the next
+    /// command sent (one write, one round trip for both), and its reply is read and checked
+    /// before that command's. A refusal then fails that read, naming the deferred command, and
+    /// leaves the connection out of step (it takes no more commands), unless `may_refuse`.
+    /// Only for commands with one reply and no preliminary one (settings: TYPE, MODE, OPTS,
+    /// SITE BLOCKSIZE, TREV, PORT).
+    pub(crate) fn defer(&mut self, cmd: &Command, may_refuse: bool) {
+        let shown = shown(cmd);
+        tracing::debug!("{} > {shown} (deferred)", self.peer);
+        self.pi.send(cmd);
+        self.deferred.push_back(Deferred { shown, may_refuse });
+    }
+
+    /// Whether a refused deferred command left the connection out of step.
+    pub(crate) fn out_of_step(&self) -> bool {
+        self.out_of_step
+    }
+
+    /// Reads the next complete reply (opened, on a protected session), after the replies of
+    /// any deferred commands.
     pub async fn read_reply(&mut self) -> Result<Reply, ClientError> {
+        if self.out_of_step {
+            return Err(ClientError::Network(format!(
+                "{}: the control connection is out of step after a refused command",
+                self.peer
+            )));
+        }
+        if !self.deferred.is_empty() {
+            // Deferred commands nothing followed yet leave now.
+            self.transmit().await?;
+        }
+        // Cancel-safe (a transfer's watch drops this future when data moves): an entry leaves
+        // the queue only once its reply has been read.
+        while !self.deferred.is_empty() {
+            let r = self.next_reply().await?;
+            let Some(d) = self.deferred.pop_front() else {
+                break;
+            };
+            if r.code < 400 {
+                continue;
+            }
+            if d.may_refuse {
+                tracing::info!(
+                    "{} refused {}: {} {}",
+                    self.peer,
+                    d.shown,
+                    r.code,
+                    r.text().trim()
+                );
+                continue;
+            }
+            self.out_of_step = true;
+            return Err(ClientError::Refused {
+                command: d.shown,
+                reply: r,
+            });
+        }
+        self.next_reply().await
+    }
+
+    /// Reads the next complete reply from the wire. Cancel-safe: what was read is kept in the
+    /// parser until a later call takes it.
+    async fn next_reply(&mut self) -> Result<Reply, ClientError> {
         loop {
             if let Some(a) = self.pi.poll_reply()? {
                 let r = a.reply;
@@ -381,5 +458,103 @@ pub(crate) fn shown(cmd: &Command) -> String {
     match cmd {
         Command::Pass(_) => "PASS ****".into(),
         c => c.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_proto::command::{TransferType, TrevEvent};
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    use tokio::net::TcpListener;
+
+    /// A server that greets, then answers the lines it reads with `answers`, in order, and
+    /// reports every line it got.
+    async fn scripted(
+        answers: Vec<&'static str>,
+    ) -> (SocketAddr, tokio::task::JoinHandle<Vec<String>>) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            let (s, _) = l.accept().await.unwrap();
+            let (r, mut w) = s.into_split();
+            w.write_all(b"220 hello\r\n").await.unwrap();
+            let mut lines = BufReader::new(r).lines();
+            let mut got = Vec::new();
+            for a in answers {
+                let Ok(Some(line)) = lines.next_line().await else {
+                    break;
+                };
+                got.push(line);
+                w.write_all(format!("{a}\r\n").as_bytes()).await.unwrap();
+            }
+            got
+        });
+        (addr, task)
+    }
+
+    #[tokio::test]
+    async fn deferred_commands_leave_with_the_next_and_their_replies_come_first() {
+        let (addr, server) = scripted(vec!["200 type", "500 no TREV", "213 42", "221 bye"]).await;
+        let mut c = ControlClient::connect(addr).await.unwrap();
+        c.defer(&Command::Type(TransferType::Image), false);
+        let trev = Command::Trev {
+            event: TrevEvent::Restart,
+            interval: 1,
+        };
+        c.defer(&trev, true);
+        // The refused TREV may be refused: SIZE gets its own reply.
+        let r = c.command(&Command::Size("/f".into())).await.unwrap();
+        assert_eq!((r.code, r.text().trim()), (213, "42"));
+        assert!(!c.out_of_step());
+        c.command(&Command::Quit).await.unwrap();
+        let got = server.await.unwrap();
+        assert_eq!(got, ["TYPE I", "TREV RESTART 1", "SIZE /f", "QUIT"]);
+    }
+
+    #[tokio::test]
+    async fn a_refused_deferred_command_fails_the_next_read_and_leaves_the_session_out_of_step() {
+        let (addr, _server) = scripted(vec!["501 no such mode", "213 42"]).await;
+        let mut c = ControlClient::connect(addr).await.unwrap();
+        c.defer(
+            &Command::Mode(ferry_proto::command::TransferMode::Extended),
+            false,
+        );
+        match c.command(&Command::Size("/f".into())).await {
+            Err(ClientError::Refused { command, reply }) => {
+                assert_eq!((command.as_str(), reply.code), ("MODE E", 501));
+            }
+            other => panic!("the deferred MODE E's refusal should fail the read: {other:?}"),
+        }
+        assert!(c.out_of_step());
+        assert!(matches!(c.read_reply().await, Err(ClientError::Network(_))));
+    }
+
+    #[tokio::test]
+    async fn a_read_dropped_before_the_deferred_reply_came_keeps_it_queued() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let (go, wait) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            s.write_all(b"220 hello\r\n").await.unwrap();
+            let _ = wait.await;
+            s.write_all(b"200 port\r\n150 go\r\n").await.unwrap();
+            s
+        });
+        let mut c = ControlClient::connect(addr).await.unwrap();
+        c.defer(&Command::Type(TransferType::Image), false);
+        c.send(&Command::Retr("/f".into())).await.unwrap();
+        // A transfer's watch drops the read when data moves first.
+        let early =
+            tokio::time::timeout(std::time::Duration::from_millis(50), c.read_reply()).await;
+        assert!(early.is_err(), "nothing came yet");
+        go.send(()).unwrap();
+        let r = c.read_reply().await.unwrap();
+        assert_eq!(
+            r.code, 150,
+            "the deferred reply is still taken first: {r:?}"
+        );
+        drop(server);
     }
 }

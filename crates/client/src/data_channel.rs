@@ -40,7 +40,8 @@ impl RemoteSession {
         }
         let ip = self.ctl.local_addr()?.ip();
         let cmd = listen_locally(&mut self.dtp, ip, tuning, self.data_stack.clone()).await?;
-        self.expect_ok(&cmd).await?;
+        // Its reply is read before the transfer command's, which leaves with it.
+        self.ctl.defer(&cmd, false);
         self.data = DataSetup::Listening;
         Ok(())
     }

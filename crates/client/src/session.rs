@@ -191,7 +191,7 @@ impl RemoteSession {
     /// session out of step with its server only closes its data connections.
     pub async fn close(mut self) {
         ferry_dtp::DataMover::close(&mut self.dtp).await;
-        if self.broken {
+        if self.is_broken() {
             return;
         }
         let limit = Duration::from_secs(2) + self.rtt * 2;
@@ -210,6 +210,12 @@ impl RemoteSession {
     /// Round trip of one command on the control channel, measured at login.
     pub fn rtt(&self) -> Duration {
         self.rtt
+    }
+
+    /// Whether the session is out of step with its server (a pipelined exchange failed part
+    /// way, or a deferred command was refused): it takes no more commands.
+    pub(crate) fn is_broken(&self) -> bool {
+        self.broken || self.ctl.out_of_step()
     }
 
     /// Whether FEAT listed a feature (by name prefix, as the Globus client matches).
@@ -241,7 +247,7 @@ impl RemoteSession {
     /// TYPE I, once.
     pub(crate) async fn binary_type(&mut self) -> Result<(), ClientError> {
         if !self.type_image {
-            self.expect_ok(&Command::Type(TransferType::Image)).await?;
+            self.ctl.defer(&Command::Type(TransferType::Image), false);
             self.type_image = true;
         }
         Ok(())
@@ -286,7 +292,7 @@ impl RemoteSession {
     /// Stream mode (MODE S) for the next transfer, from MODE E if the session was in it.
     pub(crate) async fn stream_mode(&mut self) -> Result<(), ClientError> {
         if self.mode == TransferMode::Extended {
-            self.expect_ok(&Command::Mode(TransferMode::Stream)).await?;
+            self.ctl.defer(&Command::Mode(TransferMode::Stream), false);
             self.mode = TransferMode::Stream;
         }
         Ok(())
@@ -299,8 +305,8 @@ impl RemoteSession {
             return Ok(TransferMode::Stream);
         }
         if self.mode != TransferMode::Extended {
-            self.expect_ok(&Command::Mode(TransferMode::Extended))
-                .await?;
+            self.ctl
+                .defer(&Command::Mode(TransferMode::Extended), false);
             self.mode = TransferMode::Extended;
         }
         Ok(TransferMode::Extended)
@@ -324,12 +330,11 @@ impl RemoteSession {
     pub(crate) async fn frequent_restart_markers(&mut self) -> Result<(), ClientError> {
         if !self.trev_sent {
             self.trev_sent = true;
-            self.ctl
-                .command(&Command::Trev {
-                    event: TrevEvent::Restart,
-                    interval: 1,
-                })
-                .await?;
+            let trev = Command::Trev {
+                event: TrevEvent::Restart,
+                interval: 1,
+            };
+            self.ctl.defer(&trev, true);
         }
         Ok(())
     }
@@ -337,7 +342,7 @@ impl RemoteSession {
     /// `OPTS RETR Parallelism=n,n,n;` when the server will send.
     pub(crate) async fn sender_parallelism(&mut self, n: u32) -> Result<(), ClientError> {
         if self.parallelism != Some(n) {
-            self.expect_ok(&parallelism_opts(n)).await?;
+            self.ctl.defer(&parallelism_opts(n), false);
             self.parallelism = Some(n);
         }
         Ok(())
@@ -353,8 +358,10 @@ impl RemoteSession {
         if self.block_size == bytes || !self.has_feature("SITE BLOCKSIZE") {
             return Ok(());
         }
-        self.expect_ok(&Command::Site(SiteCommand::BlockSize(bytes.unwrap_or(0))))
-            .await?;
+        self.ctl.defer(
+            &Command::Site(SiteCommand::BlockSize(bytes.unwrap_or(0))),
+            false,
+        );
         self.block_size = bytes;
         Ok(())
     }

@@ -48,7 +48,7 @@ impl Sessions {
 
     /// The session for `url`'s server, connecting the first time.
     pub async fn get(&mut self, url: &RemoteUrl) -> Result<&mut RemoteSession, ClientError> {
-        self.open.retain(|s| !s.broken);
+        self.open.retain(|s| !s.is_broken());
         let found = self.open.iter().position(|s| s.server().same_server(url));
         let i = match found {
             Some(i) => i,
@@ -79,7 +79,7 @@ impl Sessions {
         a: &RemoteUrl,
         b: &RemoteUrl,
     ) -> Result<(&mut RemoteSession, &mut RemoteSession), ClientError> {
-        self.open.retain(|s| !s.broken);
+        self.open.retain(|s| !s.is_broken());
         let ia = match self.open.iter().position(|s| s.server().same_server(a)) {
             Some(i) => i,
             None => {
