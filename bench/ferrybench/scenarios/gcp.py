@@ -140,7 +140,7 @@ def _tree_source():
 
 def _sizes(ctx, lab, tmp, label, loss, guc_size, best_flags, rates, result):
     """gcp first and cached, guc with no flags and guc with the path's best setting, per size."""
-    largest = LOSSY_LARGEST if loss else ctx.options.gcp_largest
+    largest = min(LOSSY_LARGEST, ctx.options.gcp_largest) if loss else ctx.options.gcp_largest
     for size in [n for n in SIZES if n <= largest]:
         src = _source(size)
         cache = tempfile.mkdtemp(dir=tmp)
@@ -294,7 +294,7 @@ def _all_paths(ctx, tmp, cc, result):
                                  ratio(s("gcp first"), best), ratio(s("gcp cached"), best), ratio(s("gcp first"), s("guc"))])
                 if "sizes" in o.gcp_parts:
                     _sizes(ctx, lab, tmp, label, loss, guc_size, best_flags, size_rates, result)
-                    for n in [n for n in SIZES if n <= (LOSSY_LARGEST if loss else o.gcp_largest)]:
+                    for n in [n for n in SIZES if n <= (min(LOSSY_LARGEST, o.gcp_largest) if loss else o.gcp_largest)]:
                         t = lambda k: summarize(size_rates.get((label, n, k), []))  # noqa: E731
                         mbit = lambda x: f"{n * 8 / x.median / 1e6:.1f}" if x.n else "–"  # noqa: E731
                         rel = lambda a, b: f"{b.median / a.median:.2f}" if a.n and b.n else "–"  # noqa: E731
