@@ -192,7 +192,9 @@ impl ControlClient {
     /// SITE BLOCKSIZE, TREV, PORT).
     pub(crate) fn defer(&mut self, cmd: &Command, may_refuse: bool) {
         let shown = shown(cmd);
-        tracing::debug!("{} > {shown} (deferred)", self.peer);
+        // Logged as any command sent (tests and users read the dialogue from these lines); it
+        // leaves with the next one.
+        tracing::debug!("{} > {shown}", self.peer);
         self.pi.send(cmd);
         self.deferred.push_back(Deferred { shown, may_refuse });
     }
