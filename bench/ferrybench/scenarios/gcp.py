@@ -114,6 +114,17 @@ def _gbit(size, wall):
     return size * 8 / wall / 1e9
 
 
+def _attempt(ctx, lab, cmd, what, result):
+    """The wall time of `cmd` in host a, or None with the failure noted."""
+    ctx.log(f"gcp: {what}")
+    try:
+        return _timed(lab, cmd, 900)
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        ctx.failures += 1
+        result.notes.append(f"{what} failed: {str(e).splitlines()[0]}")
+        return None
+
+
 def _size_name(n):
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if n >= 1 << shift:
@@ -157,12 +168,8 @@ def _sizes(ctx, lab, tmp, label, loss, guc_size, best_flags, rates, result):
                 if name == "gcp first":
                     shutil.rmtree(cache, ignore_errors=True)
                     os.makedirs(cache)
-                ctx.log(f"gcp sizes: {label} {_size_name(size)} run {r + 1}: {name}")
-                try:
-                    wall = _timed(lab, cmd, 900)
-                except (RuntimeError, subprocess.TimeoutExpired) as e:
-                    ctx.failures += 1
-                    result.notes.append(f"{label} {_size_name(size)} {name} run {r + 1} failed: {str(e).splitlines()[0]}")
+                wall = _attempt(ctx, lab, cmd, f"{label} {_size_name(size)} run {r + 1}: {name}", result)
+                if wall is None:
                     continue
                 key = "guc best" if name.startswith("guc -") else name
                 rates.setdefault((label, size, key), []).append(wall)
@@ -268,12 +275,9 @@ def _all_paths(ctx, tmp, cc, result):
                                                              f"ftp://10.77.0.2:{PORT_GLOBUS}{sweep_src}",
                                                              "file:///dev/null"], sweep_size))
                         for name, cmd, n in subjects:
-                            ctx.log(f"gcp: {label} ({cc}) run {r + 1}: {name}, {n >> 20} MiB")
-                            try:
-                                wall = _timed(lab, cmd, 900)
-                            except (RuntimeError, subprocess.TimeoutExpired) as e:
-                                ctx.failures += 1
-                                result.notes.append(f"{label} ({cc}) {name} run {r + 1} failed: {str(e).splitlines()[0]}")
+                            wall = _attempt(ctx, lab, cmd, f"{label} ({cc}) run {r + 1}: {name}, {n >> 20} MiB",
+                                            result)
+                            if wall is None:
                                 continue
                             g = _gbit(n, wall)
                             rates.setdefault((label, name), []).append(g)
