@@ -24,6 +24,7 @@ mod session;
 mod session_key;
 mod sessions;
 mod stream;
+mod tcp_settings;
 mod third_party;
 mod transfer;
 pub mod url;

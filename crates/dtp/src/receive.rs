@@ -234,8 +234,7 @@ impl ConnReader {
         for (at, n) in chunks(&header, buf.len()) {
             read_exact(conn, &mut buf[..n], job.idle).await?;
             store(job, &buf[..n], at)?;
-            self.stored(at, n);
-            self.sum(job, &buf[..n], at);
+            self.stored(job, &buf[..n], at);
         }
         Ok(self.finish(&header))
     }
@@ -255,23 +254,18 @@ impl ConnReader {
         for (at, n) in chunks(&header, buf.len()) {
             conn.read_exact(&mut buf[..n])?;
             store(job, &buf[..n], at)?;
-            self.stored(at, n);
-            self.sum(job, &buf[..n], at);
+            self.stored(job, &buf[..n], at);
         }
         Ok(self.finish(&header))
     }
 
-    /// Counts `n` bytes just stored at wire offset `at` for the next restart marker: a block
-    /// counts as it is written, not when it ends, so a slow stream's large block (several
-    /// MiB at a few Mbit/s) is not sent again when the transfer stops part way.
-    fn stored(&mut self, at: u64, n: usize) {
+    /// Payload just stored at wire offset `at`: it counts for the next restart marker now,
+    /// not at the block's end (a slow stream's large block is not sent again after a stop),
+    /// and is summed when the transfer takes checksums.
+    fn stored(&mut self, job: &RecvJob, data: &[u8], at: u64) {
         if let Ok(mut r) = self.mine.lock() {
-            r.insert(at, at + n as u64);
+            r.insert(at, at + data.len() as u64);
         }
-    }
-
-    /// Sums payload just stored at wire offset `at`.
-    fn sum(&mut self, job: &RecvJob, data: &[u8], at: u64) {
         if let Some(s) = self.sum.as_mut() {
             s.feed(job.file_offset + at, data);
         }
