@@ -3,19 +3,30 @@
 use crate::common;
 
 use common::*;
+use ferry_client::ControlClient;
 use ferry_proto::{PerfMarker, RangeSet, RestartMarker};
+use tokio::net::TcpStream;
+
+/// A logged-in MODE E session with `markers` (TREV lines) set, `store` (STOR or ESTO) started
+/// on a passive data connection: the client's end of both.
+async fn slow_store(srv: &TestServer, markers: &[&str], store: &str) -> (ControlClient, TcpStream) {
+    let mut c = srv.login().await;
+    expect(&mut c, "TYPE I", 200).await;
+    expect(&mut c, "MODE E", 200).await;
+    for m in markers {
+        expect(&mut c, m, 200).await;
+    }
+    let addr = pasv(&mut c).await;
+    start_transfer(&mut c, store).await;
+    let conn = data_connect(addr).await;
+    (c, conn)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_markers_cover_exactly_the_bytes_received_so_far() {
     let srv = TestServer::start().await;
     let data = random_bytes(60_000, 71);
-    let mut c = srv.login().await;
-    expect(&mut c, "TYPE I", 200).await;
-    expect(&mut c, "MODE E", 200).await;
-    expect(&mut c, "TREV RESTART 1", 200).await;
-    let addr = pasv(&mut c).await;
-    start_transfer(&mut c, "STOR slow.bin").await;
-    let mut conn = data_connect(addr).await;
+    let (mut c, mut conn) = slow_store(&srv, &["TREV RESTART 1"], "STOR slow.bin").await;
     send_block(&mut conn, 0, &data[..10_000]).await;
     send_block(&mut conn, 30_000, &data[30_000..35_000]).await;
     let mut sent = RangeSet::from_range(0, 10_000);
@@ -53,13 +64,7 @@ async fn a_block_still_arriving_is_marked_as_far_as_it_is_written() {
     use tokio::io::AsyncWriteExt;
     let srv = TestServer::start().await;
     let data = random_bytes(6 << 20, 72);
-    let mut c = srv.login().await;
-    expect(&mut c, "TYPE I", 200).await;
-    expect(&mut c, "MODE E", 200).await;
-    expect(&mut c, "TREV RESTART 1", 200).await;
-    let addr = pasv(&mut c).await;
-    start_transfer(&mut c, "STOR part.bin").await;
-    let mut conn = data_connect(addr).await;
+    let (mut c, mut conn) = slow_store(&srv, &["TREV RESTART 1"], "STOR part.bin").await;
     let header = ferry_proto::mode_e::BlockHeader::data(0, 16 << 20).encode();
     conn.write_all(&header).await.expect("header");
     conn.write_all(&data).await.expect("part of the payload");
@@ -100,14 +105,8 @@ async fn a_block_still_arriving_is_marked_as_far_as_it_is_written() {
 async fn perf_markers_arrive_as_112_multiline_replies_during_a_store() {
     let srv = TestServer::start().await;
     let data = random_bytes(40_000, 72);
-    let mut c = srv.login().await;
-    expect(&mut c, "TYPE I", 200).await;
-    expect(&mut c, "MODE E", 200).await;
-    expect(&mut c, "TREV PERF 1", 200).await;
-    expect(&mut c, "TREV RESTART 0", 200).await;
-    let addr = pasv(&mut c).await;
-    start_transfer(&mut c, "STOR perf.bin").await;
-    let mut conn = data_connect(addr).await;
+    let (mut c, mut conn) =
+        slow_store(&srv, &["TREV PERF 1", "TREV RESTART 0"], "STOR perf.bin").await;
     send_block(&mut conn, 0, &data[..25_000]).await;
     let r = next_reply(&mut c).await;
     assert_eq!(r.code, 112, "{r}");
@@ -174,13 +173,7 @@ async fn restart_markers_for_esto_count_from_the_start_of_the_section() {
     let srv = TestServer::start().await;
     srv.write("sec.bin", &[1u8; 50_000]);
     let patch = random_bytes(8_000, 74);
-    let mut c = srv.login().await;
-    expect(&mut c, "TYPE I", 200).await;
-    expect(&mut c, "MODE E", 200).await;
-    expect(&mut c, "TREV RESTART 1", 200).await;
-    let addr = pasv(&mut c).await;
-    start_transfer(&mut c, "ESTO A 20000 sec.bin").await;
-    let mut conn = data_connect(addr).await;
+    let (mut c, mut conn) = slow_store(&srv, &["TREV RESTART 1"], "ESTO A 20000 sec.bin").await;
     send_block(&mut conn, 0, &patch[..3000]).await;
     let mut marked = RangeSet::new();
     while marked != RangeSet::from_range(0, 3000) {
