@@ -254,3 +254,47 @@ fn a_server_that_answers_garbage_or_dies_mid_reply_fails_the_copy_clearly() {
         out.fail("ftpes:// to a server without TLS should say it does not offer TLS");
     }
 }
+
+/// A server whose FEAT lists `PARALLEL` (GridFTP's parallel streams, which only MODE E
+/// carries) is sent MODE E without waiting for its reply, with the next command. One that
+/// lists it and still refuses MODE E is broken; the copy must fail and say so, naming MODE E
+/// and the server's answer, with nothing written.
+#[test]
+fn a_server_listing_parallel_that_refuses_mode_e_fails_the_copy_naming_mode_e() {
+    let sandbox = Sandbox::new();
+    let local = sandbox.local_dir("local");
+    let port = fake_server(|cmd, conn| {
+        let reply = match cmd.split(' ').next().unwrap_or("") {
+            "FEAT" => "211-Features:\r\n SIZE\r\n PARALLEL\r\n211 End\r\n".to_string(),
+            "MODE" => "504 stream only\r\n".to_string(),
+            "SIZE" => "213 40000\r\n".to_string(),
+            "MDTM" => "213 20261125120000\r\n".to_string(),
+            "EPSV" => {
+                let p = send_once(40_000);
+                format!("229 Entering Extended Passive Mode (|||{p}|)\r\n")
+            }
+            "RETR" => "150 sending\r\n226 done\r\n".to_string(),
+            _ => match login_reply(cmd) {
+                Some(r) => String::from_utf8_lossy(r).into_owned(),
+                None => "502 no\r\n".to_string(),
+            },
+        };
+        conn.write_all(reply.as_bytes()).is_ok()
+    });
+    let dst = local.join("f.bin");
+    let out = run_ferry(&[
+        "copy",
+        "--retries",
+        "0",
+        &format!("ftp://127.0.0.1:{port}/f"),
+        path_str(&dst),
+    ]);
+    if out.code() == Some(0) || !out.stderr.contains("MODE E") || !out.stderr.contains("504") {
+        out.fail("a refused deferred MODE E should fail the copy, naming MODE E and the 504");
+    }
+    // The destination was opened for the data before the refusal came back; nothing was
+    // written to it.
+    if std::fs::metadata(&dst).is_ok_and(|m| m.len() > 0) {
+        out.fail("bytes were written to the destination of a refused copy");
+    }
+}

@@ -189,7 +189,7 @@ impl ControlClient {
     /// before that command's. A refusal then fails that read, naming the deferred command, and
     /// leaves the connection out of step (it takes no more commands), unless `may_refuse`.
     /// Only for commands with one reply and no preliminary one (settings: TYPE, MODE, OPTS,
-    /// SITE BLOCKSIZE, TREV, PORT).
+    /// SITE BLOCKSIZE, SITE SETNETSTACK, TREV, PORT).
     pub(crate) fn defer(&mut self, cmd: &Command, may_refuse: bool) {
         let shown = shown(cmd);
         // Logged as any command sent (tests and users read the dialogue from these lines); it

@@ -185,20 +185,22 @@ impl RemoteSession {
         })
     }
 
-    /// Ends the session as Globus' client does: the cached data connections are closed (over
-    /// UDT this is the only goodbye the server's side gets; without it the server's
-    /// connections wait out its silence timeout) and QUIT is sent, each bounded in time. A
-    /// session out of step with its server only closes its data connections.
+    /// Ends the session: the cached data connections are closed (over UDT this is the only
+    /// goodbye the server's side gets; without it the server's connections wait out its
+    /// silence timeout) and QUIT is sent, each bounded in time. The 221 is not waited for: it
+    /// would cost a round trip after the work is done, and nothing depends on it (Globus'
+    /// client sends no QUIT at all and just closes). A session out of step with its server
+    /// only closes its data connections.
     pub async fn close(mut self) {
         ferry_dtp::DataMover::close(&mut self.dtp).await;
         if self.is_broken() {
             return;
         }
         let limit = Duration::from_secs(2) + self.rtt * 2;
-        match tokio::time::timeout(limit, self.ctl.command(&Command::Quit)).await {
-            Ok(Ok(r)) => tracing::debug!(code = r.code, "session ended"),
+        match tokio::time::timeout(limit, self.ctl.send(&Command::Quit)).await {
+            Ok(Ok(())) => tracing::debug!("session ended"),
             Ok(Err(e)) => tracing::debug!(error = %e, "QUIT failed"),
-            Err(_) => tracing::debug!("no answer to QUIT"),
+            Err(_) => tracing::debug!("QUIT could not be sent"),
         }
     }
 
@@ -254,12 +256,22 @@ impl RemoteSession {
     }
 
     /// Whether the server takes MODE E (extended block mode, which parallel streams, partial
-    /// transfers and restart markers need). FEAT has no word for it, so the first call sends
-    /// `MODE E`, as globus-url-copy does: a refusal (plain FTP servers answer 501 or 504)
-    /// means no, and the session stays in stream mode.
+    /// transfers and restart markers need). FEAT has no word for MODE E itself; a server whose
+    /// FEAT lists `PARALLEL` (GridFTP's parallelism, which only MODE E carries; Globus and
+    /// ferry list it) takes it, and MODE E then leaves with the next command instead of costing a
+    /// round trip of its own (a refusal would still fail that command, named). Elsewhere the
+    /// first call sends `MODE E`, as globus-url-copy does: a refusal (plain FTP servers answer
+    /// 501 or 504) means no, and the session stays in stream mode.
     pub async fn offers_mode_e(&mut self) -> Result<bool, ClientError> {
         if let Some(offered) = self.mode_e_offered {
             return Ok(offered);
+        }
+        if self.has_feature("PARALLEL") {
+            self.ctl
+                .defer(&Command::Mode(TransferMode::Extended), false);
+            self.mode = TransferMode::Extended;
+            self.mode_e_offered = Some(true);
+            return Ok(true);
         }
         let r = self
             .ctl

@@ -43,7 +43,10 @@ impl RemoteSession {
     /// Asks a server that will send for this congestion control on its data connections
     /// (`SITE SETNETSTACK tcp:congestion=NAME`), or for its default again (`None`). Asked only
     /// of a server whose FEAT offers the name, and only on TCP data channels: returns whether
-    /// the server's connections will have it.
+    /// the server's connections will have it. The command leaves with the next one (no round
+    /// trip of its own): a server whose FEAT lists the name takes it, and the rare refusal
+    /// (the host's kernel changed since FEAT) is logged and leaves the server's data
+    /// connections on its default congestion control, as a refusal always did.
     pub(crate) async fn sender_congestion(
         &mut self,
         cc: Option<ferry_net::Congestion>,
@@ -60,26 +63,12 @@ impl RemoteSession {
             Some(c) => format!("tcp:congestion={c}"),
             None => "default".to_string(),
         };
-        let r = self
-            .ctl
-            .command(&Command::Site(SiteCommand::SetNetStack(stack)))
-            .await?;
+        self.ctl
+            .defer(&Command::Site(SiteCommand::SetNetStack(stack)), true);
         // Connections the server holds were made under the old stack.
         self.reset_data();
-        if r.is_success() {
-            self.congestion = cc;
-        } else {
-            // The server went back to its default stack (as Globus does on a refusal).
-            self.congestion = None;
-            tracing::warn!(
-                "{} refused congestion control {}: {} {}",
-                self.server.authority(),
-                cc.map_or("default".to_string(), |c| c.to_string()),
-                r.code,
-                r.text().trim()
-            );
-        }
-        Ok(r.is_success())
+        self.congestion = cc;
+        Ok(true)
     }
 
     /// Asks the server for socket buffers of `bytes` for sending (`retr`) or receiving, trying
