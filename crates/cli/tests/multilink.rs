@@ -379,3 +379,111 @@ fn a_hop_killed_mid_transfer_is_named_and_only_its_subtree_gets_the_file_again()
     assert_eq!(stores(&d[0]), 1, "d0 got the file twice");
     assert_eq!(stores(&d[2]), 1, "d2 got the file twice");
 }
+
+/// Sends `lines` on a raw control connection to a ferry server (anonymous login first) and
+/// returns each command's reply code; the connection stays open until `hold` ends.
+fn raw_session(port: u16, lines: &[String], hold: std::time::Duration) -> Vec<u16> {
+    use std::io::{BufRead, BufReader, Write};
+    let stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut writer = stream;
+    let mut read_reply = || -> u16 {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(
+                reader.read_line(&mut line).unwrap() > 0,
+                "the server closed"
+            );
+            // The last line of a reply is "NNN text".
+            if line.len() >= 4 && line.as_bytes()[3] == b' ' {
+                return line[..3].parse().unwrap();
+            }
+        }
+    };
+    read_reply();
+    let mut codes = Vec::new();
+    let login = ["USER anonymous".to_string(), "PASS x@y".to_string()];
+    for l in login.iter().chain(lines) {
+        writer.write_all(format!("{l}\r\n").as_bytes()).unwrap();
+        codes.push(read_reply());
+    }
+    std::thread::sleep(hold);
+    writer.write_all(b"QUIT\r\n").unwrap();
+    codes
+}
+
+/// Lines of `s`'s log that say a session opened (any client's, forwarders' included).
+fn sessions_opened(s: &ServerUnderTest) -> usize {
+    s.log_tail(10_000)
+        .lines()
+        .filter(|l| l.contains("session opened"))
+        .count()
+}
+
+/// A node logs in to its children as soon as it is told the tree (`SITE SETDISKSTACK`), not
+/// when the data comes, and tells each its own share, so a chain logs in all the way down
+/// before the first byte; a session that ends with no transfer ends those logins, and a
+/// transfer after the stack was chosen is forwarded whole over the logins made ahead.
+#[test]
+fn children_log_in_when_told_the_tree_before_any_data_and_leave_when_none_comes() {
+    let sb = Sandbox::new();
+    let d = ferry_servers(&sb, "d", 3);
+    let dests = ferry_proto::multicast::parse_mc_file(
+        &format!("{}\n{}\n", d[1].url_for("out.bin"), d[2].url_for("out.bin")),
+        None,
+    )
+    .unwrap();
+    // d0 → d1 → d2: one child each.
+    let stack = ferry_proto::multicast::first_hop_stack(Some("cc=1"), &dests);
+    let wait_for = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{what}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    let session = {
+        let (port, stack) = (d[0].port(), stack.clone());
+        std::thread::spawn(move || {
+            raw_session(
+                port,
+                &[format!("SITE SETDISKSTACK {stack}")],
+                std::time::Duration::from_secs(3),
+            )
+        })
+    };
+    // No STOR was sent: d1 and d2 see logins all the same (d0's forwarder, then d1's).
+    wait_for("d0 never logged in to d1 before the data", &|| {
+        sessions_opened(&d[1]) >= 1
+    });
+    wait_for("d1 never logged in to d2 before the data", &|| {
+        sessions_opened(&d[2]) >= 1
+    });
+    let codes = session.join().unwrap();
+    assert_eq!(codes, [331, 230, 250], "the stack should be taken");
+    // The node's session ended without a transfer: the logins it made end too.
+    wait_for("d1's session from d0 never closed", &|| {
+        d[1].log_tail(10_000).contains("session closed")
+    });
+    wait_for("d2's session from d1 never closed", &|| {
+        d[2].log_tail(10_000).contains("session closed")
+    });
+    assert!(!d[1].path_of("out.bin").exists() && !d[2].path_of("out.bin").exists());
+
+    // A real copy down the same chain: every byte arrives at each node.
+    let data = random_bytes(12 << 20, 48);
+    let local = sb.local_dir("local").join("in.bin");
+    write_file(&local, &data);
+    let mc = mc_file(
+        &sb,
+        &[
+            format!("{}?cc=1", d[0].url_for("out.bin")),
+            d[1].url_for("out.bin"),
+            d[2].url_for("out.bin"),
+        ],
+    );
+    let out = run_ferry(&["url-copy", "-MC", &mc, &local.display().to_string()]);
+    out.assert_success();
+    assert_all_have(&data, &d.iter().collect::<Vec<_>>(), "out.bin");
+}

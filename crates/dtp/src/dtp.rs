@@ -10,11 +10,12 @@ use std::time::{Duration, Instant};
 use ferry_gsi::{DataSecurity, PeerCheck};
 use ferry_net::{DataProtection, Transports};
 use ferry_proto::command::{Dcau, Protection, TransferMode};
+use ferry_proto::stack::StackSpec;
 use ferry_storage::{FileHandle, Storage};
 use tokio::sync::mpsc;
 
 use crate::channel::DataChannel;
-use crate::disk_stack::{Access, DiskStacks};
+use crate::disk_stack::{Access, DiskStacks, PreparedStack};
 use crate::memory::MemoryFile;
 use crate::polling::PollBudget;
 use crate::pool::BufferPool;
@@ -46,6 +47,8 @@ pub struct Dtp {
     poll_budget: Option<Arc<PollBudget>>,
     /// The disk-stack drivers a description may name.
     disk_stacks: Arc<DiskStacks>,
+    /// What the drivers of the session's chosen disk stack started before a transfer came.
+    prepared: Option<(StackSpec, PreparedStack)>,
     /// The transports a description's net stack may name.
     transports: Arc<Transports>,
     /// The host at the other end of the last transfer's data channel.
@@ -85,6 +88,7 @@ impl Dtp {
             tcp: None,
             poll_budget: None,
             disk_stacks: Arc::new(DiskStacks::standard()),
+            prepared: None,
             transports: Arc::new(Transports::standard()),
             data_peer: None,
         }

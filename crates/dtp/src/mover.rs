@@ -64,6 +64,14 @@ pub trait DataMover: Debug + Send {
         Box::pin(std::future::ready(()))
     }
 
+    /// The session chose disk stack `stack` (`SITE SETDISKSTACK`), its data channels having
+    /// `security` now: drivers that can start work before a transfer comes do (see
+    /// [`crate::disk_stack::DiskDriver::prepare`]), for the next transfer that receives through
+    /// the same stack. Nothing by default.
+    fn prepare_disk_stack(&mut self, stack: &StackSpec, security: &crate::ChannelSecurity) {
+        let _ = (stack, security);
+    }
+
     /// Whether `desc` will run on cached connections (the PI then answers 125, not 150).
     fn will_reuse(&self, desc: &TransferDescription) -> bool;
 

@@ -5,7 +5,9 @@
 //! file); each driver above wraps the open file of the one below, so it sees every positional
 //! read and write of a transfer as it happens. A driver with work beyond the file (the
 //! multicast forwarder sends every block on to other servers) hands up a [`Finish`] with it,
-//! which the transfer's final reply waits for. A new driver is a module here and one line in
+//! which the transfer's final reply waits for. A driver may start work when its stack is chosen,
+//! before any transfer ([`DiskDriver::prepare`]: the forwarder logs in to its children then),
+//! and the next transfer through the same stack takes it over. A new driver is a module here and one line in
 //! [`DiskStacks::standard`]; one that needs more than this crate (the multicast forwarder is a
 //! GridFTP client) is registered by the server with [`DiskStacks::with`].
 
@@ -121,6 +123,21 @@ impl Opened {
     }
 }
 
+/// What a driver started when its stack was chosen ([`DiskDriver::prepare`]), for the
+/// driver's own `wrap_prepared` to take over; dropped unused (the session chose another stack,
+/// or ended), the driver abandons that work.
+pub type Prepared = Box<dyn std::any::Any + Send + Sync>;
+
+/// What a driver is told when a session chooses its stack, before any transfer.
+#[derive(Debug, Clone, Copy)]
+pub struct Preparing<'a> {
+    /// The data channels' DCAU and PROT as the session has them now (a transfer may come with
+    /// others; `wrap_prepared` then sees them in its [`Access`]).
+    pub channel: &'a ChannelSecurity,
+    /// The credential the user delegated to the session, as in [`Access::delegated`].
+    pub delegated: Option<&'a Arc<DataSecurity>>,
+}
+
 /// One disk-stack driver.
 pub trait DiskDriver: std::fmt::Debug + Send + Sync {
     /// The name clients use in `SITE SETDISKSTACK`.
@@ -150,6 +167,26 @@ pub trait DiskDriver: std::fmt::Debug + Send + Sync {
         access: Access<'_>,
         options: &str,
     ) -> Result<Layer, StorageError>;
+
+    /// Starts what can be done before a transfer comes, when a session chooses a stack with
+    /// this driver and `options` (`SITE SETDISKSTACK`); `None` (the default) when nothing can.
+    fn prepare(&self, options: &str, how: Preparing<'_>) -> Option<Prepared> {
+        let _ = (options, how);
+        None
+    }
+
+    /// [`DiskDriver::wrap`] for the first transfer after [`DiskDriver::prepare`] returned
+    /// `prepared` for the same options; by default the prepared work is dropped.
+    fn wrap_prepared(
+        &self,
+        below: Arc<dyn FileHandle>,
+        access: Access<'_>,
+        options: &str,
+        prepared: Prepared,
+    ) -> Result<Layer, StorageError> {
+        drop(prepared);
+        self.wrap(below, access, options)
+    }
 }
 
 /// The registry of disk-stack drivers this server offers.
@@ -226,21 +263,68 @@ impl DiskStack {
         self.layers.iter().all(|(d, o)| d.stores(o))
     }
 
+    /// Lets each driver start what it can before a transfer comes (see
+    /// [`DiskDriver::prepare`]); the result goes to [`DiskStack::wrap_with`].
+    pub fn prepare(&self, how: Preparing<'_>) -> PreparedStack {
+        PreparedStack {
+            layers: self
+                .layers
+                .iter()
+                .map(|(driver, options)| driver.prepare(options, how))
+                .collect(),
+        }
+    }
+
     /// Passes a file storage opened up the stack, bottom first.
     pub fn wrap(
         &self,
-        mut file: Arc<dyn FileHandle>,
+        file: Arc<dyn FileHandle>,
         access: Access<'_>,
     ) -> Result<Opened, StorageError> {
+        self.wrap_with(file, access, None)
+    }
+
+    /// [`DiskStack::wrap`], handing each driver what it prepared for this stack, if anything.
+    pub fn wrap_with(
+        &self,
+        mut file: Arc<dyn FileHandle>,
+        access: Access<'_>,
+        prepared: Option<PreparedStack>,
+    ) -> Result<Opened, StorageError> {
+        let mut prepared = prepared.map(|p| p.layers).unwrap_or_default().into_iter();
         let mut finishing = Vec::new();
         for (driver, options) in &self.layers {
-            let layer = driver.wrap(file, access, options)?;
+            let layer = match prepared.next().flatten() {
+                Some(p) => driver.wrap_prepared(file, access, options, p)?,
+                None => driver.wrap(file, access, options)?,
+            };
             file = Arc::clone(&layer.file);
             if layer.finish.is_some() {
                 finishing.insert(0, layer);
             }
         }
         Ok(Opened { file, finishing })
+    }
+}
+
+/// What the drivers of one stack prepared, bottom first (see [`DiskStack::prepare`]).
+pub struct PreparedStack {
+    layers: Vec<Option<Prepared>>,
+}
+
+impl PreparedStack {
+    /// Whether any driver started anything.
+    pub fn is_empty(&self) -> bool {
+        self.layers.iter().all(Option::is_none)
+    }
+}
+
+impl std::fmt::Debug for PreparedStack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let started: Vec<bool> = self.layers.iter().map(Option::is_some).collect();
+        f.debug_struct("PreparedStack")
+            .field("started", &started)
+            .finish()
     }
 }
 

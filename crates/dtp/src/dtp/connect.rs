@@ -7,11 +7,16 @@ use std::time::Duration;
 
 use ferry_net::{DataConn, DataProtection, Transports};
 use ferry_proto::command::TransferMode;
+use ferry_proto::stack::StackSpec;
 use tokio::sync::mpsc;
 
 use super::Dtp;
+use crate::disk_stack::Preparing;
 use crate::mover::{DataMover, MoverFuture, PassiveRequest};
-use crate::{ChannelSetup, Direction, DtpError, DtpEvent, TransferDescription, TransferOutcome};
+use crate::{
+    ChannelSecurity, ChannelSetup, Direction, DtpError, DtpEvent, TransferDescription,
+    TransferOutcome,
+};
 
 /// How long closing a session's cached connections may take: their data is acknowledged
 /// already (a transfer ends only then), so the goodbye is one exchange.
@@ -123,6 +128,21 @@ impl DataMover for Dtp {
                 tracing::debug!("cached data connections not closed in time: dropped");
             }
         })
+    }
+
+    fn prepare_disk_stack(&mut self, stack: &StackSpec, security: &ChannelSecurity) {
+        // What an earlier choice started is abandoned first.
+        self.prepared = None;
+        let Ok(disk) = self.disk_stacks.resolve(stack) else {
+            return;
+        };
+        let prepared = disk.prepare(Preparing {
+            channel: security,
+            delegated: self.delegated.as_ref(),
+        });
+        if !prepared.is_empty() {
+            self.prepared = Some((stack.clone(), prepared));
+        }
     }
 
     fn will_reuse(&self, desc: &TransferDescription) -> bool {

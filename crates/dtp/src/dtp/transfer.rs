@@ -210,7 +210,13 @@ impl Dtp {
                 } else {
                     Arc::new(crate::disk_stack::Nowhere)
                 };
-                let o = disk.wrap(bottom, access(desc, &self.delegated))?;
+                // What the stack's drivers started when the session chose it, if this is it.
+                let prepared = self
+                    .prepared
+                    .take()
+                    .filter(|(stack, _)| *stack == desc.disk_stack)
+                    .map(|(_, p)| p);
+                let o = disk.wrap_with(bottom, access(desc, &self.delegated), prepared)?;
                 let file = Arc::clone(&o.file);
                 opened = Some(o);
                 file

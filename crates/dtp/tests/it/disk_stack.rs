@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use ferry_dtp::disk_stack::{Access, DiskDriver, DiskStackError, DiskStacks, Layer};
 use ferry_dtp::{
-    BufferPool, ChannelSetup, Direction, Dtp, DtpError, DtpEvent, TransferDescription,
+    BufferPool, ChannelSetup, DataMover, Direction, Dtp, DtpError, DtpEvent, TransferDescription,
 };
 use ferry_proto::command::TransferMode;
 use ferry_proto::stack::StackSpec;
@@ -318,5 +318,129 @@ async fn a_drivers_work_is_finished_before_the_reply_and_its_failure_is_a_451() 
             dropped.load(Ordering::Relaxed)
         ),
         (3, 1)
+    );
+}
+
+/// A driver that starts work when its stack is chosen: each prepared token records whether the
+/// next transfer took it over or it was dropped unused.
+#[derive(Debug, Default)]
+struct Preparing {
+    prepared: Arc<AtomicU64>,
+    taken: Arc<AtomicU64>,
+    abandoned: Arc<AtomicU64>,
+}
+
+struct Token {
+    taken: bool,
+    abandoned: Arc<AtomicU64>,
+}
+
+impl Drop for Token {
+    fn drop(&mut self) {
+        if !self.taken {
+            self.abandoned.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl DiskDriver for Preparing {
+    fn name(&self) -> &'static str {
+        "preparing"
+    }
+    fn accept(&self, _options: &str) -> Result<(), DiskStackError> {
+        Ok(())
+    }
+    fn prepare(
+        &self,
+        options: &str,
+        how: ferry_dtp::disk_stack::Preparing<'_>,
+    ) -> Option<ferry_dtp::disk_stack::Prepared> {
+        assert_eq!(how.channel, &ferry_dtp::ChannelSecurity::default());
+        (options != "nothing").then(|| {
+            self.prepared.fetch_add(1, Ordering::Relaxed);
+            Box::new(Token {
+                taken: false,
+                abandoned: Arc::clone(&self.abandoned),
+            }) as ferry_dtp::disk_stack::Prepared
+        })
+    }
+    fn wrap(
+        &self,
+        below: Arc<dyn FileHandle>,
+        _access: Access<'_>,
+        _options: &str,
+    ) -> Result<Layer, StorageError> {
+        Ok(Layer::plain(below))
+    }
+    fn wrap_prepared(
+        &self,
+        below: Arc<dyn FileHandle>,
+        access: Access<'_>,
+        options: &str,
+        prepared: ferry_dtp::disk_stack::Prepared,
+    ) -> Result<Layer, StorageError> {
+        let mut token = prepared.downcast::<Token>().expect("this driver's token");
+        token.taken = true;
+        self.taken.fetch_add(1, Ordering::Relaxed);
+        self.wrap(below, access, options)
+    }
+}
+
+/// What a driver prepares when a stack is chosen goes to the next transfer that receives
+/// through that same stack, once; a transfer through another stack, or a new choice, leaves it
+/// unused and it is dropped (its work abandoned), never handed on later.
+#[tokio::test]
+async fn prepared_work_goes_to_the_next_transfer_through_the_same_stack_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let storage: Arc<dyn Storage> =
+        Arc::new(PosixStorage::open(dir.path(), false).expect("storage"));
+    let mut dtp = Dtp::new(storage, BufferPool::new(ferry_dtp::IO_CHUNK, 4), false);
+    let driver = Preparing::default();
+    let (prepared, taken, abandoned) = (
+        Arc::clone(&driver.prepared),
+        Arc::clone(&driver.taken),
+        Arc::clone(&driver.abandoned),
+    );
+    dtp.use_disk_stacks(Arc::new(DiskStacks::standard().with(Arc::new(driver))));
+    let counts = || {
+        (
+            prepared.load(Ordering::Relaxed),
+            taken.load(Ordering::Relaxed),
+            abandoned.load(Ordering::Relaxed),
+        )
+    };
+    let data = pattern(256 << 10);
+    let security = ferry_dtp::ChannelSecurity::default();
+    let stack = |s: &str| StackSpec::parse(s).expect("stack");
+
+    dtp.prepare_disk_stack(&stack("file,preparing:a"), &security);
+    assert_eq!(counts(), (1, 0, 0));
+    receive_through(&mut dtp, "file,preparing:a", &data)
+        .await
+        .expect("ok");
+    assert_eq!(counts(), (1, 1, 0), "the transfer takes the prepared work");
+    receive_through(&mut dtp, "file,preparing:a", &data)
+        .await
+        .expect("ok");
+    assert_eq!(counts(), (1, 1, 0), "only once");
+
+    // Chosen again, then another stack's transfer: dropped, not kept for later.
+    dtp.prepare_disk_stack(&stack("file,preparing:a"), &security);
+    receive_through(&mut dtp, "file,preparing:b", &data)
+        .await
+        .expect("ok");
+    assert_eq!(counts(), (2, 1, 1));
+    receive_through(&mut dtp, "file,preparing:a", &data)
+        .await
+        .expect("ok");
+    assert_eq!(counts(), (2, 1, 1));
+
+    // A new choice abandons what the last one started; a driver may prepare nothing.
+    dtp.prepare_disk_stack(&stack("file,preparing:a"), &security);
+    dtp.prepare_disk_stack(&stack("file,preparing:nothing"), &security);
+    assert_eq!(counts(), (3, 1, 2));
+    assert_eq!(
+        std::fs::read(dir.path().join("f.bin")).expect("stored"),
+        data
     );
 }

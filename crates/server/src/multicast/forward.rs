@@ -46,6 +46,19 @@ impl Forwarding {
     }
 }
 
+impl Forwarding {
+    /// Whether a child logged in under `self` may carry a transfer that forwards as `other`
+    /// says: the same data-channel security and the same delegated credential.
+    pub(super) fn same_login(&self, other: &Forwarding) -> bool {
+        let same_credential = match (&self.delegated, &other.delegated) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        self.channel == other.channel && same_credential
+    }
+}
+
 /// Takes child `index` out of the buffer when its thread ends, however it ends (a panic too),
 /// so the node never waits for a reader that is gone.
 struct Leave<'a>(&'a Tee, usize);
@@ -56,49 +69,108 @@ impl Drop for Leave<'_> {
     }
 }
 
-/// Starts child `index`'s transfer; the receiver says how it ended, naming the child's URL.
-pub(super) fn start(
-    child: Child,
-    index: usize,
-    how: Forwarding,
-    tee: Arc<Tee>,
-) -> std::io::Result<oneshot::Receiver<Result<(), String>>> {
-    let (tx, rx) = oneshot::channel();
+/// A login older than this is not trusted to have lasted (servers end idle sessions): the
+/// forwarder logs in again when the data comes.
+const PREPARED_FRESH: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// One child's forwarder, started: its thread logs in to the child's server at once (and
+/// tells it its share of the tree, so the child prepares its own children in turn), then
+/// waits for the node's transfer. Dropped without [`Started::go`], the thread ends the
+/// session and stops.
+pub(super) struct Started {
+    url: String,
+    go: oneshot::Sender<(Arc<Tee>, usize)>,
+    done: oneshot::Receiver<Result<(), String>>,
+}
+
+/// How a child's forward ended, naming the child's URL on failure.
+pub(super) type Ended = oneshot::Receiver<Result<(), String>>;
+
+impl Started {
+    /// Hands the child its reader `index` of `tee`: the put starts. Returns the child's URL
+    /// and how its forward ends.
+    pub(super) fn go(self, tee: &Arc<Tee>, index: usize) -> (String, Ended) {
+        if self.go.send((Arc::clone(tee), index)).is_err() {
+            // The thread is gone: nothing will read for this child.
+            tee.leave(index);
+        }
+        (self.url, self.done)
+    }
+}
+
+/// Starts `child`'s forwarder (see [`Started`]).
+pub(super) fn start(child: Child, how: Forwarding) -> std::io::Result<Started> {
+    let (go_tx, go_rx) = oneshot::channel::<(Arc<Tee>, usize)>();
+    let (tx, done) = oneshot::channel();
     let url = child.url.clone();
     std::thread::Builder::new()
-        .name(format!("multicast-{index}"))
+        .name("multicast-child".into())
         .spawn(move || {
             // Reads of the buffer block their thread (see Tee::read): a worker for each
             // stream and one more keep the control channel and the other streams running.
-            let result = match tokio::runtime::Builder::new_multi_thread()
+            let rt = match tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(how.parallelism as usize + 1)
                 .enable_all()
                 .build()
             {
-                Ok(rt) => {
-                    // Declared after the runtime, so dropped before it even on a panic:
-                    // streams still blocked in a read end once the child has left, and the
-                    // runtime has nothing left to wait for.
-                    let leave = Leave(&tee, index);
-                    let r = rt.block_on(put(&child, index, &how, &tee));
-                    drop(leave);
-                    rt.shutdown_background();
-                    r
-                }
+                Ok(rt) => rt,
                 Err(e) => {
-                    tee.leave(index);
-                    Err(format!("cannot start a runtime: {e}"))
+                    if let Ok((tee, index)) = go_rx.blocking_recv() {
+                        tee.leave(index);
+                        let _ = tx.send(Err(format!("{}: cannot start a runtime: {e}", child.url)));
+                    }
+                    return;
                 }
             };
+            let result = rt.block_on(run(&child, &how, go_rx));
+            rt.shutdown_background();
+            let Some(result) = result else { return };
             if let Err(e) = &result {
                 tracing::warn!(url = %child.url, error = %e, "multicast: forwarding failed");
             }
-            let _ = tx.send(result.map_err(|e| format!("{url}: {e}")));
+            let _ = tx.send(result.map_err(|e| format!("{}: {e}", child.url)));
         })?;
-    Ok(rx)
+    Ok(Started {
+        url,
+        go: go_tx,
+        done,
+    })
 }
 
-async fn put(child: &Child, index: usize, how: &Forwarding, tee: &Arc<Tee>) -> Result<(), String> {
+/// The forwarder's thread: logs in, waits for the data, puts it; `None` when no transfer came.
+async fn run(
+    child: &Child,
+    how: &Forwarding,
+    go: oneshot::Receiver<(Arc<Tee>, usize)>,
+) -> Option<Result<(), String>> {
+    let mut session = login(child, how).await;
+    let logged_in = std::time::Instant::now();
+    let Ok((tee, index)) = go.await else {
+        // The session chose another stack, or ended: no transfer comes.
+        if let Ok(s) = session {
+            s.close().await;
+        }
+        return None;
+    };
+    // Dropped before the runtime even on a panic: streams still blocked in a read end once
+    // the child has left, and the runtime has nothing left to wait for.
+    let _leave = Leave(&tee, index);
+    if session.is_err() || logged_in.elapsed() > PREPARED_FRESH {
+        // A login that failed or may have timed out since is tried (again) now.
+        if let Ok(old) = session {
+            old.close().await;
+        }
+        session = login(child, how).await;
+    }
+    Some(match session {
+        Ok(s) => put(s, child, index, how, Arc::clone(&tee)).await,
+        Err(e) => Err(e),
+    })
+}
+
+/// A session on the child's server, logged in as the node's own transfer says, and told its
+/// share of the tree (`SITE SETDISKSTACK`).
+async fn login(child: &Child, how: &Forwarding) -> Result<RemoteSession, String> {
     let Ok(Location::Remote(url)) = Location::parse(&child.url) else {
         return Err("not a URL ferry can write to".into());
     };
@@ -122,21 +194,35 @@ async fn put(child: &Child, index: usize, how: &Forwarding, tee: &Arc<Tee>) -> R
         .await
         .map_err(|_| format!("no login within {} s", LOGIN_TIMEOUT.as_secs()))?
         .map_err(|e| e.to_string())?;
+    session
+        .set_disk_stack(child.disk_stack.as_deref())
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(session)
+}
+
+async fn put(
+    mut session: RemoteSession,
+    child: &Child,
+    index: usize,
+    how: &Forwarding,
+    tee: Arc<Tee>,
+) -> Result<(), String> {
+    let Ok(Location::Remote(url)) = Location::parse(&child.url) else {
+        return Err("not a URL ferry can write to".into());
+    };
     let req = FileRequest {
         parallelism: how.parallelism,
         tcp_buffer: how.tcp_buffer,
         disk_stack: child.disk_stack.clone(),
         ..FileRequest::default()
     };
-    let view = Arc::new(ChildView {
-        tee: Arc::clone(tee),
-        child: index,
-    });
+    let view = Arc::new(ChildView { tee, child: index });
     let outcome = session
         .put_from(view, &url.path, &req, &mut |_| {})
         .await
         .map_err(|e| e.to_string())?;
     tracing::debug!(url = %child.url, bytes = outcome.bytes, "multicast: forwarded");
-    let _ = session.command(&ferry_proto::Command::Quit).await;
+    session.close().await;
     Ok(())
 }

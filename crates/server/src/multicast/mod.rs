@@ -17,7 +17,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use ferry_dtp::disk_stack::{Access, DiskDriver, DiskStackError, Finish, Layer};
+use ferry_dtp::disk_stack::{
+    Access, DiskDriver, DiskStackError, Finish, Layer, Prepared, Preparing,
+};
 use ferry_dtp::Direction;
 use ferry_proto::multicast::MulticastOptions;
 use ferry_storage::{FileHandle, StorageError};
@@ -62,48 +64,122 @@ impl DiskDriver for Multicast {
         }
         let o = MulticastOptions::parse(options)
             .map_err(|e| StorageError::Invalid(format!("{NAME}: {e}")))?;
-        if !access.restart.is_empty() {
-            return Err(StorageError::Invalid(format!(
-                "{NAME}: a restarted transfer cannot be forwarded (the children need every \
-                 byte); send the whole file again"
-            )));
-        }
-        if !access.whole {
-            return Err(StorageError::Invalid(format!(
-                "{NAME}: forwards whole files only (not a partial transfer, an append or one \
-                 stripe of several)"
-            )));
-        }
-        let children = o.children();
-        if children.is_empty() {
-            return Ok(Layer::plain(below));
-        }
-        let tee = Arc::new(Tee::new(children.len(), HELD_LIMIT));
+        check(&access)?;
         let how = forward::Forwarding::new(&o, access.channel, access.delegated.cloned());
-        let mut waiting = Vec::with_capacity(children.len());
-        for (i, child) in children.into_iter().enumerate() {
-            let url = child.url.clone();
-            match forward::start(child, i, how.clone(), Arc::clone(&tee)) {
-                Ok(rx) => waiting.push((url, rx)),
-                Err(e) => {
-                    tee.abort();
-                    return Err(StorageError::Io {
-                        path: url,
-                        source: e,
-                    });
-                }
+        let started = start_children(o.children(), &how)?;
+        Ok(forwarding(below, &access, &o, started))
+    }
+
+    fn prepare(&self, options: &str, how: Preparing<'_>) -> Option<Prepared> {
+        let o = MulticastOptions::parse(options).ok()?;
+        let forwarding = forward::Forwarding::new(&o, how.channel, how.delegated.cloned());
+        match start_children(o.children(), &forwarding) {
+            Ok(started) if !started.is_empty() => {
+                tracing::debug!(
+                    children = started.len(),
+                    "multicast: logging in to children"
+                );
+                Some(Box::new(Ready {
+                    how: forwarding,
+                    started,
+                }))
+            }
+            Ok(_) => None,
+            Err(e) => {
+                // The transfer will try again, and fail with the reason if it must.
+                tracing::debug!(error = %e, "multicast: children not prepared");
+                None
             }
         }
-        tracing::debug!(path = %access.path, children = waiting.len(), "multicast: forwarding");
-        let file = Arc::new(TeeFile {
-            local: o.local_write.then(|| Arc::clone(&below)),
-            below,
-            tee: Arc::clone(&tee),
-        });
-        Ok(Layer {
-            file,
-            finish: Some(Box::new(Children { tee, waiting })),
+    }
+
+    fn wrap_prepared(
+        &self,
+        below: Arc<dyn FileHandle>,
+        access: Access<'_>,
+        options: &str,
+        prepared: Prepared,
+    ) -> Result<Layer, StorageError> {
+        let ready = match prepared.downcast::<Ready>() {
+            Ok(r) if access.direction == Direction::Receive => r,
+            _ => return self.wrap(below, access, options),
+        };
+        let o = MulticastOptions::parse(options)
+            .map_err(|e| StorageError::Invalid(format!("{NAME}: {e}")))?;
+        let how = forward::Forwarding::new(&o, access.channel, access.delegated.cloned());
+        if !ready.how.same_login(&how) || check(&access).is_err() {
+            // Logged in for other data channels (DCAU/PROT changed since), or a transfer
+            // that cannot be forwarded: the prepared children go, and wrap decides afresh.
+            drop(ready);
+            return self.wrap(below, access, options);
+        }
+        Ok(forwarding(below, &access, &o, ready.started))
+    }
+}
+
+/// Children logged in ahead of the transfer (see [`Multicast::prepare`]), and how.
+struct Ready {
+    how: forward::Forwarding,
+    started: Vec<forward::Started>,
+}
+
+/// Refuses transfers a forwarder cannot carry whole to its children.
+fn check(access: &Access<'_>) -> Result<(), StorageError> {
+    if !access.restart.is_empty() {
+        return Err(StorageError::Invalid(format!(
+            "{NAME}: a restarted transfer cannot be forwarded (the children need every \
+             byte); send the whole file again"
+        )));
+    }
+    if !access.whole {
+        return Err(StorageError::Invalid(format!(
+            "{NAME}: forwards whole files only (not a partial transfer, an append or one \
+             stripe of several)"
+        )));
+    }
+    Ok(())
+}
+
+/// Starts a forwarder for each child; on an error the ones started are dropped (they end).
+fn start_children(
+    children: Vec<ferry_proto::multicast::Child>,
+    how: &forward::Forwarding,
+) -> Result<Vec<forward::Started>, StorageError> {
+    children
+        .into_iter()
+        .map(|child| {
+            let url = child.url.clone();
+            forward::start(child, how.clone())
+                .map_err(|source| StorageError::Io { path: url, source })
         })
+        .collect()
+}
+
+/// The node's file: written below (unless `local_write=n`) and read by every child started.
+fn forwarding(
+    below: Arc<dyn FileHandle>,
+    access: &Access<'_>,
+    o: &MulticastOptions,
+    started: Vec<forward::Started>,
+) -> Layer {
+    if started.is_empty() {
+        return Layer::plain(below);
+    }
+    let tee = Arc::new(Tee::new(started.len(), HELD_LIMIT));
+    let waiting: Vec<_> = started
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| s.go(&tee, i))
+        .collect();
+    tracing::debug!(path = %access.path, children = waiting.len(), "multicast: forwarding");
+    let file = Arc::new(TeeFile {
+        local: o.local_write.then(|| Arc::clone(&below)),
+        below,
+        tee: Arc::clone(&tee),
+    });
+    Layer {
+        file,
+        finish: Some(Box::new(Children { tee, waiting })),
     }
 }
 

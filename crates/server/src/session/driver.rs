@@ -134,7 +134,10 @@ impl Driver {
         // for an earlier reply before it connects.
         if !matches!(
             req,
-            Request::Storage(_) | Request::ForgetCache | Request::Status
+            Request::Storage(_)
+                | Request::ForgetCache
+                | Request::PrepareDiskStack(..)
+                | Request::Status
         ) {
             self.wr.flush().await?;
         }
@@ -160,6 +163,11 @@ impl Driver {
             Request::ForgetCache => {
                 if let Some(m) = self.mover.as_mut() {
                     m.forget_cache();
+                }
+            }
+            Request::PrepareDiskStack(stack, security) => {
+                if let Some(m) = self.mover.as_mut() {
+                    m.prepare_disk_stack(&stack, &security);
                 }
             }
             Request::Storage(mut call) => {

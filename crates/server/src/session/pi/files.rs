@@ -5,6 +5,7 @@
 
 use ferry_dtp::perm_letters;
 use ferry_proto::site::SiteCommand;
+use ferry_proto::stack::StackSpec;
 use ferry_proto::{Command, Reply};
 use ferry_storage::listing::{format_mdtm, list_line, mlsx_facts, FactSelection};
 use ferry_storage::{
@@ -446,6 +447,13 @@ impl Pi {
             }
             SiteCommand::SetDiskStack(arg) => {
                 let (stack, reply) = self.choose_stack(&arg, StackKind::Disk);
+                if reply.is_success() && stack != StackSpec::default_disk() {
+                    let security = ferry_dtp::ChannelSecurity {
+                        dcau: self.settings.dcau.clone(),
+                        prot: self.settings.prot,
+                    };
+                    self.request(Request::PrepareDiskStack(stack.clone(), security));
+                }
                 self.settings.disk_stack = stack;
                 self.send(reply);
             }

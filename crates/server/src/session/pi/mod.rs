@@ -43,6 +43,10 @@ pub(crate) enum Request {
     SetActive(Vec<SocketAddr>),
     /// Drop cached data connections (a buffer or security change invalidates them). No answer.
     ForgetCache,
+    /// The session chose this disk stack (`SITE SETDISKSTACK`), its data channels having this
+    /// DCAU and PROT: the mover lets the stack's drivers start what they can before a transfer
+    /// (a forwarder logs in to its children). No answer.
+    PrepareDiskStack(ferry_proto::stack::StackSpec, ferry_dtp::ChannelSecurity),
     /// Run a call on the session's storage; answer with [`Pi::storage_done`].
     Storage(StorageCall),
     /// Run a transfer, reporting [`Pi::transfer_started`], its events ([`Pi::transfer_event`])
@@ -72,6 +76,7 @@ impl std::fmt::Debug for Request {
             Request::OpenPassive(p) => write!(f, "OpenPassive({p:?})"),
             Request::SetActive(a) => write!(f, "SetActive({a:?})"),
             Request::ForgetCache => f.write_str("ForgetCache"),
+            Request::PrepareDiskStack(s, _) => write!(f, "PrepareDiskStack({s})"),
             Request::Storage(_) => f.write_str("Storage(..)"),
             Request::Transfer(t) => write!(f, "Transfer({} {})", t.verb, t.desc.path),
             Request::Status => f.write_str("Status"),

@@ -244,6 +244,31 @@ fn transfers_without_a_data_channel_or_login_and_bad_lines_get_their_errors() {
     assert!(p.transfers.is_empty());
 }
 
+/// A chosen disk stack goes to the mover at once, with the session's DCAU and PROT, so its
+/// drivers can start before the transfer (a forwarder logs in to its children); the default
+/// stack and refused ones do not.
+#[test]
+fn a_chosen_disk_stack_is_prepared_at_setdiskstack_and_the_default_or_a_refused_one_is_not() {
+    let mut p = Pair::with(|c| {
+        c.fs_whitelist = vec!["file".into(), "gridftp_multicast".into()];
+    });
+    p.expect("USER alice", 331);
+    p.expect("PASS right", 230);
+    p.expect("DCAU N", 200);
+    let forward = "file,gridftp_multicast:urls=#ftp%253A//h%253A2811/x";
+    p.expect(&format!("SITE SETDISKSTACK {forward}"), 250);
+    assert_eq!(p.prepared.len(), 1);
+    let (stack, security) = &p.prepared[0];
+    assert_eq!(stack.drivers.len(), 2);
+    assert_eq!(stack.drivers[1].name, "gridftp_multicast");
+    assert_eq!(security.dcau, ferry_proto::command::Dcau::None);
+    p.expect("SITE SETDISKSTACK file", 250);
+    p.expect("SITE SETDISKSTACK file,gridftp_multicast:bogus=1", 500);
+    p.expect("SITE SETDISKSTACK default", 250);
+    assert_eq!(p.prepared.len(), 1, "only the forwarding stack is prepared");
+    assert!(p.transfers.is_empty());
+}
+
 #[test]
 fn site_status_reports_the_drivers_figures_after_login_only() {
     let mut p = Pair::new();

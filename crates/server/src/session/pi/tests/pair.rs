@@ -39,6 +39,8 @@ pub(super) struct Pair {
     pub(super) transfers: Vec<TransferDescription>,
     pub(super) active: Vec<Vec<SocketAddr>>,
     pub(super) forgot: usize,
+    /// The disk stacks the PI asked the mover to prepare, with the DCAU/PROT it gave.
+    pub(super) prepared: Vec<(ferry_proto::stack::StackSpec, ferry_dtp::ChannelSecurity)>,
     pub(super) script: Script,
     pub(super) closed: bool,
     /// Once GSI login is done: the server's context (replies wrapped, commands unwrapped) and
@@ -80,6 +82,7 @@ impl Pair {
             transfers: Vec::new(),
             active: Vec::new(),
             forgot: 0,
+            prepared: Vec::new(),
             script: Script::Complete(Vec::new()),
             closed: false,
             server_gss: None,
@@ -221,6 +224,7 @@ impl Pair {
                 self.server.active_done(Ok(()));
             }
             Request::ForgetCache => self.forgot += 1,
+            Request::PrepareDiskStack(stack, security) => self.prepared.push((stack, security)),
             Request::Storage(mut call) => {
                 let r = match call.at_hand(&*self.storage) {
                     Some(answer) => Ok(answer),
