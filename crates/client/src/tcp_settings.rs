@@ -40,6 +40,25 @@ impl RemoteSession {
             .unwrap_or_default()
     }
 
+    /// The most the server's TCP autotuning lets one data socket buffer, receiving and sending
+    /// (its FEAT's `TCP-AUTOTUNE-MAX rmem=N;wmem=N;`, a ferry extension); `None` for others.
+    pub fn autotune_max_offered(&self) -> (Option<u64>, Option<u64>) {
+        let Some(list) = self
+            .features
+            .iter()
+            .find_map(|f| f.strip_prefix("TCP-AUTOTUNE-MAX "))
+        else {
+            return (None, None);
+        };
+        let value = |key: &str| {
+            list.split(';').find_map(|kv| {
+                let (k, v) = kv.trim().split_once('=')?;
+                k.eq_ignore_ascii_case(key).then(|| v.trim().parse().ok())?
+            })
+        };
+        (value("rmem"), value("wmem"))
+    }
+
     /// Asks a server that will send for this congestion control on its data connections
     /// (`SITE SETNETSTACK tcp:congestion=NAME`), or for its default again (`None`). Asked only
     /// of a server whose FEAT offers the name, and only on TCP data channels: returns whether

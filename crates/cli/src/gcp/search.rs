@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use ferry_client::{FirstSeconds, RetuneRule, Retuned};
 use serde::{Deserialize, Serialize};
 
-use super::tune::{autotune_max, PathEntry};
+use super::tune::{PathEntry, Window};
 
 /// Above this round trip large files start with at least 8 streams, else 4 (as `ferry copy`).
 const WAN_RTT_MS: f64 = 20.0;
@@ -32,9 +32,9 @@ pub(super) enum Search {
 }
 
 /// Streams for large files: the search's next step, or the first copy's rule.
-pub(super) fn choose_streams(e: &PathEntry, explained: &mut Vec<String>) -> u32 {
+pub(super) fn choose_streams(e: &PathEntry, window: &Window, explained: &mut Vec<String>) -> u32 {
     let (Some(n), Some(best), Some(best_bps)) = (e.streams, e.best_streams, e.best_bps) else {
-        let (n, why) = first_streams(e.rtt_ms, autotune_max());
+        let (n, why) = first_streams(e.rtt_ms, window);
         explained.push(format!(
             "streams: {n} for files of 16 MiB and more (first copy on this path: {why}; smaller \
              files: 1 stream, pipelined)"
@@ -77,23 +77,21 @@ pub(super) fn choose_streams(e: &PathEntry, explained: &mut Vec<String>) -> u32 
 /// loss_factor of 2 (streams hit by a loss slow down while the others take up the rate); at most
 /// 16. Measured at 200 ms with 0.1 % loss and Linux's default buffers (4 MiB): 8 streams 0.44
 /// Gbit/s, 12 0.58, 16 0.65, 24 0.66.
-pub(super) fn first_streams(rtt_ms: f64, window: Option<u64>) -> (u32, String) {
+pub(super) fn first_streams(rtt_ms: f64, window: &Window) -> (u32, String) {
     let base = if rtt_ms > WAN_RTT_MS { 8 } else { 4 };
     let bdp = ASSUMED_BPS / 8.0 * rtt_ms / 1e3;
-    let Some(window) = window.filter(|w| *w > 0) else {
-        return (
-            base,
-            "this host's socket buffer limits cannot be read".into(),
-        );
+    let Some(bytes) = window.bytes.filter(|w| *w > 0) else {
+        return (base, "the socket buffer limits cannot be read".into());
     };
-    let needed = (4.0 * bdp / window as f64).ceil() as u32;
+    let needed = (4.0 * bdp / bytes as f64).ceil() as u32;
     let n = needed.clamp(base, FIRST_MAX.max(base));
     let why = format!(
-        "bandwidth-delay product {} at an assumed 1 Gbit/s; a socket buffers up to {} here \
-         (net.ipv4.tcp_rmem, tcp_wmem), half of it in flight, twice over for losses: {needed}, \
-         within {base} to {FIRST_MAX}",
+        "bandwidth-delay product {} at an assumed 1 Gbit/s; a socket buffers up to {} on this \
+         path ({}), half of it in flight, twice over for losses: {needed}, within {base} to \
+         {FIRST_MAX}",
         crate::present::human_bytes(bdp as u64),
-        crate::present::human_bytes(window)
+        crate::present::human_bytes(bytes),
+        window.from
     );
     (n, why)
 }
@@ -111,22 +109,25 @@ const WINDOW_BOUND: f64 = 0.75;
 /// per round trip): then the streams stay. When they are held (at least 3/4 of what the
 /// windows allow), the path may carry more than they can take: the copy resumes with twice the
 /// streams, at most 32, unless less than 20 s of it is left.
-pub(super) fn judge_first_seconds(
-    first: &FirstSeconds,
-    rtt_ms: f64,
-    window: Option<u64>,
-) -> Retuned {
+#[cfg(test)]
+fn judge_first_seconds(first: &FirstSeconds, rtt_ms: f64, window: Option<u64>) -> Retuned {
+    verdict(first, rtt_ms, window).0
+}
+
+/// [`judge_first_seconds`], and whether the streams were found held by their windows (whatever
+/// was done about it).
+fn verdict(first: &FirstSeconds, rtt_ms: f64, window: Option<u64>) -> (Retuned, bool) {
     let rtt = (rtt_ms / 1e3).max(1e-4);
     let Some(&(began, _)) = first.samples.iter().find(|(_, b)| *b > 0) else {
-        return Retuned::Wait;
+        return (Retuned::Wait, false);
     };
     let ramp = (20.0 * rtt).max(2.0);
     let span = (10.0 * rtt).max(2.0);
     let Some(&(t0, b0)) = first.samples.iter().find(|(t, _)| *t >= began + ramp) else {
-        return Retuned::Wait;
+        return (Retuned::Wait, false);
     };
     let Some(&(t1, b1)) = first.samples.iter().find(|(t, _)| *t >= t0 + span) else {
-        return Retuned::Wait;
+        return (Retuned::Wait, false);
     };
     let bps = b1.saturating_sub(b0) as f64 * 8.0 / (t1 - t0);
     let n = first.streams.max(1);
@@ -137,32 +138,34 @@ pub(super) fn judge_first_seconds(
         crate::present::human_bytes((bps / 8.0 * rtt) as u64)
     );
     let Some(window) = window.filter(|w| *w > 0) else {
-        return Retuned::Keep(format!(
-            "{measured}; this host's socket buffer limits cannot be read: streams kept"
-        ));
+        let why = format!("{measured}; the socket buffer limits cannot be read: streams kept");
+        return (Retuned::Keep(why), false);
     };
     let allowed = f64::from(n) * window as f64 / 2.0 / rtt * 8.0;
     if bps < WINDOW_BOUND * allowed {
-        return Retuned::Keep(format!(
+        let why = format!(
             "{measured}, {:.0} % of what their windows allow ({:.0} Mbit/s): the path, not the \
              windows, sets the rate; streams kept",
             100.0 * bps / allowed,
             allowed / 1e6
-        ));
+        );
+        return (Retuned::Keep(why), false);
     }
     if n >= MAX_STREAMS {
-        return Retuned::Keep(format!(
+        let why = format!(
             "{measured}, held by their windows; already at the most streams ({MAX_STREAMS})"
-        ));
+        );
+        return (Retuned::Keep(why), true);
     }
     let left_s = first.left.map_or(f64::INFINITY, |b| b as f64 * 8.0 / bps);
     if left_s < RESTREAM_LEFT_S {
-        return Retuned::Keep(format!(
+        let why = format!(
             "{measured}, held by their windows; {left_s:.0} s left, too little to restart on more"
-        ));
+        );
+        return (Retuned::Keep(why), true);
     }
     let more = (2 * n).min(MAX_STREAMS);
-    Retuned::Streams(
+    let streams = Retuned::Streams(
         more,
         format!(
             "{measured}, {:.0} % of what their windows allow ({:.0} Mbit/s): the path carries \
@@ -170,7 +173,8 @@ pub(super) fn judge_first_seconds(
             100.0 * bps / allowed,
             allowed / 1e6
         ),
-    )
+    );
+    (streams, true)
 }
 
 /// [`judge_first_seconds`] for the files of one copy, remembering the most streams it asked
@@ -179,6 +183,9 @@ pub(super) struct FirstSecondsRule {
     pub(super) rtt_ms: f64,
     pub(super) window: Option<u64>,
     settled: Mutex<Option<u32>>,
+    /// Some file's streams were held by their windows (restarted on more or not): the next
+    /// copy searches upwards.
+    held: std::sync::atomic::AtomicBool,
 }
 
 impl FirstSecondsRule {
@@ -187,13 +194,22 @@ impl FirstSecondsRule {
             rtt_ms,
             window,
             settled: Mutex::new(None),
+            held: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Whether some file's streams were found held by their windows.
+    pub(super) fn found_held(&self) -> bool {
+        self.held.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
 impl RetuneRule for FirstSecondsRule {
     fn judge(&self, first: &FirstSeconds) -> Retuned {
-        let v = judge_first_seconds(first, self.rtt_ms, self.window);
+        let (v, held) = verdict(first, self.rtt_ms, self.window);
+        if held {
+            self.held.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         if let Retuned::Streams(n, _) = &v {
             if let Ok(mut s) = self.settled.lock() {
                 *s = Some(s.map_or(*n, |m| m.max(*n)));
@@ -275,16 +291,25 @@ mod tests {
     use super::*;
     use crate::gcp::tune::tests::entry;
 
+    fn window(bytes: Option<u64>) -> Window {
+        Window {
+            bytes,
+            from: "test".into(),
+        }
+    }
+
     #[test]
     fn the_first_copy_holds_the_bandwidth_delay_product_within_4_to_16_streams() {
-        let linux = Some(4 << 20);
-        assert_eq!(first_streams(4.0, linux).0, 4);
-        assert_eq!(first_streams(60.0, linux).0, 8);
-        assert_eq!(first_streams(75.0, linux).0, 9);
-        assert_eq!(first_streams(200.0, linux).0, 16);
+        let linux = window(Some(4 << 20));
+        assert_eq!(first_streams(4.0, &linux).0, 4);
+        assert_eq!(first_streams(60.0, &linux).0, 8);
+        assert_eq!(first_streams(75.0, &linux).0, 9);
+        assert_eq!(first_streams(200.0, &linux).0, 16);
         // A DTN's 64 MiB buffers need no more than the floor.
-        assert_eq!(first_streams(75.0, Some(64 << 20)).0, 8);
-        assert_eq!(first_streams(75.0, None).0, 8);
+        assert_eq!(first_streams(75.0, &window(Some(64 << 20))).0, 8);
+        assert_eq!(first_streams(75.0, &window(None)).0, 8);
+        // Servers held to 64 KiB: as many as the first copy may take.
+        assert_eq!(first_streams(62.0, &window(Some(64 << 10))).0, 16);
     }
 
     /// Samples every `every` seconds of a run that moves `mbit` Mbit/s from `start` on.
@@ -350,6 +375,14 @@ mod tests {
         // Nothing moved yet.
         let idle = run_at(16, 0.0, 0.0, 0.25, 8.0);
         assert_eq!(judge_first_seconds(&idle, 30.0, small), Retuned::Wait);
+        // Held but too little left to restart: the copy keeps its streams, and the next copy
+        // searches upwards all the same; streams the path holds leave the search alone.
+        let rule = FirstSecondsRule::new(30.0, small);
+        assert!(matches!(rule.judge(&ending), Retuned::Keep(_)));
+        assert!(rule.found_held() && rule.settled().is_none());
+        let rule = FirstSecondsRule::new(30.0, Some(4 << 20));
+        assert!(matches!(rule.judge(&held), Retuned::Keep(_)));
+        assert!(!rule.found_held());
     }
 
     #[test]
@@ -371,27 +404,36 @@ mod tests {
     ) {
         let mut e = entry();
         let mut why = Vec::new();
-        let first = first_streams(e.rtt_ms, autotune_max()).0;
-        assert_eq!(choose_streams(&e, &mut why), first, "first copy at 75 ms");
+        let here = window(crate::gcp::tune::autotune_max());
+        let first = first_streams(e.rtt_ms, &here).0;
+        assert_eq!(
+            choose_streams(&e, &here, &mut why),
+            first,
+            "first copy at 75 ms"
+        );
         step_search(&mut e, 8, 800e6);
         assert_eq!(e.search, Search::Decrease);
-        assert_eq!(choose_streams(&e, &mut why), 7, "one fewer, as the seed");
+        assert_eq!(
+            choose_streams(&e, &here, &mut why),
+            7,
+            "one fewer, as the seed"
+        );
         step_search(&mut e, 7, 790e6); // within 97 %: fewer still
         assert_eq!(e.best_streams, Some(7));
-        assert_eq!(choose_streams(&e, &mut why), 6);
+        assert_eq!(choose_streams(&e, &here, &mut why), 6);
         step_search(&mut e, 6, 600e6); // worse: back to the best and hold
         assert_eq!(e.search, Search::Hold);
-        assert_eq!(choose_streams(&e, &mut why), 7);
+        assert_eq!(choose_streams(&e, &here, &mut why), 7);
         step_search(&mut e, 7, 805e6); // steady
         assert_eq!(e.search, Search::Hold);
         step_search(&mut e, 7, 500e6); // the path changed: search upwards
         assert_eq!(e.search, Search::Increase);
-        assert_eq!(choose_streams(&e, &mut why), 8);
+        assert_eq!(choose_streams(&e, &here, &mut why), 8);
         step_search(&mut e, 8, 600e6); // gained: on, a quarter more
         assert_eq!((e.best_streams, e.search), (Some(8), Search::Increase));
-        assert_eq!(choose_streams(&e, &mut why), 10);
+        assert_eq!(choose_streams(&e, &here, &mut why), 10);
         step_search(&mut e, 10, 601e6); // no gain: hold at 8
         assert_eq!(e.search, Search::Hold);
-        assert_eq!(choose_streams(&e, &mut why), 8);
+        assert_eq!(choose_streams(&e, &here, &mut why), 8);
     }
 }

@@ -152,17 +152,54 @@ fn offered_here() -> Vec<String> {
 /// The most one socket's autotuning may buffer here: the smaller of the third values of
 /// `net.ipv4.tcp_rmem` (receiving) and `tcp_wmem` (sending), as this host's kernel has them.
 pub(super) fn autotune_max() -> Option<u64> {
-    let third = |key: &str| -> Option<u64> {
-        std::fs::read_to_string(format!("/proc/sys/net/ipv4/{key}"))
-            .ok()?
-            .split_whitespace()
-            .nth(2)?
-            .parse()
-            .ok()
-    };
-    match (third("tcp_rmem"), third("tcp_wmem")) {
+    match (local_max("tcp_rmem"), local_max("tcp_wmem")) {
         (Some(r), Some(w)) => Some(r.min(w)),
         (r, w) => r.or(w),
+    }
+}
+
+/// The third value of `net.ipv4.KEY` here (`tcp_rmem`, `tcp_wmem`).
+fn local_max(key: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/sys/net/ipv4/{key}"))
+        .ok()?
+        .split_whitespace()
+        .nth(2)?
+        .parse()
+        .ok()
+}
+
+/// The most one data socket of a path may buffer: the sender's sending limit against the
+/// receiver's receiving limit, each from this host's kernel or a ferry server's FEAT
+/// (`TCP-AUTOTUNE-MAX`), and where the figure comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Window {
+    pub(super) bytes: Option<u64>,
+    pub(super) from: String,
+}
+
+impl Window {
+    /// The window of a path whose sender may buffer `send` and receiver `receive` (`None`:
+    /// not known), named `sender` and `receiver`; falls back to this host's limits.
+    fn of(send: Option<u64>, receive: Option<u64>, sender: &str, receiver: &str) -> Window {
+        match (send, receive) {
+            (Some(s), Some(r)) => Window {
+                bytes: Some(s.min(r)),
+                from: format!(
+                    "{sender} sends with up to {}, {receiver} receives with up to {} \
+                     (net.ipv4.tcp_wmem, tcp_rmem)",
+                    crate::present::human_bytes(s),
+                    crate::present::human_bytes(r)
+                ),
+            },
+            _ => Window {
+                bytes: autotune_max(),
+                from: format!(
+                    "this host's net.ipv4.tcp_rmem, tcp_wmem, standing in for {} (a server \
+                     that is not ferry does not say its own)",
+                    if send.is_none() { sender } else { receiver }
+                ),
+            },
+        }
     }
 }
 
@@ -172,24 +209,48 @@ async fn probe(
     src: &Location,
     dst: &Location,
     sessions: &mut Sessions,
-) -> Result<PathEntry, ClientError> {
-    let (rtt, offered, sender) = match (src, dst) {
+) -> Result<(PathEntry, Window), ClientError> {
+    let (rtt, offered, sender, window) = match (src, dst) {
         (Location::Remote(s), Location::Local(_)) => {
             let session = sessions.get(s).await?;
-            (session.rtt(), session.congestion_offered(), s.authority())
+            let send = session.autotune_max_offered().1;
+            let window = Window::of(send, local_max("tcp_rmem"), &s.authority(), "this host");
+            (
+                session.rtt(),
+                session.congestion_offered(),
+                s.authority(),
+                window,
+            )
         }
         (Location::Remote(s), Location::Remote(d)) => {
             let (a, b) = sessions.pair(s, d).await?;
-            (a.rtt().max(b.rtt()), a.congestion_offered(), s.authority())
+            let (send, receive) = (a.autotune_max_offered().1, b.autotune_max_offered().0);
+            let window = Window::of(send, receive, &s.authority(), &d.authority());
+            (
+                a.rtt().max(b.rtt()),
+                a.congestion_offered(),
+                s.authority(),
+                window,
+            )
         }
         (Location::Local(_), Location::Remote(d)) => {
             let s = sessions.get(d).await?;
-            (s.rtt(), offered_here(), "this host".to_string())
+            let receive = s.autotune_max_offered().0;
+            let window = Window::of(local_max("tcp_wmem"), receive, "this host", &d.authority());
+            (s.rtt(), offered_here(), "this host".to_string(), window)
         }
         // Not probed: `choose` tunes no local copy.
-        (Location::Local(_), Location::Local(_)) => (Duration::ZERO, Vec::new(), String::new()),
+        (Location::Local(_), Location::Local(_)) => (
+            Duration::ZERO,
+            Vec::new(),
+            String::new(),
+            Window::of(None, None, "", ""),
+        ),
     };
-    Ok(PathEntry::probed(rtt.as_secs_f64() * 1e3, offered, sender))
+    Ok((
+        PathEntry::probed(rtt.as_secs_f64() * 1e3, offered, sender),
+        window,
+    ))
 }
 
 impl PathEntry {
@@ -253,7 +314,7 @@ impl Tuning {
         let mut explained = Vec::new();
         // The probe is the logins the copy needs anyway (it goes on over the same sessions), so
         // the path is measured afresh every time; the cache keeps what copies learnt.
-        let probed = probe(src, dest, sessions).await?;
+        let (probed, window) = probe(src, dest, sessions).await?;
         let first = if sources.len() > 1 {
             " (the first source's)"
         } else {
@@ -292,7 +353,7 @@ impl Tuning {
                 explained.push(format!("streams: {n}, as -n says"));
                 None
             }
-            None => Some(choose_streams(&entry, &mut explained)),
+            None => Some(choose_streams(&entry, &window, &mut explained)),
         };
         // With nothing measured on the path yet, the first seconds of the copy measure it.
         let first_seconds = (streams.is_some() && entry.best_streams.is_none()).then(|| {
@@ -301,15 +362,8 @@ impl Tuning {
                  their windows double (see the notes with -v)"
                     .into(),
             );
-            std::sync::Arc::new(FirstSecondsRule::new(entry.rtt_ms, autotune_max()))
+            std::sync::Arc::new(FirstSecondsRule::new(entry.rtt_ms, window.bytes))
         });
-        if matches!((src, dest), (Location::Remote(_), Location::Remote(_))) && streams.is_some() {
-            explained.push(
-                "(third party: this host's socket limits stand in for the servers', which the \
-                 client cannot read)"
-                    .into(),
-            );
-        }
         Ok(Tuning {
             large_file_streams: streams,
             congestion,
@@ -395,7 +449,8 @@ impl Tuning {
                 bps / 1e6
             ));
             let next = step_search(&mut l.entry, n, bps);
-            if restreamed.is_some() {
+            let held = self.first_seconds.as_ref().is_some_and(|r| r.found_held());
+            if restreamed.is_some() || held {
                 l.entry.search = Search::Increase;
                 said.push(
                     "next copy: more streams, while each step gains 3 % (the first seconds \
@@ -553,6 +608,18 @@ pub(super) mod tests {
             Some("cubic".into())
         );
         assert!(choose_congestion(&e, CongestionArg::System, &mut why).is_none());
+    }
+
+    #[test]
+    fn a_paths_window_is_the_senders_sending_limit_against_the_receivers_receiving_one() {
+        let w = Window::of(Some(64 << 10), Some(6 << 20), "b:2811", "c:2811");
+        assert_eq!(w.bytes, Some(64 << 10));
+        assert!(w.from.contains("b:2811 sends with up to"), "{}", w.from);
+        // A server that does not say stands in for nothing: this host's limits are used, and
+        // the explanation names the server they stand in for.
+        let w = Window::of(None, Some(6 << 20), "globus:2811", "c:2811");
+        assert_eq!(w.bytes, autotune_max());
+        assert!(w.from.contains("standing in for globus:2811"), "{}", w.from);
     }
 
     #[test]

@@ -132,13 +132,7 @@ impl Driver {
         // Held replies wait only for storage calls (a pipeline of CKSMs, say) and quick answers;
         // a login, a data connection or a transfer may take long, and the client may be waiting
         // for an earlier reply before it connects.
-        if !matches!(
-            req,
-            Request::Storage(_)
-                | Request::ForgetCache
-                | Request::PrepareDiskStack(..)
-                | Request::Status
-        ) {
+        if !req.is_quick() {
             self.wr.flush().await?;
         }
         match req {

@@ -15,10 +15,33 @@ pub(crate) fn offered_congestion() -> &'static str {
     })
 }
 
+/// The most this host's TCP autotuning lets one socket buffer, receiving and sending (the third
+/// values of `net.ipv4.tcp_rmem` and `tcp_wmem` in this process's network namespace), as FEAT's
+/// `TCP-AUTOTUNE-MAX rmem=N;wmem=N;` says them (a ferry extension: a client tuning streams for a
+/// third-party copy reads the servers' limits there, as it cannot read their kernels); read
+/// once, empty when unreadable.
+pub(crate) fn autotune_max() -> &'static str {
+    static MAX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    MAX.get_or_init(|| {
+        let third = |key: &str| -> Option<u64> {
+            std::fs::read_to_string(format!("/proc/sys/net/ipv4/{key}"))
+                .ok()?
+                .split_whitespace()
+                .nth(2)?
+                .parse()
+                .ok()
+        };
+        match (third("tcp_rmem"), third("tcp_wmem")) {
+            (Some(r), Some(w)) => format!("rmem={r};wmem={w};"),
+            _ => String::new(),
+        }
+    })
+}
+
 /// The FEAT reply, modelled on what globus-gridftp-server advertises (clients match lines by
 /// name, so order does not matter). `congestion` lists what `SITE SETNETSTACK
 /// tcp:congestion=NAME` may choose (a ferry extension; empty: the line is left out).
-pub(crate) fn feat(congestion: &str, multicast: bool, udt: bool) -> Reply {
+pub(crate) fn feat(congestion: &str, autotune: &str, multicast: bool, udt: bool) -> Reply {
     let cksm: String = ChecksumAlgorithm::all()
         .iter()
         .map(|a| format!("{}:10;", a.name()))
@@ -48,6 +71,9 @@ pub(crate) fn feat(congestion: &str, multicast: bool, udt: bool) -> Reply {
     let mut lines = lines.to_vec();
     if !congestion.is_empty() {
         lines.push(format!(" TCP-CONGESTION {congestion}"));
+    }
+    if !autotune.is_empty() {
+        lines.push(format!(" TCP-AUTOTUNE-MAX {autotune}"));
     }
     if multicast {
         // ferry's gridftp_multicast takes MODE E from any number of streams; a client tells

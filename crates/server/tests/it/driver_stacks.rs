@@ -93,6 +93,21 @@ async fn a_client_chooses_the_congestion_control_of_the_data_connections_with_a_
         .find(|l| l.starts_with(" TCP-CONGESTION "))
         .unwrap_or_else(|| panic!("no TCP-CONGESTION in {feat}"));
     assert!(line.contains("reno;"), "{line}");
+    // And how much one socket may buffer here, the third values of tcp_rmem and tcp_wmem.
+    let third = |key: &str| -> String {
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/{key}"))
+            .unwrap()
+            .split_whitespace()
+            .nth(2)
+            .unwrap()
+            .to_string()
+    };
+    let want = format!(
+        " TCP-AUTOTUNE-MAX rmem={};wmem={};",
+        third("tcp_rmem"),
+        third("tcp_wmem")
+    );
+    assert!(feat.lines.contains(&want), "{want:?} not in {feat}");
 
     expect(&mut c, "SITE SETNETSTACK tcp:congestion=reno", 250).await;
     // Nothing to say before a transfer.

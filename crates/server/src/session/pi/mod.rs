@@ -69,6 +69,20 @@ pub(crate) struct ServerStatus {
     pub(crate) transfers_started: u64,
 }
 
+impl Request {
+    /// Whether replies held for a pipeline may wait for this request: storage calls and
+    /// requests answered at once, not a login, a data connection or a transfer.
+    pub(crate) fn is_quick(&self) -> bool {
+        matches!(
+            self,
+            Request::Storage(_)
+                | Request::ForgetCache
+                | Request::PrepareDiskStack(..)
+                | Request::Status
+        )
+    }
+}
+
 impl std::fmt::Debug for Request {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -298,10 +312,13 @@ impl Pi {
             }
             Command::Feat => {
                 let tcp = self.ctx.config.dc_whitelist.iter().any(|d| d == "tcp");
-                let cc = if tcp {
-                    super::text::offered_congestion()
+                let (cc, autotune) = if tcp {
+                    (
+                        super::text::offered_congestion(),
+                        super::text::autotune_max(),
+                    )
                 } else {
-                    ""
+                    ("", "")
                 };
                 let multicast = self
                     .ctx
@@ -310,7 +327,7 @@ impl Pi {
                     .iter()
                     .any(|d| d == crate::multicast::NAME);
                 let udt = self.ctx.config.dc_whitelist.iter().any(|d| d == "udt");
-                return self.send(super::text::feat(cc, multicast, udt));
+                return self.send(super::text::feat(cc, autotune, multicast, udt));
             }
             Command::Help(topic) => return self.send(super::text::help(topic.as_deref())),
             Command::Noop => return self.reply(200, "NOOP command successful."),
