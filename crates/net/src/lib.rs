@@ -23,4 +23,4 @@ pub use listener::{bind_listener, DataListener, PortRange, TransportListener};
 pub use tcpinfo::TcpStats;
 pub use tls::DataProtection;
 pub use transport::{ConnectFuture, Transport, Transports, GSI_LAYER};
-pub use tuning::{Congestion, SocketTuning};
+pub use tuning::{autotune_max, Congestion, SocketTuning};

@@ -134,6 +134,19 @@ impl Congestion {
     }
 }
 
+/// The most this host's TCP autotuning lets one socket buffer: the third value of
+/// `net.ipv4.tcp_rmem` (`receiving`) or `tcp_wmem`, in this process's network namespace;
+/// `None` where it cannot be read.
+pub fn autotune_max(receiving: bool) -> Option<u64> {
+    let key = if receiving { "tcp_rmem" } else { "tcp_wmem" };
+    std::fs::read_to_string(format!("/proc/sys/net/ipv4/{key}"))
+        .ok()?
+        .split_whitespace()
+        .nth(2)?
+        .parse()
+        .ok()
+}
+
 /// What `allowed` says, for error messages.
 fn offered_here() -> String {
     let allowed: Vec<String> = Congestion::allowed()

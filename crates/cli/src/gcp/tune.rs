@@ -152,20 +152,13 @@ fn offered_here() -> Vec<String> {
 /// The most one socket's autotuning may buffer here: the smaller of the third values of
 /// `net.ipv4.tcp_rmem` (receiving) and `tcp_wmem` (sending), as this host's kernel has them.
 pub(super) fn autotune_max() -> Option<u64> {
-    match (local_max("tcp_rmem"), local_max("tcp_wmem")) {
+    match (
+        ferry_net::autotune_max(true),
+        ferry_net::autotune_max(false),
+    ) {
         (Some(r), Some(w)) => Some(r.min(w)),
         (r, w) => r.or(w),
     }
-}
-
-/// The third value of `net.ipv4.KEY` here (`tcp_rmem`, `tcp_wmem`).
-fn local_max(key: &str) -> Option<u64> {
-    std::fs::read_to_string(format!("/proc/sys/net/ipv4/{key}"))
-        .ok()?
-        .split_whitespace()
-        .nth(2)?
-        .parse()
-        .ok()
 }
 
 /// The most one data socket of a path may buffer: the sender's sending limit against the
@@ -214,7 +207,12 @@ async fn probe(
         (Location::Remote(s), Location::Local(_)) => {
             let session = sessions.get(s).await?;
             let send = session.autotune_max_offered().1;
-            let window = Window::of(send, local_max("tcp_rmem"), &s.authority(), "this host");
+            let window = Window::of(
+                send,
+                ferry_net::autotune_max(true),
+                &s.authority(),
+                "this host",
+            );
             (
                 session.rtt(),
                 session.congestion_offered(),
@@ -236,7 +234,12 @@ async fn probe(
         (Location::Local(_), Location::Remote(d)) => {
             let s = sessions.get(d).await?;
             let receive = s.autotune_max_offered().0;
-            let window = Window::of(local_max("tcp_wmem"), receive, "this host", &d.authority());
+            let window = Window::of(
+                ferry_net::autotune_max(false),
+                receive,
+                "this host",
+                &d.authority(),
+            );
             (s.rtt(), offered_here(), "this host".to_string(), window)
         }
         // Not probed: `choose` tunes no local copy.

@@ -23,15 +23,10 @@ pub(crate) fn offered_congestion() -> &'static str {
 pub(crate) fn autotune_max() -> &'static str {
     static MAX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     MAX.get_or_init(|| {
-        let third = |key: &str| -> Option<u64> {
-            std::fs::read_to_string(format!("/proc/sys/net/ipv4/{key}"))
-                .ok()?
-                .split_whitespace()
-                .nth(2)?
-                .parse()
-                .ok()
-        };
-        match (third("tcp_rmem"), third("tcp_wmem")) {
+        match (
+            ferry_net::autotune_max(true),
+            ferry_net::autotune_max(false),
+        ) {
             (Some(r), Some(w)) => format!("rmem={r};wmem={w};"),
             _ => String::new(),
         }
