@@ -8,6 +8,7 @@ mod names;
 mod search;
 mod sites;
 mod tune;
+mod window;
 
 use std::path::PathBuf;
 

@@ -8,7 +8,8 @@ use std::sync::Mutex;
 use ferry_client::{FirstSeconds, RetuneRule, Retuned};
 use serde::{Deserialize, Serialize};
 
-use super::tune::{PathEntry, Window};
+use super::tune::PathEntry;
+use super::window::Window;
 
 /// Above this round trip large files start with at least 8 streams, else 4 (as `ferry copy`).
 const WAN_RTT_MS: f64 = 20.0;
@@ -404,7 +405,7 @@ mod tests {
     ) {
         let mut e = entry();
         let mut why = Vec::new();
-        let here = window(crate::gcp::tune::autotune_max());
+        let here = window(crate::gcp::window::autotune_max());
         let first = first_streams(e.rtt_ms, &here).0;
         assert_eq!(
             choose_streams(&e, &here, &mut why),
