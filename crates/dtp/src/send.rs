@@ -141,8 +141,10 @@ pub(crate) async fn send_mode_e(
     job: SendJob,
 ) -> Result<Vec<DataConn>, DtpError> {
     let n = conns.len();
-    if n == 1 {
+    if n == 1 && job.bounded {
         // One connection: sent on this task, no spawn and no cross-thread wake-up per file.
+        // Not from a source whose reads wait for data to come (a multicast node's buffer, a
+        // pipe): on its own task, so this one goes on reading the control channel meanwhile.
         let mut conn = conns.into_iter().next().ok_or(DtpError::NoDataChannel)?;
         conn.limit_unsent(None)
             .map_err(|e| DtpError::Connection(format!("setting TCP_NOTSENT_LOWAT: {e}")))?;
@@ -155,7 +157,7 @@ pub(crate) async fn send_mode_e(
     for (i, mut conn) in conns.into_iter().enumerate() {
         // Each stream queues about one block in the kernel, so blocks spread over all streams
         // whatever the send buffer size (see DataConn::limit_unsent).
-        conn.limit_unsent(Some(unsent))
+        conn.limit_unsent((n > 1).then_some(unsent))
             .map_err(|e| DtpError::Connection(format!("setting TCP_NOTSENT_LOWAT: {e}")))?;
         let job = Arc::clone(&job);
         // EOF, with the connection count, on the first connection; EOD on the others.
