@@ -1,9 +1,12 @@
 //! `ferry copy`: URL copy with defaults that need no tuning.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use ferry_client::{CopyOptions, Ends, FileRequest, GsiOptions, Location, SyncLevel, Verify};
+use ferry_client::{
+    CopyEvent, CopyOptions, Ends, FileRequest, GsiOptions, Location, SyncLevel, Verify,
+};
 use ferry_storage::ChecksumAlgorithm;
 
 use crate::demo::parse_size;
@@ -327,8 +330,21 @@ pub(crate) fn runtime() -> Option<tokio::runtime::Runtime> {
 
 /// Runs the job from `sessions` (which may be logged in already) on the current runtime.
 pub(crate) async fn run_job_async(job: CopyJob, sessions: ferry_client::Sessions) -> Measured {
+    run_job_watched(job, sessions, Arc::new(|_: &CopyEvent| {})).await
+}
+
+/// [`run_job_async`], showing `watch` every event before it is presented.
+pub(crate) async fn run_job_watched(
+    job: CopyJob,
+    sessions: ferry_client::Sessions,
+    watch: Arc<dyn Fn(&CopyEvent) + Send + Sync>,
+) -> Measured {
     let started = Instant::now();
-    let sink = present::sink(job.output);
+    let shown = present::sink(job.output);
+    let sink: ferry_client::EventSink = Arc::new(move |ev: CopyEvent| {
+        watch(&ev);
+        shown(ev);
+    });
     let result = ferry_client::copy_with_sessions(
         &job.sources,
         &job.dest,

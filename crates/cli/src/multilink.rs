@@ -14,12 +14,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferry_client::{GsiSetup, Location, RemoteSession, RemoteUrl};
-use ferry_proto::multicast::{best_fan_out, first_hop_stack, parse_mc_file, Destination};
+use ferry_client::{GsiSetup, Location, RemoteSession};
+use ferry_proto::multicast::{best_fan_out, parse_mc_file, Destination};
 
-use crate::copy::{run_job_async, runtime, CopyJob};
+use crate::copy::{runtime, CopyJob};
 use crate::exit;
 use crate::present::Output;
+
+mod check;
+mod resend;
 
 /// What `--to-many`, `--to-many-file`, `--via`, `--fan-out` and `--keep-order` ask for.
 #[derive(Debug, Clone)]
@@ -71,10 +74,11 @@ impl Tree {
     }
 }
 
-/// Runs `job` (one source; its destination is replaced) to every destination of `tree`. Then
-/// every destination the client can reach is checked (checksum, or size with --no-verify);
-/// those that failed, and no others, get the file again down a tree of their own, up to the
-/// job's retries.
+/// Runs `job` (one source; its destination is replaced) to every destination of `tree`. A hop
+/// that fails is named as the tree reports it, while the other branches go on; then every
+/// destination the client can reach is checked (checksum, or size with --no-verify), and each
+/// failed hop's subtree alone is sent what it lacks again, from what it held (its restart
+/// markers), along the route it had, up to the job's retries.
 pub(crate) fn run(mut job: CopyJob, tree: Tree) -> u8 {
     let Some(rt) = runtime() else {
         return 1;
@@ -82,7 +86,7 @@ pub(crate) fn run(mut job: CopyJob, tree: Tree) -> u8 {
     let gsi = Arc::new(GsiSetup::new(job.options.gsi.clone()));
     let verbose = matches!(job.output, Output::Human { verbose: true });
     let retries = job.options.retries;
-    // Each round is one attempt: a restarted multicast would leave the children short.
+    // The rounds below are the retries: each resends only what failed, where it failed.
     job.options.retries = 0;
     let verify = job.options.verify.take();
     rt.block_on(async {
@@ -92,73 +96,80 @@ pub(crate) fn run(mut job: CopyJob, tree: Tree) -> u8 {
         };
         let source = source.clone();
         let name = source_name(&source);
-        let expected = match expected(&source, verify.as_ref(), &gsi).await {
+        let expected = match check::expected(&source, verify.as_ref(), &gsi).await {
             Ok(e) => Arc::new(e),
             Err(e) => {
                 eprintln!("ferry copy: {e}");
                 return exit::USAGE;
             }
         };
-        let mut tree = tree;
+        let plan = match plan(&source, &tree, &name, &gsi).await {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("ferry copy: {e}");
+                return exit::code(ferry_client::ErrorClass::Network);
+            }
+        };
+        if verbose || job.output == Output::Json {
+            for line in &plan.said {
+                eprintln!("ferry: {line}");
+            }
+        }
+        let size = source_size(&source, &gsi).await.ok();
+        let mut sends = vec![resend::Resend::whole(&plan)];
         let mut last = exit::OK;
         for round in 0..=retries {
             if round > 0 {
-                // Waits as a single copy's retries do: a destination that failed may be a
-                // server restarting, and planning the round connects to it again.
+                // Waits as a single copy's retries do: a hop that failed may be a server
+                // restarting.
                 tokio::time::sleep(job.options.retry_delay(round)).await;
             }
-            let plan = match plan(&source, &tree, &name, &gsi).await {
-                Ok(p) => p,
-                Err(e) => {
-                    eprintln!("ferry copy: {e}");
-                    return exit::code(ferry_client::ErrorClass::Network);
+            last = exit::OK;
+            let mut failed = Vec::new();
+            for r in &sends {
+                let (code, named) = resend::send(&job, &plan, r, &gsi, size).await;
+                if code != exit::OK {
+                    last = code;
                 }
-            };
-            if verbose || job.output == Output::Json {
-                for line in &plan.said {
-                    eprintln!("ferry: {line}");
-                }
+                failed.extend(named);
             }
-            job.dest = Location::Remote(plan.first.clone());
-            job.options.request.disk_stack = Some(plan.stack.clone());
-            let sessions = ferry_client::Sessions::with_gsi(Arc::clone(&gsi));
-            let (code, _) = run_job_async(job.clone(), sessions).await;
-            last = code;
-            let failed = check_all(&plan, &expected, &gsi).await;
-            let checked = plan.stored.len() - failed.len();
+            let bad = check::check_all(&plan, &expected, &gsi).await;
+            let checked = plan.stored.len() - bad.len();
             if verbose && checked > 0 {
                 eprintln!(
                     "ferry: {checked} destinations hold the source's bytes ({})",
                     expected.what()
                 );
             }
-            for (d, why) in &failed {
-                eprintln!("ferry: {}: {why}", d.url);
-            }
-            // Hidden destinations (behind --via) cannot be checked: trust the copy's reply.
-            let mut again: Vec<Destination> = failed.into_iter().map(|(d, _)| d).collect();
-            if code != exit::OK {
-                again.extend(plan.hidden.iter().cloned());
-            } else if !plan.hidden.is_empty() {
-                eprintln!(
-                    "ferry: not checked, as not reachable from here (behind --via): {}",
-                    plan.hidden
-                        .iter()
-                        .map(|d| d.url.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-            }
-            if again.is_empty() {
+            let next = resend::next_round(&plan, failed, &bad);
+            if next.is_empty() {
+                if last != exit::OK {
+                    // Every destination checks out though the copy said otherwise (a hop
+                    // failed after its last byte): the copies are what counts.
+                    tracing::info!("every destination holds the file after a failed round");
+                }
+                if !plan.hidden.is_empty() {
+                    eprintln!(
+                        "ferry: not checked, as not reachable from here (behind --via): {}",
+                        plan.hidden
+                            .iter()
+                            .map(|d| d.url.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                }
                 return exit::OK;
+            }
+            for (d, why) in &bad {
+                eprintln!("ferry: {}: {why}", d.url);
             }
             if round < retries {
                 eprintln!(
-                    "ferry: sending again to the {} destinations that do not have the file",
-                    again.len()
+                    "ferry: {} of the tree failed; sending them again what they lack",
+                    resend::describe(&next)
                 );
             }
-            tree.dests = again;
+            sends = next;
             if last == exit::OK {
                 last = exit::code(ferry_client::ErrorClass::Verification);
             }
@@ -167,130 +178,13 @@ pub(crate) fn run(mut job: CopyJob, tree: Tree) -> u8 {
     })
 }
 
-/// What a good copy must show: the source's checksum, or its size with --no-verify.
-enum Expected {
-    Checksum(&'static str, String),
-    Size(u64),
-}
-
-impl Expected {
-    fn what(&self) -> String {
-        match self {
-            Expected::Checksum(alg, _) => format!("{alg} compared"),
-            Expected::Size(_) => "size compared".into(),
-        }
-    }
-}
-
-async fn expected(
-    source: &Location,
-    verify: Option<&ferry_client::Verify>,
-    gsi: &Arc<GsiSetup>,
-) -> Result<Expected, String> {
-    let Some(verify) = verify else {
-        return source_size(source, gsi).await.map(Expected::Size);
-    };
-    let alg = verify.algorithm.name();
-    let value = match source {
-        Location::Local(p) => {
-            // As the copy's own verification sums a local end: the storage's checksum.
-            let shown = p.display().to_string();
-            let abs = std::path::absolute(p).map_err(|e| format!("{shown}: {e}"))?;
-            let vp = ferry_storage::VirtualPath::resolve(
-                &ferry_storage::VirtualPath::root(),
-                &abs.to_string_lossy(),
-            )
-            .map_err(|e| format!("{shown}: {e}"))?;
-            let alg = verify.algorithm;
-            tokio::task::spawn_blocking(move || {
-                let storage = ferry_storage::PosixStorage::open(std::path::Path::new("/"), true)?;
-                ferry_storage::Storage::checksum(&storage, &vp, alg, 0, None)
-            })
-            .await
-            .map_err(|e| format!("checksum task failed: {e}"))?
-            .map_err(|e| format!("{shown}: {e}"))?
-        }
-        Location::Remote(u) => {
-            let mut s = RemoteSession::connect(u, gsi)
-                .await
-                .map_err(|e| e.to_string())?;
-            s.checksum(&u.path, alg, 0, None)
-                .await
-                .map_err(|e| e.to_string())?
-        }
-    };
-    Ok(Expected::Checksum(alg, value))
-}
-
-/// The stored destinations that do not hold the source's bytes, with what is wrong; all are
-/// asked at once.
-async fn check_all(
-    plan: &Plan,
-    expected: &Arc<Expected>,
-    gsi: &Arc<GsiSetup>,
-) -> Vec<(Destination, String)> {
-    let mut set = tokio::task::JoinSet::new();
-    for d in plan.stored.iter().cloned() {
-        let (expected, gsi) = (Arc::clone(expected), Arc::clone(gsi));
-        set.spawn(async move {
-            let got = check(&d.url, &expected, &gsi).await;
-            (d, got)
-        });
-    }
-    let mut good = Vec::new();
-    let mut failed = Vec::new();
-    while let Some(joined) = set.join_next().await {
-        match joined {
-            Ok((d, Ok(()))) => good.push(d.url),
-            Ok((d, Err(why))) => failed.push((d, why)),
-            Err(e) => tracing::warn!("a check stopped: {e}"),
-        }
-    }
-    // A check that stopped without an answer counts as a failure.
-    for d in &plan.stored {
-        if !good.contains(&d.url) && !failed.iter().any(|(f, _)| f.url == d.url) {
-            failed.push((d.clone(), "not checked: the check stopped".into()));
-        }
-    }
-    failed
-}
-
-/// Whether the copy at `url` holds the source's bytes.
-async fn check(url: &str, expected: &Expected, gsi: &Arc<GsiSetup>) -> Result<(), String> {
-    let Ok(Location::Remote(u)) = Location::parse(url) else {
-        return Err("not a server URL".into());
-    };
-    let mut s = RemoteSession::connect(&u, gsi)
-        .await
-        .map_err(|e| e.to_string())?;
-    match expected {
-        Expected::Checksum(alg, want) => {
-            let got = s
-                .checksum(&u.path, alg, 0, None)
-                .await
-                .map_err(|e| e.to_string())?;
-            if &got == want {
-                Ok(())
-            } else {
-                Err(format!("{alg} {got} where the source has {want}"))
-            }
-        }
-        Expected::Size(want) => {
-            let got = s.size(&u.path).await.map_err(|e| e.to_string())?;
-            if got == *want {
-                Ok(())
-            } else {
-                Err(format!("{got} bytes where the source has {want}"))
-            }
-        }
-    }
-}
-
 /// The copy's first hop, its disk stack, the destinations that store the file, and what was
 /// measured and decided, for `-v`.
 struct Plan {
-    first: RemoteUrl,
-    stack: String,
+    /// The tree as sent: the first hop, and the destinations it forwards to (see
+    /// [`ferry_proto::multicast::first_hop_stack`]).
+    top: Destination,
+    below: Vec<Destination>,
     /// Destinations that store the file and can be checked from here.
     stored: Vec<Destination>,
     /// Destinations behind a relay, which this client cannot reach.
@@ -418,12 +312,12 @@ async fn plan(
         lines.push(d);
     }
     let (first, rest) = lines.split_first().ok_or("no destination")?;
-    let Ok(Location::Remote(first_url)) = Location::parse(&first.url) else {
+    if !matches!(Location::parse(&first.url), Ok(Location::Remote(_))) {
         return Err(format!("{}: not a server URL", first.url));
-    };
+    }
     Ok(Plan {
-        first: first_url,
-        stack: first_hop_stack(Some(&first.options), rest),
+        top: first.clone(),
+        below: rest.to_vec(),
         stored,
         hidden,
         said,

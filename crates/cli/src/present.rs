@@ -53,6 +53,8 @@ struct State {
     done: usize,
     base: u64,
     current: std::collections::HashMap<usize, u64>,
+    /// Forwarding hops already said to have failed.
+    named: std::collections::HashSet<String>,
 }
 
 /// An event sink for `output`.
@@ -76,6 +78,7 @@ pub(crate) fn sink(output: Output) -> EventSink {
                 done: 0,
                 base: 0,
                 current: Default::default(),
+                named: Default::default(),
             }));
             Arc::new(move |ev: CopyEvent| {
                 let Ok(mut s) = state.lock() else { return };
@@ -166,6 +169,21 @@ fn human(s: &mut State, ev: CopyEvent, verbose: bool) {
         CopyEvent::Note { message } => {
             if verbose {
                 line(s, format!("ferry: {message}"));
+            }
+        }
+        CopyEvent::ForwardFailed {
+            url, held, error, ..
+        } => {
+            // Said as the tree reports it, and again in its final reply: once here.
+            if s.named.insert(url.clone()) {
+                let held = ferry_proto::RangeSet::parse(&held).map_or(0, |r| r.total());
+                line(
+                    s,
+                    format!(
+                        "ferry: {url} failed ({} there and below); the other destinations go on: {error}",
+                        if held == 0 { "nothing stored".to_string() } else { format!("{} stored", human_bytes(held)) }
+                    ),
+                );
             }
         }
         CopyEvent::Failed { error, .. } => {

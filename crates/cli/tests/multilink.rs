@@ -339,7 +339,14 @@ fn a_hop_killed_mid_transfer_is_named_and_only_its_subtree_gets_the_file_again()
     let mut d = ferry_servers(&sb, "d", 4);
     // Fan-out 2, in the order given: d0 → {d1 → d3, d2}. (Ordered by round trip, a login
     // over a millisecond under the suite's load once put d1 at the root.)
-    let mut args = vec!["copy", "-v", "--fan-out", "2", "--keep-order", "--to-many"];
+    let mut args = vec![
+        "copy",
+        "--json",
+        "--fan-out",
+        "2",
+        "--keep-order",
+        "--to-many",
+    ];
     let local_arg = local.display().to_string();
     args.push(&local_arg);
     let urls: Vec<String> = d.iter().map(|s| s.url_for("out.bin")).collect();
@@ -358,26 +365,56 @@ fn a_hop_killed_mid_transfer_is_named_and_only_its_subtree_gets_the_file_again()
     d[1].restart_same_port();
     let out = run.wait(std::time::Duration::from_secs(300));
     out.assert_success();
-    // d1 and d3 again, or d1 alone when d3 had the whole file before d1 died (the retry sends
-    // only to destinations whose checksum differs).
-    let again = ["1", "2"].iter().any(|n| {
-        out.stderr
-            .contains(&format!("sending again to the {n} destinations"))
-    });
+    // The tree named d1 (its parent d0 reported it), with what d1 and d3 held.
+    let named: Vec<serde_json::Value> = out
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["event"] == "forward_failed")
+        .collect();
     assert!(
-        out.stderr.contains(&urls[1]) && again,
-        "the failed hop should be named and its subtree (d1, d3) sent again:\n{}",
+        named.iter().any(|e| e["url"] == urls[1].as_str()),
+        "d1's failure should be reported as an event:\n{}",
+        out.stdout
+    );
+    let held = named
+        .iter()
+        .rfind(|e| e["url"] == urls[1].as_str())
+        .and_then(|e| e["held"].as_str())
+        .map(|h| ferry_proto::RangeSet::parse(h).expect("ranges"))
+        .expect("held");
+    assert!(
+        held.total() < data.len() as u64,
+        "d1 held everything: {held}"
+    );
+    // The retry moved exactly what the subtree lacked: the file less what it held.
+    let moved: Vec<u64> = out
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["event"] == "done")
+        .filter_map(|e| e["moved"].as_u64())
+        .collect();
+    assert_eq!(moved, [data.len() as u64 - held.total()], "{}", out.stdout);
+    // Only d1's subtree (d1, d3) is sent again, what it lacked, through d0 storing nothing.
+    assert!(
+        out.stderr.contains(&format!(
+            "sending {} and the destination below it the",
+            urls[1]
+        )) && out.stderr.contains("storing nothing there"),
+        "the failed hop's subtree should be sent again through d0:\n{}",
         out.stderr
     );
     assert!(
-        out.stderr.contains("in the order given (--keep-order)"),
+        !out.stderr.contains(&format!("sending {}", urls[2])),
         "{}",
         out.stderr
     );
     assert!(stores(&d[3]) <= 2, "d3 got the file more than twice");
     assert_all_have(&data, &d.iter().collect::<Vec<_>>(), "out.bin");
-    assert_eq!(stores(&d[0]), 1, "d0 got the file twice");
     assert_eq!(stores(&d[2]), 1, "d2 got the file twice");
+    // d0's second STOR relayed (local_write=n): its copy is the first, whole, one.
+    assert!(stores(&d[0]) <= 2, "d0 got the file more than twice");
 }
 
 /// Sends `lines` on a raw control connection to a ferry server (anonymous login first) and

@@ -138,8 +138,11 @@ pub enum CopyEvent {
     Done {
         /// Index in the plan.
         file: usize,
-        /// Bytes moved.
+        /// Bytes the destination holds (the file, or the requested range).
         bytes: u64,
+        /// Bytes this copy moved: less than `bytes` when it resumed from what the destination
+        /// held, or skipped the file.
+        moved: u64,
         /// Seconds it took.
         seconds: f64,
         /// Streams used.
@@ -161,6 +164,18 @@ pub enum CopyEvent {
     Note {
         /// What was chosen and why.
         message: String,
+    },
+    /// A hop of the destination's forwarding tree failed (`gridftp_multicast`): the other
+    /// destinations go on. May be said twice for one hop (as it fails, and in the final reply).
+    ForwardFailed {
+        /// Index in the plan.
+        file: usize,
+        /// The hop's URL.
+        url: String,
+        /// What every destination of its subtree held, as `REST` spells ranges.
+        held: String,
+        /// Why it failed.
+        error: String,
     },
     /// A file failed for good.
     Failed {
@@ -405,6 +420,7 @@ async fn copy_one(
         return Ok(CopyEvent::Done {
             file: i,
             bytes: 0,
+            moved: 0,
             seconds: 0.0,
             streams: 0,
             skipped: true,
@@ -452,6 +468,12 @@ async fn copy_one(
             }),
             FileCopyEvent::Warning { message } => events(CopyEvent::Warning { message }),
             FileCopyEvent::Note { message } => events(CopyEvent::Note { message }),
+            FileCopyEvent::ForwardFailed(f) => events(CopyEvent::ForwardFailed {
+                file: i,
+                url: f.url,
+                held: f.held.to_string(),
+                error: f.error,
+            }),
             _ => {}
         };
         let result = file.run(sessions, &run_cancel, &mut on_event).await;
@@ -477,6 +499,7 @@ async fn copy_one(
                 return Ok(CopyEvent::Done {
                     file: i,
                     bytes: done.bytes,
+                    moved: done.moved,
                     seconds: started.elapsed().as_secs_f64(),
                     streams: done.streams,
                     skipped: false,

@@ -5,6 +5,7 @@ use ferry_dtp::{
     relay, Dtp, DtpEvent, RelaySink, Relayed, TransferDescription, TransferOutcome, Watch,
 };
 use ferry_proto::markers::{PerfMarker, RestartMarker};
+use ferry_proto::multicast::ForwardFailure;
 use ferry_proto::{Command, RangeSet, Reply};
 
 use crate::{ClientError, ControlClient};
@@ -21,6 +22,9 @@ pub enum Progress {
     StartedOver,
     /// The server has opened the file for the transfer (its 150 or 125).
     Opened,
+    /// A hop of the forwarding tree behind the server failed (a `gridftp_multicast` node named
+    /// it in a perf marker); the other destinations go on.
+    ForwardFailed(ForwardFailure),
 }
 
 /// Once the transfer `command` is sent: runs `desc` on `dtp` (if any) while reading replies
@@ -160,5 +164,8 @@ fn marker(r: &Reply, on_progress: &mut (dyn FnMut(Progress) + Send), bytes: &mut
     } else if let Some(p) = PerfMarker::from_reply(r) {
         bytes.update(p.stripe_index, p.stripe_bytes);
         on_progress(Progress::Bytes(bytes.total()));
+        for f in ForwardFailure::all_in(r) {
+            on_progress(Progress::ForwardFailed(f));
+        }
     }
 }

@@ -69,6 +69,10 @@ pub enum FileCopyEvent {
         /// Parallel TCP streams of this run.
         streams: u32,
     },
+    /// A hop of the destination's forwarding tree failed (`gridftp_multicast`), with what its
+    /// subtree held; the other destinations go on. Said as the server reports it, and again
+    /// from its final reply.
+    ForwardFailed(ferry_proto::multicast::ForwardFailure),
     /// Both ends have this checksum.
     Checksum {
         /// The algorithm's name as servers spell it (`ADLER32`, `MD5` …).
@@ -297,6 +301,7 @@ impl FileCopy {
                     ranges: RangeSet::new(),
                 });
             }
+            Progress::ForwardFailed(f) => on_event(FileCopyEvent::ForwardFailed(f)),
             Progress::Stored(r) => {
                 let before = stored.total();
                 stored.merge(&r);
@@ -309,7 +314,21 @@ impl FileCopy {
         };
         let moving = Instant::now();
         let (moved, streams, local_sums, tcp) =
-            self.transfer(sessions, &req, &mut on_progress).await?;
+            match self.transfer(sessions, &req, &mut on_progress).await {
+                Ok(done) => done,
+                Err(e) => {
+                    // A forwarding tree's final report names every hop that failed, those
+                    // its markers named already among them.
+                    if let ClientError::Refused { reply, .. } = &e {
+                        if ferry_proto::multicast::is_report(reply) {
+                            for f in ferry_proto::multicast::ForwardFailure::all_in(reply) {
+                                on_event(FileCopyEvent::ForwardFailed(f));
+                            }
+                        }
+                    }
+                    return Err(e);
+                }
+            };
         if req.transport.is_none() && self.request.transport.as_deref() == Some(crate::choose::AUTO)
         {
             crate::choose::learn(

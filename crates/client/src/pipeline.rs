@@ -229,6 +229,7 @@ fn done_event(i: usize, job: &Job, o: &TransferOutcome, checksum: Option<String>
     CopyEvent::Done {
         file: i,
         bytes: job.size.unwrap_or(o.bytes).max(o.bytes),
+        moved: o.bytes,
         seconds: o.duration.as_secs_f64(),
         streams: 1,
         skipped: false,

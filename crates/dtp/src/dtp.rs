@@ -248,6 +248,7 @@ impl Dtp {
 fn access<'a>(
     desc: &'a TransferDescription,
     delegated: &'a Option<Arc<DataSecurity>>,
+    news: &'a crate::disk_stack::News,
 ) -> Access<'a> {
     Access {
         path: &desc.path,
@@ -258,5 +259,6 @@ fn access<'a>(
             && desc.stripe.count <= 1,
         channel: &desc.security,
         delegated: delegated.as_ref(),
+        news,
     }
 }

@@ -24,6 +24,10 @@ pub enum DtpEvent {
         bytes: u64,
         /// Unix time in tenths of a second.
         timestamp_tenths: u64,
+        /// Lines the disk stack reported since the last marker (see
+        /// [`crate::disk_stack::News`]), sent as further lines of this one.
+        #[serde(default)]
+        news: Vec<String>,
     },
 }
 

@@ -91,15 +91,20 @@ pub fn marker_reply(ev: &DtpEvent) -> Option<Reply> {
             stripe_count,
             bytes,
             timestamp_tenths,
-        } => Some(
-            PerfMarker {
+            news,
+        } => {
+            let mut r = PerfMarker {
                 timestamp_tenths: *timestamp_tenths,
                 stripe_index: *stripe_index,
                 stripe_bytes: *bytes,
                 total_stripes: *stripe_count,
             }
-            .to_reply(),
-        ),
+            .to_reply();
+            // Before the closing `End.`, where a reader of the fields by name finds them too.
+            let end = r.lines.len().saturating_sub(1);
+            r.lines.splice(end..end, news.iter().cloned());
+            Some(r)
+        }
     }
 }
 
@@ -245,9 +250,21 @@ mod tests {
             stripe_count: 2,
             bytes: 9,
             timestamp_tenths: 3,
+            news: vec![" Forward Failed: ftp://a/f; Held: 0-5; Error: gone".into()],
         })
         .expect("112");
         assert_eq!(p.code, 112);
         assert!(p.to_string().contains("Stripe Bytes Transferred: 9"), "{p}");
+        // The news goes before the closing line, each a line of its own, and the marker
+        // still reads as one.
+        assert!(
+            p.to_string()
+                .ends_with(" Forward Failed: ftp://a/f; Held: 0-5; Error: gone\r\n112 End.\r\n"),
+            "{p}"
+        );
+        assert_eq!(
+            ferry_proto::markers::PerfMarker::from_reply(&p).map(|m| m.stripe_bytes),
+            Some(9)
+        );
     }
 }

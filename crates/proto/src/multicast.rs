@@ -10,6 +10,10 @@
 
 use crate::stack::percent_decode;
 
+mod report;
+
+pub use report::{is_report, report, route_to, subtree, ForwardFailure, REPORT_HEADER};
+
 /// The FEAT line of a ferry server that may forward (`gridftp_multicast` whitelisted) and takes
 /// MODE E on any number of streams, which Globus' driver does not.
 pub const PARALLEL_FEATURE: &str = "MULTICAST PARALLEL";

@@ -148,6 +148,27 @@ impl RangeSet {
         self.ranges.len()
     }
 
+    /// The bytes in both `self` and `other`.
+    pub fn intersect(&self, other: &RangeSet) -> RangeSet {
+        let mut out = Vec::new();
+        let (mut a, mut b) = (
+            self.ranges.iter().peekable(),
+            other.ranges.iter().peekable(),
+        );
+        while let (Some(&&(s1, e1)), Some(&&(s2, e2))) = (a.peek(), b.peek()) {
+            let (s, e) = (s1.max(s2), e1.min(e2));
+            if s < e {
+                out.push((s, e));
+            }
+            if e1 <= e2 {
+                a.next();
+            } else {
+                b.next();
+            }
+        }
+        RangeSet { ranges: out }
+    }
+
     /// Parses `a-b,c-d` (whitespace around items allowed); ranges may overlap or be unordered.
     ///
     /// The empty (or all-blank) string is the empty set, so `parse(&set.to_string())` gives

@@ -54,6 +54,17 @@ impl Reply {
         }
     }
 
+    /// A reply of `text`, one line per `\n` in it: one line as [`Reply::new`], several as a
+    /// multi-line reply closed by `NNN End.` (so every line of the text reads as its own).
+    pub fn from_text(code: u16, text: &str) -> Reply {
+        if !text.contains('\n') {
+            return Reply::new(code, text);
+        }
+        let mut lines: Vec<String> = text.split('\n').map(String::from).collect();
+        lines.push("End.".into());
+        Reply::multi(code, lines)
+    }
+
     /// A multi-line reply from its lines (first line is the `NNN-` line, last the `NNN ` line).
     pub fn multi(code: u16, lines: Vec<String>) -> Reply {
         Reply { code, lines }

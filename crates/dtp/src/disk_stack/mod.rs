@@ -66,6 +66,37 @@ pub struct Access<'a> {
     /// The credential the user delegated to the session (GSI), for drivers that connect on
     /// their behalf; `None` when nothing was delegated (never the server's own credential).
     pub delegated: Option<&'a Arc<DataSecurity>>,
+    /// Where a driver tells the client, while the transfer runs, what happens beyond this
+    /// server (a forwarder's child failed).
+    pub news: &'a News,
+}
+
+/// Lines a driver adds to the transfer's next performance marker (`112`), sent at once: what
+/// happens beyond this server while the transfer runs. Lines start with a space (they are
+/// fields of the marker) and must not start `NNN `; a transfer that reports nothing drops them.
+#[derive(Debug, Clone)]
+pub struct News(tokio::sync::mpsc::UnboundedSender<String>);
+
+impl News {
+    /// A channel for a transfer's news: the sender for its drivers, the receiver for its
+    /// markers.
+    pub fn channel() -> (News, tokio::sync::mpsc::UnboundedReceiver<String>) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        (News(tx), rx)
+    }
+
+    /// Reports `line` (once).
+    pub fn say(&self, line: String) {
+        let _ = self.0.send(line);
+    }
+}
+
+/// What a driver that sends the data on knows of the destinations beyond this server.
+pub trait Beyond: Send + Sync + std::fmt::Debug {
+    /// Of `written` (every range this transfer has stored here, wire offsets), the part every
+    /// destination beyond the driver holds as well: only that goes in the restart markers the
+    /// client sees, so a restart from them leaves no destination short.
+    fn held(&self, written: &RangeSet) -> RangeSet;
 }
 
 /// What a driver must still do once every byte of a transfer has passed through it; the
@@ -82,12 +113,18 @@ pub struct Layer {
     pub file: Arc<dyn FileHandle>,
     /// What completes the driver's own work.
     pub finish: Option<Box<dyn Finish>>,
+    /// What the driver knows of destinations beyond this server, for the restart markers.
+    pub beyond: Option<Arc<dyn Beyond>>,
 }
 
 impl Layer {
     /// A file with nothing to finish.
     pub fn plain(file: Arc<dyn FileHandle>) -> Layer {
-        Layer { file, finish: None }
+        Layer {
+            file,
+            finish: None,
+            beyond: None,
+        }
     }
 }
 
@@ -96,6 +133,7 @@ impl std::fmt::Debug for Layer {
         f.debug_struct("Layer")
             .field("file", &self.file)
             .field("finish", &self.finish.is_some())
+            .field("beyond", &self.beyond)
             .finish()
     }
 }
@@ -107,9 +145,17 @@ pub struct Opened {
     pub file: Arc<dyn FileHandle>,
     /// Each driver's work, top driver first.
     pub finishing: Vec<Layer>,
+    /// What the drivers that send the data on know of their destinations.
+    pub beyond: Vec<Arc<dyn Beyond>>,
 }
 
 impl Opened {
+    /// Of `written`, what every destination beyond every driver holds as well (see
+    /// [`Beyond::held`]): all of it when no driver sends the data on.
+    pub fn held(beyond: &[Arc<dyn Beyond>], written: &RangeSet) -> RangeSet {
+        beyond.iter().fold(written.clone(), |held, b| b.held(&held))
+    }
+
     /// Finishes every driver's work, top first; the first error is the transfer's.
     pub async fn finish(self) -> Result<(), String> {
         let mut first = Ok(());
@@ -293,17 +339,23 @@ impl DiskStack {
     ) -> Result<Opened, StorageError> {
         let mut prepared = prepared.map(|p| p.layers).unwrap_or_default().into_iter();
         let mut finishing = Vec::new();
+        let mut beyond = Vec::new();
         for (driver, options) in &self.layers {
-            let layer = match prepared.next().flatten() {
+            let mut layer = match prepared.next().flatten() {
                 Some(p) => driver.wrap_prepared(file, access, options, p)?,
                 None => driver.wrap(file, access, options)?,
             };
             file = Arc::clone(&layer.file);
+            beyond.extend(layer.beyond.take());
             if layer.finish.is_some() {
                 finishing.insert(0, layer);
             }
         }
-        Ok(Opened { file, finishing })
+        Ok(Opened {
+            file,
+            finishing,
+            beyond,
+        })
     }
 }
 

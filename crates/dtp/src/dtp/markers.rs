@@ -6,6 +6,7 @@ use ferry_proto::clock;
 use ferry_proto::RangeSet;
 use tokio::sync::mpsc;
 
+use crate::disk_stack::{Beyond, Opened};
 use crate::{Direction, DtpError, DtpEvent, TransferDescription};
 
 /// Tells the PI the transfer can start. Sent with back-pressure (unlike markers, which may be
@@ -14,22 +15,59 @@ pub(super) async fn begin(events: &mpsc::Sender<DtpEvent>) {
     let _ = events.send(DtpEvent::Begin).await;
 }
 
-/// Drives `fut` while emitting restart and perf markers at the description's intervals.
+/// What the disk stack reports while a transfer runs: its news, and what the destinations
+/// beyond this server hold (see [`crate::disk_stack::Beyond`]); kept across the transfer and
+/// the wait for the stack's own work, whose markers go on.
+#[derive(Default)]
+pub(super) struct Stack {
+    pub(super) news: Option<mpsc::UnboundedReceiver<String>>,
+    pub(super) beyond: Vec<std::sync::Arc<dyn Beyond>>,
+    /// With destinations beyond: every range written, and what markers reported of it.
+    written: RangeSet,
+    reported: RangeSet,
+}
+
+impl Stack {
+    /// The ranges the next restart marker reports: with destinations beyond this server, a
+    /// range once every one of them holds it too.
+    fn due(&mut self, take_written: &(dyn Fn() -> RangeSet + Sync)) -> RangeSet {
+        let fresh = take_written();
+        if self.beyond.is_empty() {
+            return fresh;
+        }
+        self.written.merge(&fresh);
+        let mut new = Opened::held(&self.beyond, &self.written);
+        new.subtract(&self.reported);
+        self.reported.merge(&new);
+        new
+    }
+}
+
+/// Drives `fut` while emitting restart and perf markers at the description's intervals, and
+/// a perf marker at once for each line of news from the disk stack.
 pub(super) async fn with_markers<T>(
     fut: impl std::future::Future<Output = Result<T, DtpError>>,
     desc: &TransferDescription,
     events: &mpsc::Sender<DtpEvent>,
     bytes: &(dyn Fn() -> u64 + Sync),
     take_written: &(dyn Fn() -> RangeSet + Sync),
+    stack: &mut Stack,
 ) -> Result<T, DtpError> {
     tokio::pin!(fut);
     let mut restart = desc.markers.restart_ms.map(ticker);
     let mut perf = desc.markers.perf_ms.map(ticker);
+    let perf_now = |news: Vec<String>| DtpEvent::Perf {
+        stripe_index: desc.stripe.index,
+        stripe_count: desc.stripe.count,
+        bytes: bytes(),
+        timestamp_tenths: now_tenths(),
+        news,
+    };
     loop {
         tokio::select! {
             r = &mut fut => {
                 if desc.direction == Direction::Receive && restart.is_some() {
-                    let done = take_written();
+                    let done = stack.due(take_written);
                     if !done.is_empty() {
                         let _ = events.try_send(DtpEvent::Restart(done));
                     }
@@ -37,20 +75,38 @@ pub(super) async fn with_markers<T>(
                 return r;
             }
             _ = tick(&mut restart) => {
-                let done = take_written();
+                let done = stack.due(take_written);
                 if !done.is_empty() {
                     let _ = events.try_send(DtpEvent::Restart(done));
                 }
             }
             _ = tick(&mut perf) => {
-                let _ = events.try_send(DtpEvent::Perf {
-                    stripe_index: desc.stripe.index,
-                    stripe_count: desc.stripe.count,
-                    bytes: bytes(),
-                    timestamp_tenths: now_tenths(),
-                });
+                let _ = events.try_send(perf_now(Vec::new()));
+            }
+            Some(mut news) = next_news(&mut stack.news) => {
+                // Not dropped when the PI lags, unlike the periodic markers: a failure
+                // reported late is still worth reporting.
+                if let Some(rx) = &mut stack.news {
+                    while let Ok(more) = rx.try_recv() {
+                        news.push(more);
+                    }
+                }
+                let _ = events.send(perf_now(news)).await;
             }
         }
+    }
+}
+
+async fn next_news(news: &mut Option<mpsc::UnboundedReceiver<String>>) -> Option<Vec<String>> {
+    match news {
+        Some(rx) => match rx.recv().await {
+            Some(line) => Some(vec![line]),
+            None => {
+                *news = None;
+                std::future::pending().await
+            }
+        },
+        None => std::future::pending().await,
     }
 }
 

@@ -14,9 +14,10 @@ use ferry_storage::{FileHandle, FileVersion, Storage, WriteOptions};
 use tokio::sync::mpsc;
 
 use super::connect::{connect_all, secure};
-use super::markers::{begin, with_markers};
+use super::markers::{begin, with_markers, Stack};
 use super::{access, Dtp, Moved};
 use crate::digest::{Taken, TransferDigest};
+use crate::disk_stack::News;
 use crate::disk_stack::{DiskStack, Opened};
 use crate::pool::auto_block_size;
 use crate::receive::{receive_mode_e, receive_stream, RecvJob};
@@ -38,9 +39,11 @@ impl Dtp {
         let mut opened = None;
         let source = match &desc.source {
             TransferSource::File => {
+                // A file read through the stack goes nowhere else: nobody hears its news.
+                let (news, _) = News::channel();
                 let o = disk.wrap(
                     self.storage.open_read(&desc.path)?,
-                    access(desc, &self.delegated),
+                    access(desc, &self.delegated, &news),
                 )?;
                 let file = Arc::clone(&o.file);
                 opened = Some(o);
@@ -148,8 +151,15 @@ impl Dtp {
         match desc.mode {
             TransferMode::Extended => {
                 let fut = send_stripes(groups, jobs);
-                let mut conns =
-                    with_markers(fut, desc, events, &total_bytes, &RangeSet::new).await?;
+                let mut conns = with_markers(
+                    fut,
+                    desc,
+                    events,
+                    &total_bytes,
+                    &RangeSet::new,
+                    &mut Stack::default(),
+                )
+                .await?;
                 self.tcp = ferry_net::TcpStats::of_all(&mut conns);
                 self.channel.put_back(Direction::Send, &desc.channel, conns);
             }
@@ -161,7 +171,15 @@ impl Dtp {
                     .ok_or(DtpError::NoDataChannel)?;
                 let job = jobs.into_iter().next().ok_or(DtpError::NoDataChannel)?;
                 let fut = send_stream(conn, job, desc.ascii);
-                with_markers(fut, desc, events, &total_bytes, &RangeSet::new).await?;
+                with_markers(
+                    fut,
+                    desc,
+                    events,
+                    &total_bytes,
+                    &RangeSet::new,
+                    &mut Stack::default(),
+                )
+                .await?;
             }
         }
         if let Some(o) = opened {
@@ -196,6 +214,9 @@ impl Dtp {
             None
         };
         let mut opened = None;
+        let (news, news_rx) = News::channel();
+        let mut stack = Stack::default();
+        stack.news = Some(news_rx);
         let file = match sink {
             Some(f) => f,
             None => {
@@ -216,7 +237,8 @@ impl Dtp {
                     .take()
                     .filter(|(stack, _)| *stack == desc.disk_stack)
                     .map(|(_, p)| p);
-                let o = disk.wrap_with(bottom, access(desc, &self.delegated), prepared)?;
+                let o = disk.wrap_with(bottom, access(desc, &self.delegated, &news), prepared)?;
+                stack.beyond.clone_from(&o.beyond);
                 let file = Arc::clone(&o.file);
                 opened = Some(o);
                 file
@@ -270,7 +292,8 @@ impl Dtp {
                 };
                 let fut = receive_mode_e(cached, listener, prot, Arc::clone(&job));
                 let (mut conns, used) =
-                    with_markers(fut, desc, events, &total_bytes, &take_written).await?;
+                    with_markers(fut, desc, events, &total_bytes, &take_written, &mut stack)
+                        .await?;
                 self.tcp = ferry_net::TcpStats::of_all(&mut conns);
                 self.channel
                     .put_back(Direction::Receive, &desc.channel, conns);
@@ -300,13 +323,23 @@ impl Dtp {
                 }
                 let start = stream_restart_offset(&desc.restart);
                 let fut = receive_stream(conn, &job, start, desc.ascii);
-                with_markers(fut, desc, events, &total_bytes, &take_written).await?;
+                with_markers(fut, desc, events, &total_bytes, &take_written, &mut stack).await?;
                 1
             }
         };
         drop(job);
         if let Some(o) = opened {
-            finish_stack(o).await?;
+            // A forwarder's children may go on well after the last byte came in: markers go
+            // on too, with what they store and any hop that fails.
+            with_markers(
+                finish_stack(o),
+                desc,
+                events,
+                &total_bytes,
+                &take_written,
+                &mut stack,
+            )
+            .await?;
         }
         let taken = match digest {
             Some(d) => match self.storage.open_read(&desc.path) {

@@ -240,6 +240,7 @@ impl DiskDriver for Finishing {
                 finished: Arc::clone(&self.finished),
                 dropped: Arc::clone(&self.dropped),
             })),
+            beyond: None,
         })
     }
 }
@@ -439,6 +440,116 @@ async fn prepared_work_goes_to_the_next_transfer_through_the_same_stack_only() {
     dtp.prepare_disk_stack(&stack("file,preparing:a"), &security);
     dtp.prepare_disk_stack(&stack("file,preparing:nothing"), &security);
     assert_eq!(counts(), (3, 1, 2));
+    assert_eq!(
+        std::fs::read(dir.path().join("f.bin")).expect("stored"),
+        data
+    );
+}
+
+/// A driver that sends the data on: its destinations hold the first `limit` bytes until its
+/// work finishes, which takes a while and then lifts the limit; it reports news at once.
+#[derive(Debug, Default)]
+struct Onward {
+    limit: Arc<AtomicU64>,
+}
+
+#[derive(Debug)]
+struct Limit(Arc<AtomicU64>);
+
+impl ferry_dtp::disk_stack::Beyond for Limit {
+    fn held(&self, written: &ferry_proto::RangeSet) -> ferry_proto::RangeSet {
+        written.intersect(&ferry_proto::RangeSet::from_range(
+            0,
+            self.0.load(Ordering::Relaxed),
+        ))
+    }
+}
+
+struct CatchUp(Arc<AtomicU64>);
+
+impl ferry_dtp::disk_stack::Finish for CatchUp {
+    fn finish(
+        self: Box<Self>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>> {
+        Box::pin(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(350)).await;
+            self.0.store(u64::MAX, Ordering::Relaxed);
+            Ok(())
+        })
+    }
+}
+
+impl DiskDriver for Onward {
+    fn name(&self) -> &'static str {
+        "onward"
+    }
+    fn accept(&self, _options: &str) -> Result<(), DiskStackError> {
+        Ok(())
+    }
+    fn wrap(
+        &self,
+        below: Arc<dyn FileHandle>,
+        access: Access<'_>,
+        _options: &str,
+    ) -> Result<Layer, StorageError> {
+        access
+            .news
+            .say(" Forward Failed: ftp://c/f; Held: ; Error: test".into());
+        Ok(Layer {
+            file: below,
+            finish: Some(Box::new(CatchUp(Arc::clone(&self.limit)))),
+            beyond: Some(Arc::new(Limit(Arc::clone(&self.limit)))),
+        })
+    }
+}
+
+#[tokio::test]
+async fn restart_markers_wait_for_the_destinations_beyond_and_news_goes_out_at_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let storage: Arc<dyn Storage> =
+        Arc::new(PosixStorage::open(dir.path(), false).expect("storage"));
+    let mut dtp = Dtp::new(storage, BufferPool::new(ferry_dtp::IO_CHUNK, 4), false);
+    let driver = Onward::default();
+    driver.limit.store(1 << 20, Ordering::Relaxed);
+    dtp.use_disk_stacks(Arc::new(DiskStacks::standard().with(Arc::new(driver))));
+    let data = pattern(3 << 20);
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let mut desc = description(
+        Direction::Receive,
+        l.local_addr().expect("addr"),
+        "file,onward",
+    );
+    desc.markers.restart_ms = Some(100);
+    let sent = data.clone();
+    let peer = tokio::spawn(async move {
+        let (mut c, _) = l.accept().await.expect("accept");
+        c.write_all(&sent).await.expect("send");
+    });
+    let (tx, mut rx) = mpsc::channel(64);
+    dtp.run(&desc, &tx).await.expect("receive");
+    peer.await.expect("peer");
+    let mut restarts = Vec::new();
+    let mut news = Vec::new();
+    while let Ok(ev) = rx.try_recv() {
+        match ev {
+            DtpEvent::Restart(r) => restarts.push(r),
+            DtpEvent::Perf { news: n, .. } => news.extend(n),
+            DtpEvent::Begin => {}
+        }
+    }
+    assert_eq!(news, [" Forward Failed: ftp://c/f; Held: ; Error: test"]);
+    // While the destinations beyond held the first MiB, no marker went further; once they
+    // caught up (the driver's work, after the last byte came), the rest was reported.
+    assert_eq!(
+        restarts.first(),
+        Some(&ferry_proto::RangeSet::from_range(0, 1 << 20)),
+        "{restarts:?}"
+    );
+    let mut all = ferry_proto::RangeSet::new();
+    for r in &restarts {
+        all.merge(r);
+    }
+    assert_eq!(all, ferry_proto::RangeSet::from_range(0, data.len() as u64));
     assert_eq!(
         std::fs::read(dir.path().join("f.bin")).expect("stored"),
         data

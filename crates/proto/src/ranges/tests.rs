@@ -228,4 +228,25 @@ proptest! {
         expected.subtract(&RangeSet::from_range(0, delta));
         prop_assert_eq!(s.shifted_down(delta).shifted_up(delta), expected);
     }
+
+    #[test]
+    fn intersect_keeps_exactly_the_bytes_in_both(
+        a in proptest::collection::vec((0u64..64, 0u64..64), 0..8),
+        b in proptest::collection::vec((0u64..64, 0u64..64), 0..8),
+    ) {
+        let set = |pairs: &[(u64, u64)]| {
+            let mut s = RangeSet::new();
+            for &(x, y) in pairs {
+                s.insert(x.min(y), x.max(y));
+            }
+            s
+        };
+        let (sa, sb) = (set(&a), set(&b));
+        let both = sa.intersect(&sb);
+        prop_assert_eq!(&both, &sb.intersect(&sa));
+        for byte in 0..64u64 {
+            let want = sa.contains_range(byte, byte + 1) && sb.contains_range(byte, byte + 1);
+            prop_assert_eq!(both.contains_range(byte, byte + 1), want);
+        }
+    }
 }

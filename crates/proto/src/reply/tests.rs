@@ -214,3 +214,13 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_text_of_several_lines_becomes_a_multi_line_reply_each_line_its_own() {
+    assert_eq!(Reply::from_text(451, "one").to_bytes(), b"451 one\r\n");
+    let r = Reply::from_text(451, "header\n Forward Failed: x\n Forward Failed: y");
+    assert_eq!(
+        String::from_utf8(r.to_bytes()).unwrap(),
+        "451-header\r\n Forward Failed: x\r\n Forward Failed: y\r\n451 End.\r\n"
+    );
+}

@@ -3,11 +3,15 @@
 
 use std::sync::Arc;
 
-use ferry_client::{FileRequest, GsiOptions, GsiSetup, Location, RemoteSession};
+use ferry_client::{
+    ClientError, FileRequest, GsiOptions, GsiSetup, Location, Progress, RemoteSession,
+};
+use ferry_dtp::disk_stack::News;
 use ferry_dtp::ChannelSecurity;
 use ferry_gsi::DataSecurity;
 use ferry_proto::command::Dcau;
-use ferry_proto::multicast::{Child, MulticastOptions};
+use ferry_proto::multicast::{is_report, Child, ForwardFailure, MulticastOptions};
+use ferry_proto::RangeSet;
 use tokio::sync::oneshot;
 
 use super::tee::{ChildView, Tee};
@@ -79,18 +83,40 @@ const PREPARED_FRESH: std::time::Duration = std::time::Duration::from_secs(60);
 /// session and stops.
 pub(super) struct Started {
     url: String,
-    go: oneshot::Sender<(Arc<Tee>, usize)>,
-    done: oneshot::Receiver<Result<(), String>>,
+    go: oneshot::Sender<Go>,
+    done: Ended,
 }
 
-/// How a child's forward ended, naming the child's URL on failure.
-pub(super) type Ended = oneshot::Receiver<Result<(), String>>;
+/// What a child's forwarder needs once the transfer comes: its reader of the buffer, the
+/// bytes every destination holds already (a restart), and where to report failures at once.
+pub(super) struct Go {
+    tee: Arc<Tee>,
+    index: usize,
+    restart: RangeSet,
+    news: News,
+}
+
+/// How a child's forward ended: the hops of its subtree that failed (the child itself, with
+/// what its subtree had stored, or hops below it that it named).
+pub(super) type Ended = oneshot::Receiver<Result<(), Vec<ForwardFailure>>>;
 
 impl Started {
-    /// Hands the child its reader `index` of `tee`: the put starts. Returns the child's URL
-    /// and how its forward ends.
-    pub(super) fn go(self, tee: &Arc<Tee>, index: usize) -> (String, Ended) {
-        if self.go.send((Arc::clone(tee), index)).is_err() {
+    /// Hands the child its reader `index` of `tee`: the put starts, skipping `restart`, and
+    /// failures go to `news` as they happen. Returns the child's URL and how its forward ends.
+    pub(super) fn go(
+        self,
+        tee: &Arc<Tee>,
+        index: usize,
+        restart: &RangeSet,
+        news: &News,
+    ) -> (String, Ended) {
+        let go = Go {
+            tee: Arc::clone(tee),
+            index,
+            restart: restart.clone(),
+            news: news.clone(),
+        };
+        if self.go.send(go).is_err() {
             // The thread is gone: nothing will read for this child.
             tee.leave(index);
         }
@@ -100,14 +126,14 @@ impl Started {
 
 /// Starts `child`'s forwarder (see [`Started`]).
 pub(super) fn start(child: Child, how: Forwarding) -> std::io::Result<Started> {
-    let (go_tx, go_rx) = oneshot::channel::<(Arc<Tee>, usize)>();
+    let (go_tx, go_rx) = oneshot::channel::<Go>();
     let (tx, done) = oneshot::channel();
     let url = child.url.clone();
     std::thread::Builder::new()
         .name("multicast-child".into())
         .spawn(move || {
-            // Reads of the buffer block their thread (see Tee::read): a worker for each
-            // stream and one more keep the control channel and the other streams running.
+            // Reads of the buffer wait off the runtime's workers (see Tee::wait); a worker for
+            // each stream and one more keep the control channel and the streams running.
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(how.parallelism as usize + 1)
                 .enable_all()
@@ -115,9 +141,15 @@ pub(super) fn start(child: Child, how: Forwarding) -> std::io::Result<Started> {
             {
                 Ok(rt) => rt,
                 Err(e) => {
-                    if let Ok((tee, index)) = go_rx.blocking_recv() {
-                        tee.leave(index);
-                        let _ = tx.send(Err(format!("{}: cannot start a runtime: {e}", child.url)));
+                    if let Ok(go) = go_rx.blocking_recv() {
+                        go.tee.leave(go.index);
+                        let f = ForwardFailure {
+                            url: child.url.clone(),
+                            held: RangeSet::new(),
+                            error: format!("cannot start a runtime: {e}"),
+                        };
+                        go.news.say(f.to_line());
+                        let _ = tx.send(Err(vec![f]));
                     }
                     return;
                 }
@@ -125,10 +157,12 @@ pub(super) fn start(child: Child, how: Forwarding) -> std::io::Result<Started> {
             let result = rt.block_on(run(&child, &how, go_rx));
             rt.shutdown_background();
             let Some(result) = result else { return };
-            if let Err(e) = &result {
-                tracing::warn!(url = %child.url, error = %e, "multicast: forwarding failed");
+            if let Err(failed) = &result {
+                for f in failed {
+                    tracing::warn!(url = %f.url, error = %f.error, held = %f.held, "multicast: forwarding failed");
+                }
             }
-            let _ = tx.send(result.map_err(|e| format!("{}: {e}", child.url)));
+            let _ = tx.send(result);
         })?;
     Ok(Started {
         url,
@@ -141,11 +175,11 @@ pub(super) fn start(child: Child, how: Forwarding) -> std::io::Result<Started> {
 async fn run(
     child: &Child,
     how: &Forwarding,
-    go: oneshot::Receiver<(Arc<Tee>, usize)>,
-) -> Option<Result<(), String>> {
+    go: oneshot::Receiver<Go>,
+) -> Option<Result<(), Vec<ForwardFailure>>> {
     let mut session = login(child, how).await;
     let logged_in = std::time::Instant::now();
-    let Ok((tee, index)) = go.await else {
+    let Ok(go) = go.await else {
         // The session chose another stack, or ended: no transfer comes.
         if let Ok(s) = session {
             s.close().await;
@@ -154,7 +188,7 @@ async fn run(
     };
     // Dropped before the runtime even on a panic: streams still blocked in a read end once
     // the child has left, and the runtime has nothing left to wait for.
-    let _leave = Leave(&tee, index);
+    let _leave = Leave(&go.tee, go.index);
     if session.is_err() || logged_in.elapsed() > PREPARED_FRESH {
         // A login that failed or may have timed out since is tried (again) now.
         if let Ok(old) = session {
@@ -162,10 +196,41 @@ async fn run(
         }
         session = login(child, how).await;
     }
-    Some(match session {
-        Ok(s) => put(s, child, index, how, Arc::clone(&tee)).await,
-        Err(e) => Err(e),
+    let mut relayed = Vec::new();
+    let ended = match session {
+        Ok(s) => put(s, child, how, &go, &mut relayed).await,
+        Err(e) => Err(Stopped::Child(e)),
+    };
+    Some(match ended {
+        Ok(()) => Ok(()),
+        Err(Stopped::Below(named)) => {
+            // The child's own part is complete: only the hops it names failed. Those it
+            // named while the transfer ran went up then.
+            for f in named.iter().filter(|f| !relayed.contains(f)) {
+                go.news.say(f.to_line());
+            }
+            Err(named)
+        }
+        Err(Stopped::Child(error)) => {
+            // The child's whole subtree failed with it, holding what the child last confirmed;
+            // what it named of its own subtree before is part of this.
+            let f = ForwardFailure {
+                url: child.url.clone(),
+                held: go.tee.confirmed(go.index),
+                error,
+            };
+            go.news.say(f.to_line());
+            Err(vec![f])
+        }
     })
+}
+
+/// Why a child's put stopped short.
+enum Stopped {
+    /// The child, and so its subtree, failed.
+    Child(String),
+    /// The child's own part is complete; these hops below it failed.
+    Below(Vec<ForwardFailure>),
 }
 
 /// A session on the child's server, logged in as the node's own transfer says, and told its
@@ -201,27 +266,49 @@ async fn login(child: &Child, how: &Forwarding) -> Result<RemoteSession, String>
     Ok(session)
 }
 
+/// Puts the node's data to the child. What the child stores is confirmed in the buffer (for
+/// the node's restart markers); hops the child reports failed below it go up at once, and
+/// into `relayed`.
 async fn put(
     mut session: RemoteSession,
     child: &Child,
-    index: usize,
     how: &Forwarding,
-    tee: Arc<Tee>,
-) -> Result<(), String> {
+    go: &Go,
+    relayed: &mut Vec<ForwardFailure>,
+) -> Result<(), Stopped> {
     let Ok(Location::Remote(url)) = Location::parse(&child.url) else {
-        return Err("not a URL ferry can write to".into());
+        return Err(Stopped::Child("not a URL ferry can write to".into()));
     };
     let req = FileRequest {
         parallelism: how.parallelism,
         tcp_buffer: how.tcp_buffer,
         disk_stack: child.disk_stack.clone(),
+        restart: go.restart.clone(),
         ..FileRequest::default()
     };
-    let view = Arc::new(ChildView { tee, child: index });
-    let outcome = session
-        .put_from(view, &url.path, &req, &mut |_| {})
+    let view = Arc::new(ChildView {
+        tee: Arc::clone(&go.tee),
+        child: go.index,
+    });
+    let mut on_progress = |p: Progress| match p {
+        Progress::Stored(r) => go.tee.confirm(go.index, &r),
+        Progress::ForwardFailed(f) => {
+            go.news.say(f.to_line());
+            relayed.push(f);
+        }
+        _ => {}
+    };
+    let outcome = match session
+        .put_from(view, &url.path, &req, &mut on_progress)
         .await
-        .map_err(|e| e.to_string())?;
+    {
+        Ok(o) => o,
+        Err(ClientError::Refused { reply, .. }) if is_report(&reply) => {
+            session.close().await;
+            return Err(Stopped::Below(ForwardFailure::all_in(&reply)));
+        }
+        Err(e) => return Err(Stopped::Child(e.to_string())),
+    };
     tracing::debug!(url = %child.url, bytes = outcome.bytes, "multicast: forwarded");
     session.close().await;
     Ok(())

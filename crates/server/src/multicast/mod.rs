@@ -5,7 +5,11 @@
 //! the driver's `P` streams to ferry servers, one stream to others: see
 //! `RemoteSession::storable`), told by its own disk stack which part of the tree it forwards
 //! to, with the DCAU and PROT of the node's own transfer and the credential the user delegated.
-//! The node's final reply waits for its children and names each one that failed.
+//! The node's restart markers cover only what every destination below it has stored too, and
+//! a child that fails is named at once, in the node's next performance marker, with what its
+//! subtree held (see [`ferry_proto::multicast::ForwardFailure`]); the other children go on, and
+//! the node's final reply waits for them and names every hop that failed. A restarted
+//! transfer is forwarded as one: every child is sent the same ranges.
 //!
 //! It lives in the server, not beside `file` in `ferry_dtp`, because a forwarder is a GridFTP
 //! client; [`crate::Drivers`] registers it, the one place it is named.
@@ -21,9 +25,8 @@ use ferry_dtp::disk_stack::{
     Access, DiskDriver, DiskStackError, Finish, Layer, Prepared, Preparing,
 };
 use ferry_dtp::Direction;
-use ferry_proto::multicast::MulticastOptions;
+use ferry_proto::multicast::{report, ForwardFailure, MulticastOptions};
 use ferry_storage::{FileHandle, StorageError};
-use tokio::sync::oneshot;
 
 use tee::{Tee, TeeFile, HELD_LIMIT};
 
@@ -123,14 +126,9 @@ struct Ready {
     started: Vec<forward::Started>,
 }
 
-/// Refuses transfers a forwarder cannot carry whole to its children.
+/// Refuses transfers a forwarder cannot carry whole to its children. A restarted one it can:
+/// the restart markers it sent covered only what every destination below had.
 fn check(access: &Access<'_>) -> Result<(), StorageError> {
-    if !access.restart.is_empty() {
-        return Err(StorageError::Invalid(format!(
-            "{NAME}: a restarted transfer cannot be forwarded (the children need every \
-             byte); send the whole file again"
-        )));
-    }
     if !access.whole {
         return Err(StorageError::Invalid(format!(
             "{NAME}: forwards whole files only (not a partial transfer, an append or one \
@@ -165,11 +163,11 @@ fn forwarding(
     if started.is_empty() {
         return Layer::plain(below);
     }
-    let tee = Arc::new(Tee::new(started.len(), HELD_LIMIT));
+    let tee = Arc::new(Tee::new(started.len(), HELD_LIMIT, access.restart));
     let waiting: Vec<_> = started
         .into_iter()
         .enumerate()
-        .map(|(i, s)| s.go(&tee, i))
+        .map(|(i, s)| s.go(&tee, i, access.restart, access.news))
         .collect();
     tracing::debug!(path = %access.path, children = waiting.len(), "multicast: forwarding");
     let file = Arc::new(TeeFile {
@@ -179,33 +177,42 @@ fn forwarding(
     });
     Layer {
         file,
-        finish: Some(Box::new(Children { tee, waiting })),
+        finish: Some(Box::new(Children {
+            tee: Arc::clone(&tee),
+            waiting,
+        })),
+        beyond: Some(tee),
     }
 }
 
 /// The children of one transfer, until they end.
 struct Children {
     tee: Arc<Tee>,
-    waiting: Vec<(String, oneshot::Receiver<Result<(), String>>)>,
+    waiting: Vec<(String, forward::Ended)>,
 }
 
 impl Finish for Children {
     fn finish(mut self: Box<Self>) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
         self.tee.complete();
         let waiting = std::mem::take(&mut self.waiting);
+        let tee = Arc::clone(&self.tee);
         Box::pin(async move {
             let mut failed = Vec::new();
-            for (url, rx) in waiting {
+            for (index, (url, rx)) in waiting.into_iter().enumerate() {
                 match rx.await {
                     Ok(Ok(())) => {}
-                    Ok(Err(e)) => failed.push(e),
-                    Err(_) => failed.push(format!("{url}: the forwarder stopped")),
+                    Ok(Err(named)) => failed.extend(named),
+                    Err(_) => failed.push(ForwardFailure {
+                        url,
+                        held: tee.confirmed(index),
+                        error: "the forwarder stopped".into(),
+                    }),
                 }
             }
             if failed.is_empty() {
                 Ok(())
             } else {
-                Err(format!("{NAME}: forwarding failed: {}", failed.join("; ")))
+                Err(report(&failed))
             }
         })
     }

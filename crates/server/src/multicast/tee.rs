@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+use ferry_dtp::disk_stack::Beyond;
 use ferry_proto::RangeSet;
 use ferry_storage::{FileHandle, StorageError};
 
@@ -38,6 +39,9 @@ struct State {
     held: usize,
     /// Per child: what it has read, or `None` once it stopped (failed).
     readers: Vec<Option<RangeSet>>,
+    /// Per child: what every destination of its subtree has stored (its restart markers),
+    /// kept as it was when the child stopped.
+    confirmed: Vec<RangeSet>,
     /// Set when the node's transfer received everything: the data's length.
     end: Option<u64>,
     /// One past the highest byte written.
@@ -104,13 +108,15 @@ impl State {
 }
 
 impl Tee {
-    /// A buffer for `children` readers.
-    pub(super) fn new(children: usize, limit: usize) -> Tee {
+    /// A buffer for `children` readers, who need none of the bytes in `restart` (what every
+    /// destination holds already).
+    pub(super) fn new(children: usize, limit: usize, restart: &RangeSet) -> Tee {
         Tee {
             state: Mutex::new(State {
                 blocks: BTreeMap::new(),
                 held: 0,
-                readers: vec![Some(RangeSet::new()); children],
+                readers: vec![Some(restart.clone()); children],
+                confirmed: vec![RangeSet::new(); children],
                 end: None,
                 high: 0,
                 aborted: false,
@@ -125,10 +131,25 @@ impl Tee {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A write waits on the condition variable without holding up a worker thread of the
-    /// session's runtime (its other tasks, among them the ones that end this wait, move on).
-    fn wait<'a>(&self, guard: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
-        let wait = || self.changed.wait(guard).unwrap_or_else(|p| p.into_inner());
+    /// Waits on the condition variable (at most `limit`) without holding up a worker thread of
+    /// the caller's runtime: its other tasks, among them the ones that end this wait, move on.
+    /// A plain wait would strand whatever that worker had queued (tokio's next-task slot is
+    /// not stolen): a forwarder's control channel then went unread, its restart markers with
+    /// it, until the transfer's end.
+    fn wait<'a>(
+        &self,
+        guard: MutexGuard<'a, State>,
+        limit: Option<std::time::Duration>,
+    ) -> MutexGuard<'a, State> {
+        let wait = || match limit {
+            None => self.changed.wait(guard).unwrap_or_else(|p| p.into_inner()),
+            Some(t) => {
+                self.changed
+                    .wait_timeout(guard, t)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0
+            }
+        };
         match tokio::runtime::Handle::try_current() {
             Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
                 tokio::task::block_in_place(wait)
@@ -152,7 +173,7 @@ impl Tee {
                 break;
             }
             s.writers_waiting += 1;
-            s = self.wait(s);
+            s = self.wait(s, None);
             s.writers_waiting -= 1;
         }
         let end = offset.saturating_add(data.len() as u64);
@@ -189,11 +210,7 @@ impl Tee {
             if have > 0 && have < want && s.end.is_none() && s.writers_waiting == 0 {
                 // A fuller batch is on its way; wait a little for it (never while a write
                 // waits for memory: that write may be waiting for this read).
-                let (g, _) = self
-                    .changed
-                    .wait_timeout(s, BATCH_WAIT)
-                    .unwrap_or_else(|p| p.into_inner());
-                s = g;
+                s = self.wait(s, Some(BATCH_WAIT));
                 if s.aborted || !matches!(s.readers.get(child), Some(Some(_))) {
                     return Err(gone());
                 }
@@ -227,9 +244,7 @@ impl Tee {
                         "multicast: no data at offset {offset}"
                     )))
                 }
-                // The child's own runtime has a worker per stream and one more (see
-                // forward::start), so a plain wait holds up nothing it needs.
-                None => s = self.changed.wait(s).unwrap_or_else(|p| p.into_inner()),
+                None => s = self.wait(s, None),
             }
         }
     }
@@ -248,6 +263,22 @@ impl Tee {
         self.changed.notify_all();
     }
 
+    /// Child `child`'s subtree has stored `ranges` as well.
+    pub(super) fn confirm(&self, child: usize, ranges: &RangeSet) {
+        if let Some(c) = self.lock().confirmed.get_mut(child) {
+            c.merge(ranges);
+        }
+    }
+
+    /// What child `child`'s subtree has stored.
+    pub(super) fn confirmed(&self, child: usize) -> RangeSet {
+        self.lock()
+            .confirmed
+            .get(child)
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// Child `child` stopped: nothing more is held for it.
     pub(super) fn leave(&self, child: usize) {
         let mut s = self.lock();
@@ -257,6 +288,17 @@ impl Tee {
         s.release();
         drop(s);
         self.changed.notify_all();
+    }
+}
+
+impl Beyond for Tee {
+    /// What every child's subtree has stored of `written` (a child that stopped counts with
+    /// what it had: its subtree holds no more).
+    fn held(&self, written: &RangeSet) -> RangeSet {
+        let s = self.lock();
+        s.confirmed
+            .iter()
+            .fold(written.clone(), |held, c| held.intersect(c))
     }
 }
 
@@ -361,7 +403,7 @@ mod tests {
     #[test]
     fn blocks_in_any_order_reach_every_child_and_memory_stays_bounded() {
         let data: Vec<u8> = (0..1_000_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
-        let tee = Arc::new(Tee::new(3, 100_000));
+        let tee = Arc::new(Tee::new(3, 100_000, &RangeSet::new()));
         let readers: Vec<_> = (0..3)
             .map(|c| {
                 let tee = Arc::clone(&tee);
@@ -395,7 +437,7 @@ mod tests {
 
     #[test]
     fn a_child_that_leaves_holds_nothing_back_and_abort_stops_readers() {
-        let tee = Arc::new(Tee::new(2, 1_000));
+        let tee = Arc::new(Tee::new(2, 1_000, &RangeSet::new()));
         tee.leave(1);
         for i in 0..10u64 {
             // Child 0 reads as it goes; child 1 is gone and must not block the writes.
@@ -410,5 +452,32 @@ mod tests {
         tee.abort();
         assert!(waiting.join().unwrap().is_err());
         assert!(tee.write(b"x", 0).is_err());
+    }
+
+    #[test]
+    fn a_restart_is_read_past_and_held_is_what_every_subtree_confirmed() {
+        // Every destination holds the first 1 000 bytes already: the node receives the rest.
+        let held_before = RangeSet::from_range(0, 1_000);
+        let tee = Arc::new(Tee::new(2, 10_000, &held_before));
+        for i in 1..4u64 {
+            tee.write(&[i as u8; 1_000], i * 1_000).unwrap();
+        }
+        tee.complete();
+        let mut buf = [0u8; 1_000];
+        for child in 0..2 {
+            // The first byte a child's sender claims is past the restart.
+            assert_eq!(tee.read(child, &mut buf, 1_000).unwrap(), 1_000);
+            assert_eq!(buf[0], 1);
+        }
+        // Markers: only what both subtrees confirmed, a child that stopped counting as it was.
+        let written = RangeSet::from_range(1_000, 4_000);
+        assert!(tee.held(&written).is_empty());
+        tee.confirm(0, &RangeSet::from_range(1_000, 3_000));
+        tee.confirm(1, &RangeSet::from_range(1_000, 2_000));
+        assert_eq!(tee.held(&written), RangeSet::from_range(1_000, 2_000));
+        tee.leave(1);
+        tee.confirm(0, &RangeSet::from_range(3_000, 4_000));
+        assert_eq!(tee.held(&written), RangeSet::from_range(1_000, 2_000));
+        assert_eq!(tee.confirmed(1), RangeSet::from_range(1_000, 2_000));
     }
 }

@@ -503,6 +503,7 @@ impl ControlSink<'_> {
     async fn flush(&mut self) -> std::io::Result<()> {
         while let Some(out) = self.pi.poll_output() {
             if let Output::Reply(r) = out {
+                tracing::trace!(code = r.code, "reply during a transfer");
                 self.wr.write_all(&r.to_bytes()).await?;
             }
         }

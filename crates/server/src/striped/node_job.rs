@@ -83,12 +83,15 @@ impl NodeJob {
                 FromNode::Event(DtpEvent::Perf {
                     bytes,
                     timestamp_tenths,
+                    news,
                     ..
                 }) => {
                     self.record(bytes);
-                    let due = self.forward_perf.is_some_and(|ms| {
-                        last_perf.elapsed() + Duration::from_millis(50) >= Duration::from_millis(ms)
-                    });
+                    let due = !news.is_empty()
+                        || self.forward_perf.is_some_and(|ms| {
+                            last_perf.elapsed() + Duration::from_millis(50)
+                                >= Duration::from_millis(ms)
+                        });
                     if due {
                         last_perf = Instant::now();
                         let _ = self
@@ -98,6 +101,7 @@ impl NodeJob {
                                 stripe_count: self.count,
                                 bytes,
                                 timestamp_tenths,
+                                news,
                             })
                             .await;
                     }

@@ -124,7 +124,8 @@ impl Pi {
         }
         match result {
             Ok(_) => self.reply(226, format!("Transfer Complete.{note}")),
-            Err(e) => self.reply(e.reply_code(), e.to_string()),
+            // A forwarder's report names each failed hop on a line of its own.
+            Err(e) => self.send(Reply::from_text(e.reply_code(), &e.to_string())),
         }
     }
 

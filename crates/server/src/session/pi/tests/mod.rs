@@ -88,6 +88,7 @@ fn a_mode_e_get_is_described_from_the_session_settings() {
         stripe_count: 1,
         bytes: 500,
         timestamp_tenths: 17_000_000_000,
+        news: Vec::new(),
     }]);
     let replies = p.line("RETR data/big.bin");
     let codes: Vec<u16> = replies.iter().map(|r| r.code).collect();
