@@ -49,6 +49,7 @@ class Options:
     udt_seconds: int = 20
     multilink_size: int = 0
     multilink_congestion: tuple = ("cubic",)
+    multilink_parts: tuple = ("times", "kill")
     gcp_parts: tuple = ("paths",)
     gcp_paths: tuple = ("4ms", "15ms", "75ms", "60ms-1pct", "200ms-0.1pct")
     gcp_congestion: tuple = ("cubic",)
@@ -149,6 +150,10 @@ def parse_options(argv, scenario_names) -> Options:
     p.add_argument("--multilink-congestion", type=_name_list(("cubic", "bbr")), default=["cubic"],
                    help="multilink: the hosts' congestion controls, each a full run (default cubic; the "
                         "links lose nothing, so the two differ little)")
+    multilink_parts = ("times", "kill")
+    p.add_argument("--multilink-parts", type=_name_list(multilink_parts), default=list(multilink_parts),
+                   help="multilink: times (1-8 destinations, every subject), kill (a hop killed "
+                        "mid-transfer: how soon it is named, what the retry sends); default both")
     a = p.parse_args(argv)
     q = a.quick
     order = [n for n in scenario_names if n in a.scenarios]
@@ -185,6 +190,7 @@ def parse_options(argv, scenario_names) -> Options:
         udt_seconds=a.udt_seconds,
         multilink_size=a.multilink_size if a.multilink_size is not None else parse_size("16M" if q else "48M"),
         multilink_congestion=tuple(a.multilink_congestion),
+        multilink_parts=tuple(a.multilink_parts),
         gcp_parts=tuple(a.gcp_parts),
         gcp_paths=tuple(a.gcp_paths),
         gcp_congestion=tuple(a.gcp_congestion),

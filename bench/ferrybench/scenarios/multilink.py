@@ -1,10 +1,12 @@
 """Multilink: one file to 1, 2, 4 and 8 destinations on netlab, serial and parallel unicast
 against forwarding trees (ferry's at fan-out 1, 2, 4 and its own choice; Globus' -MC)."""
 
+import json
 import os
 import re
 import shutil
 import subprocess
+import threading
 import time
 
 from .. import processes
@@ -115,6 +117,94 @@ def _run(ctx, result, lab, subject, addr, n, src, work):
     return wall
 
 
+KILL_METHOD = (
+    "**A hop killed mid-transfer** (`--multilink-parts kill`): `ferry copy --json --no-verify "
+    "--fan-out 2 --keep-order --to-many` of the same file to d1–d8, so d1 forwards to d2 and d3 and "
+    "d2's subtree is d2, d4, d5, d6. Once d2's copy holds 40 % of the file its ferry server is killed "
+    "(SIGKILL, the process tree) and started again at once. Named = seconds from the kill to the "
+    "client's `forward_failed` event naming d2 (its parent's perf marker); held = what d2's subtree "
+    "held then, by the restart markers; moved = what the retry round sent (its `done` event), "
+    "against what the subtree lacked (file − held). Every destination is compared with the source "
+    "after each run."
+)
+
+
+def _kill_run(ctx, lab, addr, servers, size, src):
+    """One copy with d2 killed mid-transfer: (named seconds, held bytes, moved bytes, identical)."""
+    hosts = [f"d{i}" for i in range(1, 9)]
+    for h in hosts:
+        o = f"{DATA}/ferry-{h}/out.bin"
+        if os.path.exists(o):
+            os.remove(o)
+    urls = [f"ftp://{addr[h]}:{FERRY_PORT}/out.bin" for h in hosts]
+    victim = urls[1]
+    cmd = [NETLAB, "exec", "--lab", lab, "src", "--", ctx.options.ferry, "copy", "--json", "--no-verify",
+           "--fan-out", "2", "--keep-order", "--to-many", src, *urls]
+    p = processes.spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    events, errs = [], []
+
+    def read(stream, into):
+        for line in stream:
+            into.append((time.monotonic(), line.rstrip("\n")))
+
+    readers = [threading.Thread(target=read, args=(p.stdout, events)),
+               threading.Thread(target=read, args=(p.stderr, errs))]
+    for t in readers:
+        t.start()
+    partial = f"{DATA}/ferry-d2/out.bin"
+    deadline = time.monotonic() + 120
+    while (not os.path.exists(partial) or os.path.getsize(partial) < size * 2 // 5) and p.poll() is None:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    killed = time.monotonic()
+    processes.kill_tree(servers["d2"], grace=0)
+    log = open(os.path.join(os.path.dirname(src), "d2-restarted.log"), "ab")
+    servers["d2"] = _spawn_in(lab, "d2", [ctx.options.ferry, "serve", "--listen", f"{addr['d2']}:{FERRY_PORT}",
+                                          "--root", f"{DATA}/ferry-d2", "--anonymous", "--anonymous-write",
+                                          "--fs-whitelist", "file,gridftp_multicast"], log)
+    _wait_port(lab, "d2", FERRY_PORT, servers["d2"], "ferry serve in d2 (again)")
+    p.wait(timeout=900)
+    for t in readers:
+        t.join()
+    parsed = []
+    for t, line in events:
+        try:
+            parsed.append((t, json.loads(line)))
+        except ValueError:
+            pass
+    named = [(t, e) for t, e in parsed if e.get("event") == "forward_failed" and e.get("url") == victim]
+    done = [e for _, e in parsed if e.get("event") == "done"]
+    same = all(os.path.exists(f"{DATA}/ferry-{h}/out.bin") and _same(src, f"{DATA}/ferry-{h}/out.bin")
+               for h in hosts)
+    if p.returncode != 0 or not named or not done:
+        tail = " ".join(l for _, l in errs)[-300:]
+        raise RuntimeError(f"killed hop: exit {p.returncode}, named {len(named)}, done {len(done)}: {tail}")
+    held = sum(int(b) - int(a) for a, b in (r.split("-") for r in named[-1][1]["held"].split(",") if r))
+    return named[0][0] - killed, held, done[-1].get("moved", 0), same
+
+
+def _kill_part(ctx, result, lab, addr, servers, size, src, runs, cc):
+    rows, raw_named, worst = [], [], 0.0
+    for r in range(runs):
+        ctx.log(f"multilink ({cc}): killed hop, run {r + 1}/{runs}")
+        named, held, moved, same = _kill_run(ctx, lab, addr, servers, size, src)
+        if not same:
+            ctx.failures += 1
+        lacked = size - held
+        raw_named.append(named)
+        worst = max(worst, moved / lacked if lacked else 0.0)
+        result.raw.append({"congestion": cc, "part": "kill", "named_s": named, "held": held,
+                           "moved": moved, "lacked": lacked, "identical": same})
+        rows.append([str(r + 1), f"{named:.2f}", format_size(held), format_size(lacked), format_size(moved),
+                     f"{moved / lacked:.3f}" if lacked else "–", "yes" if same else "NO"])
+    result.tables.append(Table(f"d2 killed at 40 %, hosts {cc}", ["run", "named after (s)", "held",
+                                                                  "lacked", "retry moved", "moved / lacked",
+                                                                  "all identical"], rows))
+    return [[f"{cc}: killed hop named after, worst of {runs} (bar ≤ 10 s)", f"{max(raw_named):.2f} s"],
+            [f"{cc}: retry moved / what the subtree lacked, worst (bar ≤ 1.0)", f"{worst:.3f}"]]
+
+
 def _part(ctx, result, size, runs, cc):
     work = ctx.scratch(f"multilink-{cc}")
     src = f"{DATA}/src.bin"
@@ -123,7 +213,7 @@ def _part(ctx, result, size, runs, cc):
     times = {(s, n): [] for s in SUBJECTS for n in COUNTS}
     with _lab(_topology(work, cc), TOPO) as lab:
         addr = {h: _netlab("addr", "--lab", lab, h).stdout.strip() for h in [f"d{i}" for i in range(1, 9)]}
-        procs = []
+        procs, servers = [], {}
         try:
             empty = os.path.join(work, "empty.conf")
             open(empty, "w").close()
@@ -141,7 +231,8 @@ def _part(ctx, result, size, runs, cc):
                                                 "nobody", "-p", str(GLOBUS_PORT), "-fs-whitelist",
                                                 "file,gridftp_multicast"], log))
                 _wait_port(lab, h, GLOBUS_PORT, procs[-1], f"globus-gridftp-server in {h}")
-            for r in range(runs):
+            servers = {h: procs[2 * i] for i, h in enumerate(addr)}
+            for r in range(runs if "times" in ctx.options.multilink_parts else 0):
                 for n in COUNTS:
                     subjects = [s for s in SUBJECTS if n > 1 or s in ("ferry serial", "ferry tree auto",
                                                                       "Globus -MC")]
@@ -154,10 +245,14 @@ def _part(ctx, result, size, runs, cc):
                             times[(s, n)].append(wall)
                             result.raw.append({"congestion": cc, "subject": s, "destinations": n,
                                                "bytes": size, "seconds": wall})
+            kill_bars = (_kill_part(ctx, result, lab, addr, servers, size, src, runs, cc)
+                         if "kill" in ctx.options.multilink_parts else [])
         finally:
-            for p in procs:
+            for p in procs + list(servers.values()):
                 processes.kill_tree(p)
     summ = {k: summarize(v) for k, v in times.items()}
+    if "times" not in ctx.options.multilink_parts:
+        return summ, kill_bars
     rows = [[s] + [summ[(s, n)].cell(2) for n in COUNTS] for s in SUBJECTS]
     result.tables.append(Table(f"{format_size(size)} to N destinations, hosts {cc}: seconds, median (min–max)",
                                ["subject"] + [f"N = {n}" for n in COUNTS], rows))
@@ -171,7 +266,7 @@ def _part(ctx, result, size, runs, cc):
          fmt(ratio(summ[("Globus -MC", 8)], summ[("ferry tree auto", 8)]))],
         [f"{cc}: ferry serial / best ferry tree, 8 destinations, time",
          fmt(ratio(summ[("ferry serial", 8)], best))],
-    ]
+    ] + kill_bars
     return summ, bars
 
 
@@ -181,6 +276,8 @@ def run(ctx) -> ScenarioResult:
     size = o.multilink_size
     method = (METHOD.replace("SIZE", format_size(size)).replace("RUNS", str(o.runs))
               .replace("CC", ", ".join(o.multilink_congestion)))
+    if "kill" in o.multilink_parts:
+        method += "\n\n" + KILL_METHOD
     result = ScenarioResult("multilink", "Multilink: one file to many destinations", method)
     bars = []
     if os.geteuid() != 0 or not os.path.exists(NETLAB) or not shutil.which("globus-url-copy"):
