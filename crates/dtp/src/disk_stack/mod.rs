@@ -97,6 +97,13 @@ pub trait Beyond: Send + Sync + std::fmt::Debug {
     /// destination beyond the driver holds as well: only that goes in the restart markers the
     /// client sees, so a restart from them leaves no destination short.
     fn held(&self, written: &RangeSet) -> RangeSet;
+
+    /// Wakes when what the destinations hold may have grown, so the transfer reports it at
+    /// once rather than at its next marker tick (a tree's markers then climb a level per round
+    /// trip, not per tick); `None` (the default): the ticks alone.
+    fn changed(&self) -> Option<Arc<tokio::sync::Notify>> {
+        None
+    }
 }
 
 /// What a driver must still do once every byte of a transfer has passed through it; the

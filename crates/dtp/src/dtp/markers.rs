@@ -63,6 +63,9 @@ pub(super) async fn with_markers<T>(
         timestamp_tenths: now_tenths(),
         news,
     };
+    // Drivers that say when their destinations stored more: one of them, for the wake-up (a
+    // stack forwards through one driver; others are read at each tick all the same).
+    let changed = stack.beyond.iter().find_map(|b| b.changed());
     loop {
         tokio::select! {
             r = &mut fut => {
@@ -75,6 +78,12 @@ pub(super) async fn with_markers<T>(
                 return r;
             }
             _ = tick(&mut restart) => {
+                let done = stack.due(take_written);
+                if !done.is_empty() {
+                    let _ = events.try_send(DtpEvent::Restart(done));
+                }
+            }
+            _ = wake(changed.as_deref()), if restart.is_some() => {
                 let done = stack.due(take_written);
                 if !done.is_empty() {
                     let _ = events.try_send(DtpEvent::Restart(done));
@@ -94,6 +103,13 @@ pub(super) async fn with_markers<T>(
                 let _ = events.send(perf_now(news)).await;
             }
         }
+    }
+}
+
+async fn wake(changed: Option<&tokio::sync::Notify>) {
+    match changed {
+        Some(n) => n.notified().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -30,6 +30,8 @@ pub(super) struct Tee {
     state: Mutex<State>,
     changed: Condvar,
     limit: usize,
+    /// Wakes the node's restart markers when a child's subtree stored more.
+    confirmed_more: Arc<tokio::sync::Notify>,
 }
 
 #[derive(Debug)]
@@ -124,6 +126,7 @@ impl Tee {
             }),
             changed: Condvar::new(),
             limit,
+            confirmed_more: Arc::new(tokio::sync::Notify::new()),
         }
     }
 
@@ -268,6 +271,7 @@ impl Tee {
         if let Some(c) = self.lock().confirmed.get_mut(child) {
             c.merge(ranges);
         }
+        self.confirmed_more.notify_one();
     }
 
     /// What child `child`'s subtree has stored.
@@ -299,6 +303,10 @@ impl Beyond for Tee {
         s.confirmed
             .iter()
             .fold(written.clone(), |held, c| held.intersect(c))
+    }
+
+    fn changed(&self) -> Option<Arc<tokio::sync::Notify>> {
+        Some(Arc::clone(&self.confirmed_more))
     }
 }
 
