@@ -50,6 +50,7 @@ class Options:
     multilink_size: int = 0
     multilink_congestion: tuple = ("cubic",)
     multilink_parts: tuple = ("times", "kill")
+    multilink_queues: tuple = ("fifo",)
     gcp_parts: tuple = ("paths",)
     gcp_paths: tuple = ("4ms", "15ms", "75ms", "60ms-1pct", "200ms-0.1pct")
     gcp_congestion: tuple = ("cubic",)
@@ -154,6 +155,10 @@ def parse_options(argv, scenario_names) -> Options:
     p.add_argument("--multilink-parts", type=_name_list(multilink_parts), default=list(multilink_parts),
                    help="multilink: times (1-8 destinations, every subject), kill (a hop killed "
                         "mid-transfer: how soon it is named, what the retry sends); default both")
+    p.add_argument("--multilink-queues", type=_name_list(("fifo", "sparse-first")), default=["fifo"],
+                   help="multilink: the links' queues, each a full run: fifo (one tail-drop queue, the "
+                        "emulator's default) or sparse-first (ACKs and other small packets ahead, as "
+                        "fq_codel); default fifo")
     a = p.parse_args(argv)
     q = a.quick
     order = [n for n in scenario_names if n in a.scenarios]
@@ -191,6 +196,7 @@ def parse_options(argv, scenario_names) -> Options:
         multilink_size=a.multilink_size if a.multilink_size is not None else parse_size("16M" if q else "48M"),
         multilink_congestion=tuple(a.multilink_congestion),
         multilink_parts=tuple(a.multilink_parts),
+        multilink_queues=tuple(a.multilink_queues),
         gcp_parts=tuple(a.gcp_parts),
         gcp_paths=tuple(a.gcp_paths),
         gcp_congestion=tuple(a.gcp_congestion),

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::topology::LinkParams;
+use crate::topology::{LinkParams, SPARSE_MAX};
 
 /// The state of one link direction: when its wire is next free and when its last packet
 /// left (so jitter never reorders).
@@ -15,6 +15,8 @@ pub struct Shaper {
     params: LinkParams,
     wire_free: Option<Instant>,
     last_departure: Option<Instant>,
+    /// When the last small packet served ahead of the queue left (`sparse_first`).
+    last_sparse: Option<Instant>,
     rng: SmallRng,
 }
 
@@ -36,6 +38,7 @@ impl Shaper {
             params,
             wire_free: None,
             last_departure: None,
+            last_sparse: None,
             rng: SmallRng::seed_from_u64(seed),
         }
     }
@@ -45,7 +48,14 @@ impl Shaper {
         if self.params.loss > 0.0 && self.rng.gen::<f64>() < self.params.loss {
             return Verdict::Lost;
         }
+        let sparse = self.params.sparse_first && len <= SPARSE_MAX;
         let sent = match self.params.rate_bps {
+            Some(rate) if sparse => {
+                // Ahead of the queue: on the wire at once, and what waits, waits that long more.
+                let wire = Duration::from_secs_f64(len as f64 * 8.0 / rate as f64);
+                self.wire_free = Some(self.wire_free.map_or(at, |f| f.max(at)) + wire);
+                at + wire
+            }
             Some(rate) => {
                 let start = self.wire_free.map_or(at, |f| f.max(at));
                 let waiting = start.saturating_duration_since(at).as_secs_f64() * rate as f64 / 8.0;
@@ -65,6 +75,14 @@ impl Shaper {
             delay = Duration::from_secs_f64(d.max(0.0));
         }
         let mut leave = sent + delay;
+        if sparse {
+            // Overtakes the queued bulk of other flows; keeps the order of other small ones.
+            if let Some(last) = self.last_sparse {
+                leave = leave.max(last);
+            }
+            self.last_sparse = Some(leave);
+            return Verdict::Depart(leave);
+        }
         if let Some(last) = self.last_departure {
             leave = leave.max(last);
         }
@@ -85,7 +103,41 @@ mod tests {
             loss,
             queue_bytes: queue,
             mtu: 1500,
+            sparse_first: false,
         }
+    }
+
+    #[test]
+    fn with_sparse_first_a_small_packet_overtakes_the_queue_and_delays_it_by_its_own_time() {
+        let mut p = params(Some(8_000_000), 10, 0.0, 1 << 20);
+        p.sparse_first = true;
+        let mut s = Shaper::new(p, 1);
+        let t0 = Instant::now();
+        // Ten 1000-byte packets queue for 10 ms of wire.
+        for i in 1..=10u64 {
+            assert_eq!(
+                s.admit(t0, 1000),
+                Verdict::Depart(t0 + Duration::from_millis(10 + i))
+            );
+        }
+        // An ACK of 100 bytes (0.1 ms) leaves at once, the bulk behind it 0.1 ms later.
+        assert_eq!(
+            s.admit(t0, 100),
+            Verdict::Depart(t0 + Duration::from_micros(10_100))
+        );
+        assert_eq!(
+            s.admit(t0, 1000),
+            Verdict::Depart(t0 + Duration::from_micros(21_100))
+        );
+        // Without it, the ACK waits for the queue.
+        let mut fifo = Shaper::new(params(Some(8_000_000), 10, 0.0, 1 << 20), 1);
+        for _ in 0..10 {
+            fifo.admit(t0, 1000);
+        }
+        assert_eq!(
+            fifo.admit(t0, 100),
+            Verdict::Depart(t0 + Duration::from_micros(20_100))
+        );
     }
 
     #[test]

@@ -63,7 +63,16 @@ pub struct LinkSpec {
     pub queue: Option<String>,
     /// MTU of the hosts' interfaces on this link (default 1500).
     pub mtu: Option<u32>,
+    /// Serve small packets (at most [`SPARSE_MAX`] bytes: ACKs, control-channel replies) ahead
+    /// of the queue, as Linux's default qdisc (fq_codel) serves sparse flows first, rather than
+    /// one FIFO for everything (default false).
+    #[serde(default)]
+    pub sparse_first: bool,
 }
+
+/// The largest packet `sparse_first` serves ahead of the queue: a TCP ACK with SACK blocks, a
+/// short FTP reply.
+pub const SPARSE_MAX: usize = 200;
 
 /// A link direction's settings, parsed.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -80,6 +89,8 @@ pub struct LinkParams {
     pub queue_bytes: u64,
     /// MTU.
     pub mtu: u32,
+    /// Small packets go ahead of the queue (see [`LinkSpec::sparse_first`]).
+    pub sparse_first: bool,
 }
 
 /// A checked topology: hosts with addresses, links with parsed settings.
@@ -273,6 +284,7 @@ impl LinkSpec {
             loss: self.loss / 100.0,
             queue_bytes,
             mtu,
+            sparse_first: self.sparse_first,
         })
     }
 }
