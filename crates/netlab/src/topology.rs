@@ -64,8 +64,9 @@ pub struct LinkSpec {
     /// MTU of the hosts' interfaces on this link (default 1500).
     pub mtu: Option<u32>,
     /// Serve small packets (at most [`SPARSE_MAX`] bytes: ACKs, control-channel replies) ahead
-    /// of the queue, as Linux's default qdisc (fq_codel) serves sparse flows first, rather than
-    /// one FIFO for everything (default false).
+    /// of the queue on the direction leaving a host (not the router), as Linux's default qdisc
+    /// (fq_codel) serves sparse flows first on a host's uplink, rather than one FIFO for
+    /// everything (default false). A router's ports stay FIFO, as a switch's are.
     #[serde(default)]
     pub sparse_first: bool,
 }
@@ -199,10 +200,19 @@ impl Topology {
                 let m = mtu_of.entry(end.clone()).or_insert(p.mtu);
                 *m = (*m).max(p.mtu);
             }
-            if links.insert((l.a.clone(), l.b.clone()), p).is_some() {
+            // Small packets first on a host's own uplink only (its qdisc); a router's ports
+            // stay one FIFO, as a switch's are.
+            let leaving = |from: &String| LinkParams {
+                sparse_first: p.sparse_first && router.as_ref() != Some(from),
+                ..p
+            };
+            if links
+                .insert((l.a.clone(), l.b.clone()), leaving(&l.a))
+                .is_some()
+            {
                 return Err(bad(format!("two links between '{}' and '{}'", l.a, l.b)));
             }
-            links.insert((l.b.clone(), l.a.clone()), p);
+            links.insert((l.b.clone(), l.a.clone()), leaving(&l.b));
         }
         let hosts: Vec<Host> = self
             .hosts
@@ -420,6 +430,28 @@ b = "b"
 rate = "1Gbit"
 delay = "30ms"
 "#;
+
+    #[test]
+    fn sparse_first_holds_on_a_hosts_uplink_and_not_on_the_routers_port() {
+        let text = r#"
+name = "star"
+[[host]]
+name = "r"
+router = true
+[[host]]
+name = "a"
+[[link]]
+a = "a"
+b = "r"
+rate = "100Mbit"
+sparse_first = true
+"#;
+        let lab = Topology::parse(text).unwrap().check().unwrap();
+        assert!(lab.links[&("a".to_string(), "r".to_string())].sparse_first);
+        assert!(!lab.links[&("r".to_string(), "a".to_string())].sparse_first);
+        let wan = Topology::parse(WAN).unwrap().check().unwrap();
+        assert!(wan.links.values().all(|p| !p.sparse_first), "off unless asked");
+    }
 
     #[test]
     fn a_point_to_point_lab_gets_addresses_and_a_bdp_sized_queue() {
