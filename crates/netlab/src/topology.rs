@@ -450,7 +450,10 @@ sparse_first = true
         assert!(lab.links[&("a".to_string(), "r".to_string())].sparse_first);
         assert!(!lab.links[&("r".to_string(), "a".to_string())].sparse_first);
         let wan = Topology::parse(WAN).unwrap().check().unwrap();
-        assert!(wan.links.values().all(|p| !p.sparse_first), "off unless asked");
+        assert!(
+            wan.links.values().all(|p| !p.sparse_first),
+            "off unless asked"
+        );
     }
 
     #[test]
