@@ -440,11 +440,17 @@ name = "r"
 router = true
 [[host]]
 name = "a"
+[[host]]
+name = "b"
 [[link]]
 a = "a"
 b = "r"
 rate = "100Mbit"
 sparse_first = true
+[[link]]
+a = "b"
+b = "r"
+rate = "100Mbit"
 "#;
         let lab = Topology::parse(text).unwrap().check().unwrap();
         assert!(lab.links[&("a".to_string(), "r".to_string())].sparse_first);
