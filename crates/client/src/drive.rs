@@ -158,6 +158,17 @@ impl StripeBytes {
     }
 }
 
+/// The hops a forwarding tree's final report names as failed (those its markers named already
+/// among them); none for any other error.
+pub(crate) fn forward_report(e: &ClientError) -> Vec<ForwardFailure> {
+    match e {
+        ClientError::Refused { reply, .. } if ferry_proto::multicast::is_report(reply) => {
+            ForwardFailure::all_in(reply)
+        }
+        _ => Vec::new(),
+    }
+}
+
 fn marker(r: &Reply, on_progress: &mut (dyn FnMut(Progress) + Send), bytes: &mut StripeBytes) {
     if let Some(m) = RestartMarker::from_reply(r) {
         on_progress(Progress::Stored(m.0));

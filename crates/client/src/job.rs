@@ -69,9 +69,7 @@ pub enum FileCopyEvent {
         /// Parallel TCP streams of this run.
         streams: u32,
     },
-    /// A hop of the destination's forwarding tree failed (`gridftp_multicast`), with what its
-    /// subtree held; the other destinations go on. Said as the server reports it, and again
-    /// from its final reply.
+    /// A hop of the destination's forwarding tree failed ([`crate::Progress::ForwardFailed`]).
     ForwardFailed(ferry_proto::multicast::ForwardFailure),
     /// Both ends have this checksum.
     Checksum {
@@ -183,9 +181,8 @@ impl FileCopy {
         }
     }
 
-    /// What a server without MODE E holds of an interrupted upload of this copy's: it sends no
-    /// restart markers, so a new session asks it the file's size (the upload wrote from byte
-    /// 0). None when it cannot say, or says more than the source has.
+    /// What a server without MODE E (no restart markers) holds of this copy's interrupted upload:
+    /// its file's size, asked anew; none when it cannot say, or says more than the source has.
     async fn stored_by_stream_server(&self, sessions: &mut Sessions) -> RangeSet {
         let Location::Remote(dst) = &self.dst else {
             return RangeSet::new();
@@ -313,22 +310,14 @@ impl FileCopy {
             }
         };
         let moving = Instant::now();
-        let (moved, streams, local_sums, tcp) =
-            match self.transfer(sessions, &req, &mut on_progress).await {
-                Ok(done) => done,
-                Err(e) => {
-                    // A forwarding tree's final report names every hop that failed, those
-                    // its markers named already among them.
-                    if let ClientError::Refused { reply, .. } = &e {
-                        if ferry_proto::multicast::is_report(reply) {
-                            for f in ferry_proto::multicast::ForwardFailure::all_in(reply) {
-                                on_event(FileCopyEvent::ForwardFailed(f));
-                            }
-                        }
-                    }
-                    return Err(e);
+        let (moved, streams, local_sums, tcp) = self
+            .transfer(sessions, &req, &mut on_progress)
+            .await
+            .inspect_err(|e| {
+                for f in crate::drive::forward_report(e) {
+                    on_event(FileCopyEvent::ForwardFailed(f));
                 }
-            };
+            })?;
         if req.transport.is_none() && self.request.transport.as_deref() == Some(crate::choose::AUTO)
         {
             crate::choose::learn(
