@@ -107,6 +107,43 @@ fn globus_url_copy_mc_with_four_streams_fills_a_tree_of_ferry_servers() {
 }
 
 #[test]
+fn globus_url_copy_mc_hears_a_dead_hop_named_in_a_marker_and_the_live_branches_finish() {
+    if let Some(why) = globus_missing() {
+        eprintln!("{why}");
+        return;
+    }
+    let sb = Sandbox::new();
+    let data = random_bytes(24 << 20, 49);
+    let source = ServerUnderTest::start_ferry_with(&sb.served_dir("src"), &[]);
+    write_file(&source.path_of("in.bin"), &data);
+    let d = ferry_servers(&sb, "d", 2);
+    let dead = format!("ftp://127.0.0.1:{}/out.bin", common::server::free_port());
+    // d0 → {dead, d1}: d0 names the dead hop in a perf marker line at once, and in its 451.
+    let mc = mc_file(
+        &sb,
+        &[
+            d[0].url_for("out.bin"),
+            dead.clone(),
+            d[1].url_for("out.bin"),
+        ],
+    );
+    let out = run_guc(&["-MC", &mc, &source.url_for("in.bin")]);
+    // It read the marker line (its -dbg dialogue shows it) and went on to the final reply,
+    // which fails the copy; it was not killed, nor did it stop at the marker.
+    assert!(
+        out.stderr.contains(&format!("Forward Failed: {dead}")),
+        "the dead hop should be named in a marker or the 451:\n{}",
+        out.stderr
+    );
+    assert!(
+        out.status.is_some() && !out.success(),
+        "globus-url-copy should end, failed: {:?}",
+        out.status
+    );
+    assert_all_have(&data, &[&d[0], &d[1]], "out.bin");
+}
+
+#[test]
 fn ferry_url_copy_mc_fills_a_tree_of_globus_servers_over_one_stream() {
     if let Some(why) = globus_missing() {
         eprintln!("{why}");
