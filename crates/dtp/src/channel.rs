@@ -18,6 +18,9 @@ pub(crate) struct DataChannel {
     cached: Vec<DataConn>,
     cached_direction: Option<Direction>,
     cached_setup: Option<ChannelSetup>,
+    /// Connections made ahead of a sending transfer to these endpoints
+    /// ([`crate::Dtp::connect_ahead`]): connected, not yet secured or used.
+    ahead: Option<(ChannelSetup, Vec<DataConn>)>,
 }
 
 impl DataChannel {
@@ -49,6 +52,21 @@ impl DataChannel {
         self.cached.clear();
         self.cached_direction = None;
         self.cached_setup = None;
+        self.ahead = None;
+    }
+
+    /// Keeps connections made ahead of the next sending transfer to `setup`'s endpoints.
+    pub(crate) fn keep_ahead(&mut self, setup: &ChannelSetup, conns: Vec<DataConn>) {
+        self.ahead = Some((setup.clone(), conns));
+    }
+
+    /// Takes the connections made ahead for a sending transfer to `setup`, if they were made
+    /// for it; others are dropped.
+    pub(crate) fn take_ahead(&mut self, setup: &ChannelSetup) -> Vec<DataConn> {
+        match self.ahead.take() {
+            Some((s, conns)) if &s == setup => conns,
+            _ => Vec::new(),
+        }
     }
 
     /// Drops the listener and hands over the cached connections (to be closed).

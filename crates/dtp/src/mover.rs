@@ -67,9 +67,15 @@ pub trait DataMover: Debug + Send {
     /// The session chose disk stack `stack` (`SITE SETDISKSTACK`), its data channels having
     /// `security` now: drivers that can start work before a transfer comes do (see
     /// [`crate::disk_stack::DiskDriver::prepare`]), for the next transfer that receives through
-    /// the same stack. Nothing by default.
-    fn prepare_disk_stack(&mut self, stack: &StackSpec, security: &crate::ChannelSecurity) {
+    /// the same stack. Returns what the reply should wait for (see
+    /// [`crate::disk_stack::Ready`]). Nothing by default.
+    fn prepare_disk_stack(
+        &mut self,
+        stack: &StackSpec,
+        security: &crate::ChannelSecurity,
+    ) -> crate::disk_stack::Ready {
         let _ = (stack, security);
+        Box::pin(std::future::ready(()))
     }
 
     /// Whether `desc` will run on cached connections (the PI then answers 125, not 150).

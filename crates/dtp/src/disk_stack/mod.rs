@@ -189,6 +189,46 @@ pub struct Preparing<'a> {
     pub channel: &'a ChannelSecurity,
     /// The credential the user delegated to the session, as in [`Access::delegated`].
     pub delegated: Option<&'a Arc<DataSecurity>>,
+    /// Where a driver leaves what the session's reply to `SITE SETDISKSTACK` should wait for.
+    pub waits: &'a Waits,
+}
+
+/// Prepared work that is worth waiting for before the client goes on, it being what the next
+/// transfer would otherwise start with: a forwarding node's children logged in, told their
+/// subtree, and connected to, so the client's data does not race their set-up across the
+/// node's busy inbound link (where a lost SYN-ACK costs TCP a second). The session waits,
+/// bounded, before it replies; what is not ready by then goes on in the background.
+pub type Ready = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The [`Ready`] futures drivers left while a stack was prepared.
+#[derive(Default)]
+pub struct Waits(std::sync::Mutex<Vec<Ready>>);
+
+impl std::fmt::Debug for Waits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.0.lock().map_or(0, |w| w.len());
+        write!(f, "Waits({n})")
+    }
+}
+
+impl Waits {
+    /// Adds one thing to wait for.
+    pub fn add(&self, ready: Ready) {
+        if let Ok(mut w) = self.0.lock() {
+            w.push(ready);
+        }
+    }
+
+    /// Ready once every added future is (they run on their own: awaiting them in turn is
+    /// waiting for the slowest).
+    pub fn all(self) -> Ready {
+        let waits = self.0.into_inner().unwrap_or_default();
+        Box::pin(async move {
+            for w in waits {
+                w.await;
+            }
+        })
+    }
 }
 
 /// One disk-stack driver.

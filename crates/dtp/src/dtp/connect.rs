@@ -11,7 +11,7 @@ use ferry_proto::stack::StackSpec;
 use tokio::sync::mpsc;
 
 use super::Dtp;
-use crate::disk_stack::Preparing;
+use crate::disk_stack::{Preparing, Ready, Waits};
 use crate::mover::{DataMover, MoverFuture, PassiveRequest};
 use crate::{
     ChannelSecurity, ChannelSetup, Direction, DtpError, DtpEvent, TransferDescription,
@@ -23,6 +23,53 @@ use crate::{
 const CLOSE_LIMIT: Duration = Duration::from_secs(3);
 
 impl Dtp {
+    /// Opens the data connections of the sending transfer `desc` describes before it comes,
+    /// so that the next transfer to the same endpoints starts on them: a node of a forwarding
+    /// tree connects to its child while its own inbound link is still idle, where a SYN-ACK
+    /// lost behind the parent's data later costs TCP's one-second retry. Only MODE E over plain
+    /// TCP, connected and not yet secured (DCAU's handshake needs the peer to have the transfer
+    /// command, so it runs when the transfer does); any other description connects nothing.
+    /// Forgetting the channel, or a transfer to other endpoints, drops them.
+    pub async fn connect_ahead(&mut self, desc: &TransferDescription) -> Result<(), DtpError> {
+        let ChannelSetup::Active(addrs) = &desc.channel else {
+            return Ok(());
+        };
+        if desc.mode != TransferMode::Extended
+            || desc.stack.bottom() != "tcp"
+            || addrs.is_empty()
+            || self.channel.can_reuse(Direction::Send, &desc.channel)
+        {
+            return Ok(());
+        }
+        let wanted = addrs.len() * desc.parallelism.max(1) as usize;
+        let mut set = tokio::task::JoinSet::new();
+        for i in 0..wanted {
+            let (a, tuning) = (addrs[i % addrs.len()], desc.tuning);
+            let (transports, stack) = (Arc::clone(&self.transports), desc.stack.clone());
+            set.spawn(async move { (i, transports.connect(&stack, a, tuning).await) });
+        }
+        let mut out: Vec<Option<DataConn>> = (0..wanted).map(|_| None).collect();
+        let idle = Duration::from_millis(desc.idle_timeout_ms.max(1));
+        let all = async {
+            while let Some(r) = set.join_next().await {
+                let (i, c) =
+                    r.map_err(|e| DtpError::Connection(format!("connect task failed: {e}")))?;
+                out[i] = Some(c.map_err(DtpError::Connect)?);
+            }
+            Ok::<(), DtpError>(())
+        };
+        tokio::time::timeout(idle, all)
+            .await
+            .map_err(|_| DtpError::IdleTimeout(idle.as_secs()))??;
+        self.channel
+            .keep_ahead(&desc.channel, out.into_iter().flatten().collect());
+        // They are secured as `desc` says when the transfer takes them: a transfer with these
+        // settings must not drop them as connections cached under others. (Dropped, they would
+        // still wait in the peer's listen queue, and the peer would accept them dead.)
+        self.cached_security = desc.security.clone();
+        Ok(())
+    }
+
     /// Takes cached connections and connects, or accepts, the rest for a sending transfer.
     pub(super) async fn send_connections(
         &mut self,
@@ -36,15 +83,22 @@ impl Dtp {
                 Ok(Vec::new())
             }
             (ChannelSetup::Active(_), TransferMode::Extended) => {
+                let ahead = self.channel.take_ahead(&desc.channel);
                 let mut conns = self.channel.take_cached(Direction::Send, &desc.channel);
+                let prot = self.protection(desc)?;
                 let wanted = addrs.len() * desc.parallelism.max(1) as usize;
+                if conns.is_empty() && !ahead.is_empty() {
+                    // Connected ahead in the same order as below: they are secured now, when
+                    // the peer (told the transfer) accepts them.
+                    conns = secure_all(ahead, prot.clone(), idle).await?;
+                    conns.truncate(wanted);
+                }
                 let mut next = conns.len();
                 let mut pending = Vec::new();
                 while next < wanted {
                     pending.push(addrs[next % addrs.len()]);
                     next += 1;
                 }
-                let prot = self.protection(desc)?;
                 conns.extend(connect_all(&self.transports, &pending, desc, prot, idle).await?);
                 Ok(conns)
             }
@@ -130,19 +184,22 @@ impl DataMover for Dtp {
         })
     }
 
-    fn prepare_disk_stack(&mut self, stack: &StackSpec, security: &ChannelSecurity) {
+    fn prepare_disk_stack(&mut self, stack: &StackSpec, security: &ChannelSecurity) -> Ready {
         // What an earlier choice started is abandoned first.
         self.prepared = None;
+        let waits = Waits::default();
         let Ok(disk) = self.disk_stacks.resolve(stack) else {
-            return;
+            return waits.all();
         };
         let prepared = disk.prepare(Preparing {
             channel: security,
             delegated: self.delegated.as_ref(),
+            waits: &waits,
         });
         if !prepared.is_empty() {
             self.prepared = Some((stack.clone(), prepared));
         }
+        waits.all()
     }
 
     fn will_reuse(&self, desc: &TransferDescription) -> bool {
@@ -178,6 +235,28 @@ pub(crate) async fn secure(
         .await
         .map_err(|_| DtpError::IdleTimeout(idle.as_secs()))?
         .map_err(DtpError::Connect)
+}
+
+/// Secures connections made ahead ([`Dtp::connect_ahead`]), each on its own task, keeping
+/// their order.
+async fn secure_all(
+    conns: Vec<DataConn>,
+    prot: Option<DataProtection>,
+    idle: Duration,
+) -> Result<Vec<DataConn>, DtpError> {
+    let prot = prot.map(Arc::new);
+    let mut set = tokio::task::JoinSet::new();
+    let n = conns.len();
+    for (i, c) in conns.into_iter().enumerate() {
+        let prot = prot.clone();
+        set.spawn(async move { (i, secure(c, true, prot.as_deref(), idle).await) });
+    }
+    let mut out: Vec<Option<DataConn>> = (0..n).map(|_| None).collect();
+    while let Some(r) = set.join_next().await {
+        let (i, c) = r.map_err(|e| DtpError::Connection(format!("secure task failed: {e}")))?;
+        out[i] = Some(c?);
+    }
+    Ok(out.into_iter().flatten().collect())
 }
 
 /// Connects to every address at once (each handshake on its own task).

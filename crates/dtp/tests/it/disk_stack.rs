@@ -329,6 +329,8 @@ struct Preparing {
     prepared: Arc<AtomicU64>,
     taken: Arc<AtomicU64>,
     abandoned: Arc<AtomicU64>,
+    /// With options `slow`, the reply waits until this is notified.
+    release: Arc<tokio::sync::Notify>,
 }
 
 struct Token {
@@ -357,6 +359,11 @@ impl DiskDriver for Preparing {
         how: ferry_dtp::disk_stack::Preparing<'_>,
     ) -> Option<ferry_dtp::disk_stack::Prepared> {
         assert_eq!(how.channel, &ferry_dtp::ChannelSecurity::default());
+        if options == "slow" {
+            let release = Arc::clone(&self.release);
+            how.waits
+                .add(Box::pin(async move { release.notified().await }));
+        }
         (options != "nothing").then(|| {
             self.prepared.fetch_add(1, Ordering::Relaxed);
             Box::new(Token {
@@ -414,7 +421,8 @@ async fn prepared_work_goes_to_the_next_transfer_through_the_same_stack_only() {
     let security = ferry_dtp::ChannelSecurity::default();
     let stack = |s: &str| StackSpec::parse(s).expect("stack");
 
-    dtp.prepare_disk_stack(&stack("file,preparing:a"), &security);
+    dtp.prepare_disk_stack(&stack("file,preparing:a"), &security)
+        .await;
     assert_eq!(counts(), (1, 0, 0));
     receive_through(&mut dtp, "file,preparing:a", &data)
         .await
@@ -426,7 +434,8 @@ async fn prepared_work_goes_to_the_next_transfer_through_the_same_stack_only() {
     assert_eq!(counts(), (1, 1, 0), "only once");
 
     // Chosen again, then another stack's transfer: dropped, not kept for later.
-    dtp.prepare_disk_stack(&stack("file,preparing:a"), &security);
+    dtp.prepare_disk_stack(&stack("file,preparing:a"), &security)
+        .await;
     receive_through(&mut dtp, "file,preparing:b", &data)
         .await
         .expect("ok");
@@ -437,13 +446,46 @@ async fn prepared_work_goes_to_the_next_transfer_through_the_same_stack_only() {
     assert_eq!(counts(), (2, 1, 1));
 
     // A new choice abandons what the last one started; a driver may prepare nothing.
-    dtp.prepare_disk_stack(&stack("file,preparing:a"), &security);
-    dtp.prepare_disk_stack(&stack("file,preparing:nothing"), &security);
+    dtp.prepare_disk_stack(&stack("file,preparing:a"), &security)
+        .await;
+    dtp.prepare_disk_stack(&stack("file,preparing:nothing"), &security)
+        .await;
     assert_eq!(counts(), (3, 1, 2));
     assert_eq!(
         std::fs::read(dir.path().join("f.bin")).expect("stored"),
         data
     );
+}
+
+/// What drivers prepare may be worth waiting for: the future `prepare_disk_stack` returns (the
+/// session's reply waits on it) is ready only once every driver's is, and at once when none
+/// left anything to wait for.
+#[tokio::test]
+async fn choosing_a_stack_is_ready_when_what_its_drivers_prepare_is() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let storage: Arc<dyn Storage> =
+        Arc::new(PosixStorage::open(dir.path(), false).expect("storage"));
+    let mut dtp = Dtp::new(storage, BufferPool::new(ferry_dtp::IO_CHUNK, 4), false);
+    let driver = Preparing::default();
+    let release = Arc::clone(&driver.release);
+    dtp.use_disk_stacks(Arc::new(DiskStacks::standard().with(Arc::new(driver))));
+    let security = ferry_dtp::ChannelSecurity::default();
+    let stack = |s: &str| StackSpec::parse(s).expect("stack");
+    let wait = std::time::Duration::from_millis(200);
+
+    let quick = dtp.prepare_disk_stack(&stack("file,preparing:a"), &security);
+    tokio::time::timeout(wait, quick)
+        .await
+        .expect("nothing to wait for");
+    let mut slow = dtp.prepare_disk_stack(&stack("file,preparing:slow"), &security);
+    assert!(
+        tokio::time::timeout(wait, &mut slow).await.is_err(),
+        "ready before the driver's work"
+    );
+    release.notify_one();
+    tokio::time::timeout(std::time::Duration::from_secs(5), slow)
+        .await
+        .expect("ready once the driver's work is");
 }
 
 /// A driver that sends the data on: its destinations hold the first `limit` bytes until its

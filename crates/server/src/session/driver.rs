@@ -20,7 +20,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::pi::{
     Answer, Interrupt, LoginKind, LoginRequest, Output, Pi, Request, ServerStatus, StorageCall,
-    TransferRun,
+    TransferRun, PREPARE_WAIT,
 };
 use super::{queue_line, strip_telnet, ControlReader, ControlWriter};
 use crate::daemon::ServerContext;
@@ -161,7 +161,8 @@ impl Driver {
             }
             Request::PrepareDiskStack(stack, security) => {
                 if let Some(m) = self.mover.as_mut() {
-                    m.prepare_disk_stack(&stack, &security);
+                    let ready = m.prepare_disk_stack(&stack, &security);
+                    let _ = tokio::time::timeout(PREPARE_WAIT, ready).await;
                 }
             }
             Request::Storage(mut call) => {

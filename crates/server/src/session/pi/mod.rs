@@ -69,16 +69,18 @@ pub(crate) struct ServerStatus {
     pub(crate) transfers_started: u64,
 }
 
+/// The longest the reply to `SITE SETDISKSTACK` waits for what the stack's drivers prepare
+/// ([`ferry_dtp::disk_stack::Ready`]): a forwarding tree's children logging in, level by
+/// level, each a few round trips.
+pub(crate) const PREPARE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl Request {
     /// Whether replies held for a pipeline may wait for this request: storage calls and
     /// requests answered at once, not a login, a data connection or a transfer.
     pub(crate) fn is_quick(&self) -> bool {
         matches!(
             self,
-            Request::Storage(_)
-                | Request::ForgetCache
-                | Request::PrepareDiskStack(..)
-                | Request::Status
+            Request::Storage(_) | Request::ForgetCache | Request::Status
         )
     }
 }
