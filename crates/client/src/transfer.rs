@@ -153,6 +153,38 @@ impl RemoteSession {
     ) -> Result<TransferOutcome, ClientError> {
         let req = self.storable(req);
         let req = &*req;
+        let Some(desc) = self.put_channel(req, local).await? else {
+            return self.put_stream(local, remote, req, on_progress).await;
+        };
+        self.start_and_drive(
+            req.rest_command(),
+            req.store_command(remote),
+            &desc,
+            on_progress,
+        )
+        .await
+    }
+
+    /// Readies the session for a put of `req` (every setting, the server listening) and opens
+    /// its data connections now rather than at the transfer (see
+    /// [`ferry_dtp::Dtp::connect_ahead`]): the next [`RemoteSession::put`] with the same
+    /// settings then sends its STOR and starts on them. Nothing is connected for a put that
+    /// would go in stream mode.
+    pub async fn ready_put(&mut self, req: &FileRequest) -> Result<(), ClientError> {
+        let req = self.storable(req);
+        if let Some(desc) = self.put_channel(&req, Path::new("/")).await? {
+            self.dtp.connect_ahead(&desc).await?;
+        }
+        Ok(())
+    }
+
+    /// Everything a put sends before its STOR, and the DTP's description of the client's end;
+    /// `None` when the put goes in stream mode.
+    async fn put_channel(
+        &mut self,
+        req: &FileRequest,
+        local: &Path,
+    ) -> Result<Option<ferry_dtp::TransferDescription>, ClientError> {
         self.transport(req).await?;
         self.set_disk_stack(req.disk_stack.as_deref()).await?;
         if self.udt_accept_hangs() {
@@ -162,10 +194,10 @@ impl RemoteSession {
             );
             self.binary_type().await?;
             self.stream_mode().await?;
-            return self.put_stream(local, remote, req, on_progress).await;
+            return Ok(None);
         }
         if self.binary().await? == TransferMode::Stream {
-            return self.put_stream(local, remote, req, on_progress).await;
+            return Ok(None);
         }
         self.buffers(req.tcp_buffer, false).await?;
         self.frequent_restart_markers().await?;
@@ -177,13 +209,7 @@ impl RemoteSession {
         };
         let mut desc = self.describe(req, Direction::Send, local, ChannelSetup::Active(addrs))?;
         desc.layout = layout;
-        self.start_and_drive(
-            req.rest_command(),
-            req.store_command(remote),
-            &desc,
-            on_progress,
-        )
-        .await
+        Ok(Some(desc))
     }
 
     /// Sends REST (if any) and the transfer command, then drives the transfer to its final

@@ -85,6 +85,9 @@ pub(super) struct Started {
     url: String,
     go: oneshot::Sender<Go>,
     done: Ended,
+    /// Fires (or closes) once the child is ready for the data: logged in, its subtree told,
+    /// its data connections open; or once that failed.
+    pub(super) ready: Option<oneshot::Receiver<()>>,
 }
 
 /// What a child's forwarder needs once the transfer comes: its reader of the buffer, the
@@ -128,6 +131,7 @@ impl Started {
 pub(super) fn start(child: Child, how: Forwarding) -> std::io::Result<Started> {
     let (go_tx, go_rx) = oneshot::channel::<Go>();
     let (tx, done) = oneshot::channel();
+    let (ready_tx, ready) = oneshot::channel();
     let url = child.url.clone();
     std::thread::Builder::new()
         .name("multicast-child".into())
@@ -154,7 +158,7 @@ pub(super) fn start(child: Child, how: Forwarding) -> std::io::Result<Started> {
                     return;
                 }
             };
-            let result = rt.block_on(run(&child, &how, go_rx));
+            let result = rt.block_on(run(&child, &how, ready_tx, go_rx));
             rt.shutdown_background();
             let Some(result) = result else { return };
             if let Err(failed) = &result {
@@ -168,6 +172,7 @@ pub(super) fn start(child: Child, how: Forwarding) -> std::io::Result<Started> {
         url,
         go: go_tx,
         done,
+        ready: Some(ready),
     })
 }
 
@@ -175,9 +180,18 @@ pub(super) fn start(child: Child, how: Forwarding) -> std::io::Result<Started> {
 async fn run(
     child: &Child,
     how: &Forwarding,
+    ready: oneshot::Sender<()>,
     go: oneshot::Receiver<Go>,
 ) -> Option<Result<(), Vec<ForwardFailure>>> {
     let mut session = login(child, how).await;
+    if let Ok(s) = &mut session {
+        // The put's settings and data connections now, while the node's inbound link is
+        // still quiet; the restart ranges come with the transfer.
+        if let Err(e) = s.ready_put(&request(child, how, &RangeSet::new())).await {
+            tracing::debug!(url = %child.url, error = %e, "multicast: child's data channel not ready ahead");
+        }
+    }
+    let _ = ready.send(());
     let logged_in = std::time::Instant::now();
     let Ok(go) = go.await else {
         // The session chose another stack, or ended: no transfer comes.
@@ -266,6 +280,17 @@ async fn login(child: &Child, how: &Forwarding) -> Result<RemoteSession, String>
     Ok(session)
 }
 
+/// The put to `child`, skipping `restart`.
+fn request(child: &Child, how: &Forwarding, restart: &RangeSet) -> FileRequest {
+    FileRequest {
+        parallelism: how.parallelism,
+        tcp_buffer: how.tcp_buffer,
+        disk_stack: child.disk_stack.clone(),
+        restart: restart.clone(),
+        ..FileRequest::default()
+    }
+}
+
 /// Puts the node's data to the child. What the child stores is confirmed in the buffer (for
 /// the node's restart markers); hops the child reports failed below it go up at once, and
 /// into `relayed`.
@@ -279,13 +304,7 @@ async fn put(
     let Ok(Location::Remote(url)) = Location::parse(&child.url) else {
         return Err(Stopped::Child("not a URL ferry can write to".into()));
     };
-    let req = FileRequest {
-        parallelism: how.parallelism,
-        tcp_buffer: how.tcp_buffer,
-        disk_stack: child.disk_stack.clone(),
-        restart: go.restart.clone(),
-        ..FileRequest::default()
-    };
+    let req = request(child, how, &go.restart);
     let view = Arc::new(ChildView {
         tee: Arc::clone(&go.tee),
         child: go.index,

@@ -77,11 +77,16 @@ impl DiskDriver for Multicast {
         let o = MulticastOptions::parse(options).ok()?;
         let forwarding = forward::Forwarding::new(&o, how.channel, how.delegated.cloned());
         match start_children(o.children(), &forwarding) {
-            Ok(started) if !started.is_empty() => {
+            Ok(mut started) if !started.is_empty() => {
                 tracing::debug!(
                     children = started.len(),
                     "multicast: logging in to children"
                 );
+                for ready in started.iter_mut().filter_map(|s| s.ready.take()) {
+                    how.waits.add(Box::pin(async move {
+                        let _ = ready.await;
+                    }));
+                }
                 Some(Box::new(Ready {
                     how: forwarding,
                     started,
