@@ -43,24 +43,39 @@ impl RemoteSession {
     /// ferry's driver gets one stream: Globus' `gridftp_multicast` writes a corrupt file, and
     /// forwards it, and still answers 226, when the data comes on several (measured here with
     /// its own globus-url-copy -MC and -p 4: every destination differed from byte 1).
+    ///
+    /// Into a ferry forwarding tree, parallel streams carry the smallest MODE E blocks (unless
+    /// asked otherwise): a node forwards its buffer in offset order, so what it can send is
+    /// what arrived in one piece from the start, and with large blocks the streams fill several
+    /// blocks side by side, each at a fraction of the rate (4 streams of 3 MiB blocks kept
+    /// 10–14 MiB out of the node's reach on netlab, and its children a quarter slower).
     pub(crate) fn storable<'r>(&self, req: &'r FileRequest) -> std::borrow::Cow<'r, FileRequest> {
         let multicast = req
             .disk_stack
             .as_deref()
             .is_some_and(|s| s.contains("gridftp_multicast"));
-        if multicast
-            && !self.has_feature(ferry_proto::multicast::PARALLEL_FEATURE)
-            && (req.parallelism != 1 || req.stripe.is_some())
-        {
+        if !multicast {
+            return std::borrow::Cow::Borrowed(req);
+        }
+        if !self.has_feature(ferry_proto::multicast::PARALLEL_FEATURE) {
+            if req.parallelism == 1 && req.stripe.is_none() {
+                return std::borrow::Cow::Borrowed(req);
+            }
             tracing::info!(server = %self.server().authority(), "multicast through a server without ferry's driver: one stream");
-            std::borrow::Cow::Owned(FileRequest {
+            return std::borrow::Cow::Owned(FileRequest {
                 parallelism: 1,
                 stripe: None,
                 ..req.clone()
-            })
-        } else {
-            std::borrow::Cow::Borrowed(req)
+            });
         }
+        if req.parallelism > 1 && req.block_size.is_none() {
+            let chunk = u32::try_from(ferry_dtp::IO_CHUNK).unwrap_or(u32::MAX);
+            return std::borrow::Cow::Owned(FileRequest {
+                block_size: Some(chunk),
+                ..req.clone()
+            });
+        }
+        std::borrow::Cow::Borrowed(req)
     }
 
     /// Sets the server's disk stack for the files stored from now on (`SITE SETDISKSTACK`,

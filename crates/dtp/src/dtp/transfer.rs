@@ -79,12 +79,17 @@ impl Dtp {
         let plan = StripePlan::of(desc);
         let conns = self.send_connections(desc, &plan.targets, idle).await?;
         let streams = conns.len() as u32;
+        let bounded = desc.section.length.is_some() || source.known_len().is_some();
         let block = match (desc.mode, desc.block_size) {
             (TransferMode::Extended, Some(size)) => u64::from(size.max(4096)),
-            (TransferMode::Extended, None) => auto_block_size(conns.len(), total),
+            (TransferMode::Extended, None) if bounded => auto_block_size(conns.len(), total),
+            // Data that arrives as it is sent (a multicast node's buffer, a pipe) goes out in
+            // the smallest blocks, so every stream takes its share of what has come; with
+            // large blocks the first stream's claim waits for the data and the others for
+            // theirs behind it, one stream sending at a time.
+            (TransferMode::Extended, None) => auto_block_size(1, total),
             (TransferMode::Stream, _) => self.pool.buffer_size() as u64,
         };
-        let bounded = desc.section.length.is_some() || source.known_len().is_some();
         let stripes = plan.mine.len();
         if stripes == 0 {
             // A data node with no receiving stripe of its own in this transfer.
