@@ -42,27 +42,11 @@ impl Dtp {
             return Ok(());
         }
         let wanted = addrs.len() * desc.parallelism.max(1) as usize;
-        let mut set = tokio::task::JoinSet::new();
-        for i in 0..wanted {
-            let (a, tuning) = (addrs[i % addrs.len()], desc.tuning);
-            let (transports, stack) = (Arc::clone(&self.transports), desc.stack.clone());
-            set.spawn(async move { (i, transports.connect(&stack, a, tuning).await) });
-        }
-        let mut out: Vec<Option<DataConn>> = (0..wanted).map(|_| None).collect();
+        let pending: Vec<SocketAddr> = (0..wanted).map(|i| addrs[i % addrs.len()]).collect();
+        // Without protection, connecting is the transport's handshake alone.
         let idle = Duration::from_millis(desc.idle_timeout_ms.max(1));
-        let all = async {
-            while let Some(r) = set.join_next().await {
-                let (i, c) =
-                    r.map_err(|e| DtpError::Connection(format!("connect task failed: {e}")))?;
-                out[i] = Some(c.map_err(DtpError::Connect)?);
-            }
-            Ok::<(), DtpError>(())
-        };
-        tokio::time::timeout(idle, all)
-            .await
-            .map_err(|_| DtpError::IdleTimeout(idle.as_secs()))??;
-        self.channel
-            .keep_ahead(&desc.channel, out.into_iter().flatten().collect());
+        let conns = connect_all(&self.transports, &pending, desc, None, idle).await?;
+        self.channel.keep_ahead(&desc.channel, conns);
         // They are secured as `desc` says when the transfer takes them: a transfer with these
         // settings must not drop them as connections cached under others. (Dropped, they would
         // still wait in the peer's listen queue, and the peer would accept them dead.)
