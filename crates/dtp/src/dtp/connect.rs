@@ -229,15 +229,34 @@ async fn secure_all(
     idle: Duration,
 ) -> Result<Vec<DataConn>, DtpError> {
     let prot = prot.map(Arc::new);
-    let mut set = tokio::task::JoinSet::new();
-    let n = conns.len();
-    for (i, c) in conns.into_iter().enumerate() {
+    each_on_its_own_task(conns, "secure", |c| {
         let prot = prot.clone();
-        set.spawn(async move { (i, secure(c, true, prot.as_deref(), idle).await) });
+        async move { secure(c, true, prot.as_deref(), idle).await }
+    })
+    .await
+}
+
+/// Readies one data connection per item, each on its own task, and returns them in the
+/// items' order; the first failure fails them all.
+async fn each_on_its_own_task<T, F, Fut>(
+    items: Vec<T>,
+    what: &'static str,
+    work: F,
+) -> Result<Vec<DataConn>, DtpError>
+where
+    T: Send + 'static,
+    F: Fn(T) -> Fut,
+    Fut: std::future::Future<Output = Result<DataConn, DtpError>> + Send + 'static,
+{
+    let mut set = tokio::task::JoinSet::new();
+    let n = items.len();
+    for (i, item) in items.into_iter().enumerate() {
+        let job = work(item);
+        set.spawn(async move { (i, job.await) });
     }
     let mut out: Vec<Option<DataConn>> = (0..n).map(|_| None).collect();
     while let Some(r) = set.join_next().await {
-        let (i, c) = r.map_err(|e| DtpError::Connection(format!("secure task failed: {e}")))?;
+        let (i, c) = r.map_err(|e| DtpError::Connection(format!("{what} task failed: {e}")))?;
         out[i] = Some(c?);
     }
     Ok(out.into_iter().flatten().collect())
@@ -251,33 +270,19 @@ pub(super) async fn connect_all(
     prot: Option<DataProtection>,
     idle: Duration,
 ) -> Result<Vec<DataConn>, DtpError> {
-    let mut set = tokio::task::JoinSet::new();
     let prot = prot.map(Arc::new);
-    for (i, a) in addrs.iter().enumerate() {
-        let (a, tuning, prot) = (*a, desc.tuning, prot.clone());
+    let all = each_on_its_own_task(addrs.to_vec(), "connect", |a| {
+        let (tuning, prot) = (desc.tuning, prot.clone());
         let (transports, stack) = (Arc::clone(transports), desc.stack.clone());
-        set.spawn(async move {
-            let conn = async {
-                let c = transports
-                    .connect(&stack, a, tuning)
-                    .await
-                    .map_err(DtpError::Connect)?;
-                secure(c, true, prot.as_deref(), idle).await
-            };
-            (i, conn.await)
-        });
-    }
-    let mut out: Vec<Option<DataConn>> = (0..addrs.len()).map(|_| None).collect();
-    let all = async {
-        while let Some(r) = set.join_next().await {
-            let (i, c) =
-                r.map_err(|e| DtpError::Connection(format!("connect task failed: {e}")))?;
-            out[i] = Some(c?);
+        async move {
+            let c = transports
+                .connect(&stack, a, tuning)
+                .await
+                .map_err(DtpError::Connect)?;
+            secure(c, true, prot.as_deref(), idle).await
         }
-        Ok::<(), DtpError>(())
-    };
+    });
     tokio::time::timeout(idle, all)
         .await
-        .map_err(|_| DtpError::IdleTimeout(idle.as_secs()))??;
-    Ok(out.into_iter().flatten().collect())
+        .map_err(|_| DtpError::IdleTimeout(idle.as_secs()))?
 }
