@@ -45,10 +45,10 @@ impl RemoteSession {
     /// its own globus-url-copy -MC and -p 4: every destination differed from byte 1).
     ///
     /// Into a ferry forwarding tree, parallel streams carry the smallest MODE E blocks (unless
-    /// asked otherwise): a node forwards its buffer in offset order, so what it can send is
-    /// what arrived in one piece from the start, and with large blocks the streams fill several
-    /// blocks side by side, each at a fraction of the rate (4 streams of 3 MiB blocks kept
-    /// 10–14 MiB out of the node's reach on netlab, and its children a quarter slower).
+    /// asked otherwise), so the bytes a node holds stay close to one contiguous run: with
+    /// large blocks the streams fill several blocks side by side, each at a fraction of the
+    /// rate (4 streams of 3 MiB blocks kept 10–14 MiB out of the node's reach on netlab while
+    /// it forwarded in offset order; it now forwards whatever arrived, in any order).
     pub(crate) fn storable<'r>(&self, req: &'r FileRequest) -> std::borrow::Cow<'r, FileRequest> {
         let multicast = req
             .disk_stack

@@ -190,6 +190,9 @@ async fn send_stream_blocks(
     job: &SendJob,
     trailer: &[u8],
 ) -> Result<DataConn, DtpError> {
+    if job.source.offers_pieces() {
+        return send_pieces(conn, index, job, trailer).await;
+    }
     let mut buf = job.pool.take();
     // A lone stream with blocks larger than one buffer (configured, or asked for with SITE
     // BLOCKSIZE) takes a second buffer and writes both at once: one stream's sender is the busy
@@ -319,6 +322,28 @@ async fn send_stream_blocks(
     if !trailer_sent {
         timed(job.idle, conn.write_all(trailer)).await?;
     }
+    Ok(conn)
+}
+
+/// Sends what a source that offers pieces hands this stream, each piece one block at its own
+/// offset, then `trailer`. No claims: the source decides, so bytes that arrived go out while an
+/// earlier block is still on its way (a multicast node forwarding what its parent's streams
+/// deliver out of order).
+async fn send_pieces(
+    mut conn: DataConn,
+    index: usize,
+    job: &SendJob,
+    trailer: &[u8],
+) -> Result<DataConn, DtpError> {
+    let mut buf = job.pool.take();
+    let mut sum = job.digest.as_ref().map(|d| d.stream());
+    while let Some((at, n)) = job.source.next_piece(&mut buf)? {
+        feed(&mut sum, at, &buf[..n]);
+        let header = BlockHeader::data(at.saturating_sub(job.file_offset), n as u64).encode();
+        timed(job.idle, write_all_slices(&mut conn, [&header, &buf[..n]])).await?;
+        job.counters[index].fetch_add(n as u64, Ordering::Relaxed);
+    }
+    timed(job.idle, conn.write_all(trailer)).await?;
     Ok(conn)
 }
 

@@ -43,6 +43,22 @@ impl Source {
         }
     }
 
+    /// The source decides what is sent next (see [`FileHandle::offers_pieces`]).
+    pub(crate) fn offers_pieces(&self) -> bool {
+        matches!(self, Source::File(f, None) if f.offers_pieces())
+    }
+
+    /// The next piece of a source that offers them: `(offset, len)` at the front of `buf`,
+    /// `None` once all was handed out.
+    pub(crate) fn next_piece(&self, buf: &mut [u8]) -> Result<Option<(u64, usize)>, StorageError> {
+        match self {
+            Source::File(f, _) => f.next_piece(buf),
+            Source::Memory(_) => Err(StorageError::Invalid(
+                "listing bytes are read by offset".into(),
+            )),
+        }
+    }
+
     /// Total length when known (regular files and memory), `None` for devices and pipes.
     pub(crate) fn known_len(&self) -> Option<u64> {
         match self {

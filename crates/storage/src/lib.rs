@@ -103,6 +103,21 @@ pub trait FileHandle: Send + Sync + std::fmt::Debug {
     fn sync(&self) -> Result<(), StorageError>;
     /// Sets the length (used to truncate after a full stream-mode STOR).
     fn set_len(&self, len: u64) -> Result<(), StorageError>;
+    /// Whether this source decides what is sent next ([`FileHandle::next_piece`]) rather than
+    /// being read at the offsets a sender claims. Ordinary files: no.
+    fn offers_pieces(&self) -> bool {
+        false
+    }
+    /// The next piece to send, for a source that [offers pieces](FileHandle::offers_pieces)
+    /// (a multicast node's buffer hands each child the bytes it has, in whatever order they
+    /// arrived, so a late block holds back only itself): fills the front of `buf` and returns
+    /// its offset and length; waits while there is none yet; `None` once all was handed out.
+    /// Each piece goes to one caller only, so parallel streams may share the source.
+    fn next_piece(&self, _buf: &mut [u8]) -> Result<Option<(u64, usize)>, StorageError> {
+        Err(StorageError::Invalid(
+            "this source is read by offset, not in pieces".into(),
+        ))
+    }
 }
 
 /// The storage interface (Globus DSI). All paths are virtual, already resolved against the

@@ -86,6 +86,33 @@ impl State {
         at - offset
     }
 
+    /// Child `child`'s first run of bytes held and not yet read (lowest offset first, across
+    /// adjacent blocks, at most `cap` long), and how many unread bytes it could have now (up
+    /// to `cap`).
+    fn unread(&self, child: usize, cap: u64) -> (Option<(u64, u64)>, u64) {
+        let Some(Some(read)) = self.readers.get(child) else {
+            return (None, 0);
+        };
+        let (mut run, mut total) = (None::<(u64, u64)>, 0u64);
+        for (&at, block) in &self.blocks {
+            let end = at + block.len() as u64;
+            for (a, b) in read.complement_within(at, end).iter() {
+                total += b - a;
+                run = match run {
+                    None => Some((a, (b - a).min(cap))),
+                    Some((s, len)) if s + len == a && len < cap => {
+                        Some((s, (len + b - a).min(cap)))
+                    }
+                    keep => keep,
+                };
+                if total >= cap {
+                    return (run, total);
+                }
+            }
+        }
+        (run, total)
+    }
+
     fn read_by_all(&self, start: u64, end: u64) -> bool {
         self.readers
             .iter()
@@ -252,6 +279,58 @@ impl Tee {
         }
     }
 
+    /// Child `child`'s next piece: the lowest bytes held that it has not read, whatever came
+    /// before them still missing, into the front of `buf` (see `FileHandle::next_piece`).
+    /// Waits for some; `None` once the data ended and it read all.
+    pub(super) fn next_piece(
+        &self,
+        child: usize,
+        buf: &mut [u8],
+    ) -> Result<Option<(u64, usize)>, StorageError> {
+        let want = READ_BATCH.min(buf.len() as u64);
+        let mut batched = false;
+        let mut s = self.lock();
+        loop {
+            if s.aborted || !matches!(s.readers.get(child), Some(Some(_))) {
+                return Err(gone());
+            }
+            let (run, unread) = s.unread(child, buf.len() as u64);
+            let Some((at, len)) = run else {
+                if s.end.is_some() {
+                    return Ok(None);
+                }
+                s = self.wait(s, None);
+                continue;
+            };
+            if !batched && unread < want && s.end.is_none() && s.writers_waiting == 0 {
+                // A fuller batch is on its way (as in `read`).
+                batched = true;
+                s = self.wait(s, Some(BATCH_WAIT));
+                continue;
+            }
+            let end = at + len;
+            let first = s.blocks.range(..=at).next_back().map_or(at, |(&b, _)| b);
+            for (&b, block) in s.blocks.range(first..end) {
+                let (from, to) = (at.max(b), end.min(b + block.len() as u64));
+                if from < to {
+                    buf[(from - at) as usize..(to - at) as usize]
+                        .copy_from_slice(&block[(from - b) as usize..(to - b) as usize]);
+                }
+            }
+            if let Some(Some(r)) = s.readers.get_mut(child) {
+                r.insert(at, end);
+            }
+            let before = s.held;
+            s.release();
+            let freed = s.held < before;
+            drop(s);
+            if freed {
+                self.changed.notify_all();
+            }
+            return Ok(Some((at, len as usize)));
+        }
+    }
+
     /// The node's transfer received everything: children read to the end.
     pub(super) fn complete(&self) {
         let mut s = self.lock();
@@ -371,6 +450,12 @@ impl FileHandle for ChildView {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize, StorageError> {
         self.tee.read(self.child, buf, offset)
     }
+    fn offers_pieces(&self) -> bool {
+        true
+    }
+    fn next_piece(&self, buf: &mut [u8]) -> Result<Option<(u64, usize)>, StorageError> {
+        self.tee.next_piece(self.child, buf)
+    }
     fn write_all_at(&self, _buf: &[u8], _offset: u64) -> Result<(), StorageError> {
         Err(StorageError::PermissionDenied("multicast source".into()))
     }
@@ -440,6 +525,55 @@ mod tests {
         for r in readers {
             assert_eq!(r.join().unwrap(), data);
         }
+        assert_eq!(tee.lock().held, 0);
+    }
+
+    #[test]
+    fn pieces_go_out_past_a_missing_block_each_to_one_stream_and_end_after_all() {
+        let tee = Arc::new(Tee::new(1, 1 << 20, &RangeSet::new()));
+        // Bytes 0..100 are late; what came after them goes out first, adjacent blocks as one.
+        tee.write(&[1u8; 100], 100).unwrap();
+        tee.write(&[2u8; 100], 200).unwrap();
+        let mut buf = [0u8; 150];
+        assert_eq!(tee.next_piece(0, &mut buf).unwrap(), Some((100, 150)));
+        assert_eq!((buf[99], buf[100]), (1, 2));
+        assert_eq!(tee.next_piece(0, &mut buf).unwrap(), Some((250, 50)));
+        // Two streams of the child wait; the late block reaches one of them, then the end.
+        let streams: Vec<_> = (0..2)
+            .map(|_| {
+                let tee = Arc::clone(&tee);
+                std::thread::spawn(move || {
+                    let mut got = Vec::new();
+                    let mut buf = [0u8; 64];
+                    while let Some((at, n)) = tee.next_piece(0, &mut buf).unwrap() {
+                        got.push((at, buf[..n].to_vec()));
+                    }
+                    got
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        tee.write(&[3u8; 100], 0).unwrap();
+        tee.write(&[4u8; 10], 300).unwrap();
+        tee.complete();
+        let mut got: Vec<_> = streams
+            .into_iter()
+            .flat_map(|s| s.join().unwrap())
+            .collect();
+        got.sort();
+        let mut at = 0u64;
+        let mut rest = Vec::new();
+        for (offset, bytes) in &got {
+            // Disjoint, and nothing missing: 0..100 and 300..310, each byte once.
+            if *offset == 300 {
+                at = 300;
+            }
+            assert_eq!(*offset, at);
+            at += bytes.len() as u64;
+            rest.extend_from_slice(bytes);
+        }
+        assert_eq!(at, 310);
+        assert_eq!(rest, [[3u8; 100].as_slice(), &[4u8; 10]].concat());
         assert_eq!(tee.lock().held, 0);
     }
 
