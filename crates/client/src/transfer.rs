@@ -165,13 +165,19 @@ impl RemoteSession {
         .await
     }
 
-    /// Readies the session for a put of `req` (every setting, the server listening) and opens
-    /// its data connections now rather than at the transfer (see
+    /// Readies the session for a put of `req` (every setting but its disk stack, the server
+    /// listening) and opens its data connections now rather than at the transfer (see
     /// [`ferry_dtp::Dtp::connect_ahead`]): the next [`RemoteSession::put`] with the same
     /// settings then sends its STOR and starts on them. Nothing is connected for a put that
-    /// would go in stream mode.
+    /// would go in stream mode. The disk stack is the caller's to set after
+    /// ([`RemoteSession::set_disk_stack`]): a multicast node's connections to its child are
+    /// open before the child hears of its own share of the tree, so the node is ready without
+    /// waiting for the levels below.
     pub async fn ready_put(&mut self, req: &FileRequest) -> Result<(), ClientError> {
-        let req = self.storable(req);
+        let req = FileRequest {
+            disk_stack: self.disk_stack.clone(),
+            ..self.storable(req).into_owned()
+        };
         if let Some(desc) = self.put_channel(&req, Path::new("/")).await? {
             self.dtp.connect_ahead(&desc).await?;
         }

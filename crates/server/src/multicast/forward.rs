@@ -85,8 +85,9 @@ pub(super) struct Started {
     url: String,
     go: oneshot::Sender<Go>,
     done: Ended,
-    /// Fires (or closes) once the child is ready for the data: logged in, its subtree told,
-    /// its data connections open; or once that failed.
+    /// Fires (or closes) once the child is ready for the data: logged in, its data
+    /// connections open; or once that failed. The child hears of its own subtree after, and
+    /// takes the STOR only once that is ready in turn.
     pub(super) ready: Option<oneshot::Receiver<()>>,
 }
 
@@ -183,7 +184,7 @@ async fn run(
     ready: oneshot::Sender<()>,
     go: oneshot::Receiver<Go>,
 ) -> Option<Result<(), Vec<ForwardFailure>>> {
-    let mut session = login(child, how).await;
+    let mut session = connect(child, how).await;
     if let Ok(s) = &mut session {
         // The put's settings and data connections now, while the node's inbound link is
         // still quiet; the restart ranges come with the transfer.
@@ -191,7 +192,15 @@ async fn run(
             tracing::debug!(url = %child.url, error = %e, "multicast: child's data channel not ready ahead");
         }
     }
+    // Ready: the node may take its data now. The child's share of the tree goes after, so the
+    // levels below prepare while the data comes down to this one (their own inbound links
+    // stay quiet until they are ready, as each child takes its STOR only after this reply).
     let _ = ready.send(());
+    if let Ok(s) = &mut session {
+        if let Err(e) = s.set_disk_stack(child.disk_stack.as_deref()).await {
+            session = Err(e.to_string());
+        }
+    }
     let logged_in = std::time::Instant::now();
     let Ok(go) = go.await else {
         // The session chose another stack, or ended: no transfer comes.
@@ -250,6 +259,16 @@ enum Stopped {
 /// A session on the child's server, logged in as the node's own transfer says, and told its
 /// share of the tree (`SITE SETDISKSTACK`).
 async fn login(child: &Child, how: &Forwarding) -> Result<RemoteSession, String> {
+    let mut session = connect(child, how).await?;
+    session
+        .set_disk_stack(child.disk_stack.as_deref())
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(session)
+}
+
+/// A session on the child's server, logged in as the node's own transfer says.
+async fn connect(child: &Child, how: &Forwarding) -> Result<RemoteSession, String> {
     let Ok(Location::Remote(url)) = Location::parse(&child.url) else {
         return Err("not a URL ferry can write to".into());
     };
@@ -269,15 +288,10 @@ async fn login(child: &Child, how: &Forwarding) -> Result<RemoteSession, String>
         }
         _ => GsiSetup::new(options),
     };
-    let mut session = tokio::time::timeout(LOGIN_TIMEOUT, RemoteSession::connect(&url, &gsi))
+    tokio::time::timeout(LOGIN_TIMEOUT, RemoteSession::connect(&url, &gsi))
         .await
         .map_err(|_| format!("no login within {} s", LOGIN_TIMEOUT.as_secs()))?
-        .map_err(|e| e.to_string())?;
-    session
-        .set_disk_stack(child.disk_stack.as_deref())
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(session)
+        .map_err(|e| e.to_string())
 }
 
 /// The put to `child`, skipping `restart`.
