@@ -93,9 +93,22 @@ impl State {
         let Some(Some(read)) = self.readers.get(child) else {
             return (None, 0);
         };
+        // Past the blocks below the child's first gap (held for slower children) at once.
+        let from = match read.iter().next() {
+            Some((0, end)) => end,
+            _ => 0,
+        };
+        let first = self
+            .blocks
+            .range(..=from)
+            .next_back()
+            .map_or(from, |(&b, _)| b);
         let (mut run, mut total) = (None::<(u64, u64)>, 0u64);
-        for (&at, block) in &self.blocks {
+        for (&at, block) in self.blocks.range(first..) {
             let end = at + block.len() as u64;
+            if read.contains_range(at, end) {
+                continue;
+            }
             for (a, b) in read.complement_within(at, end).iter() {
                 total += b - a;
                 run = match run {
