@@ -104,13 +104,18 @@ fn description(
     }
 }
 
-fn dtp_with_tally(dir: &std::path::Path) -> (Dtp, Arc<AtomicU64>, Arc<AtomicU64>) {
+/// A DTP on `dir` whose disk stacks are the standard ones and `driver`.
+fn dtp_with(dir: &std::path::Path, driver: Arc<dyn DiskDriver>) -> Dtp {
     let storage: Arc<dyn Storage> = Arc::new(PosixStorage::open(dir, false).expect("storage"));
     let mut dtp = Dtp::new(storage, BufferPool::new(ferry_dtp::IO_CHUNK, 4), false);
+    dtp.use_disk_stacks(Arc::new(DiskStacks::standard().with(driver)));
+    dtp
+}
+
+fn dtp_with_tally(dir: &std::path::Path) -> (Dtp, Arc<AtomicU64>, Arc<AtomicU64>) {
     let tally = Tally::default();
     let (read, written) = (Arc::clone(&tally.read), Arc::clone(&tally.written));
-    dtp.use_disk_stacks(Arc::new(DiskStacks::standard().with(Arc::new(tally))));
-    (dtp, read, written)
+    (dtp_with(dir, Arc::new(tally)), read, written)
 }
 
 fn pattern(n: usize) -> Vec<u8> {
@@ -263,12 +268,9 @@ async fn receive_through(dtp: &mut Dtp, stack: &str, data: &[u8]) -> Result<(), 
 #[tokio::test]
 async fn a_drivers_work_is_finished_before_the_reply_and_its_failure_is_a_451() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let storage: Arc<dyn Storage> =
-        Arc::new(PosixStorage::open(dir.path(), false).expect("storage"));
-    let mut dtp = Dtp::new(storage, BufferPool::new(ferry_dtp::IO_CHUNK, 4), false);
     let driver = Finishing::default();
     let (finished, dropped) = (Arc::clone(&driver.finished), Arc::clone(&driver.dropped));
-    dtp.use_disk_stacks(Arc::new(DiskStacks::standard().with(Arc::new(driver))));
+    let mut dtp = dtp_with(dir.path(), Arc::new(driver));
     let data = pattern(1 << 20);
 
     receive_through(&mut dtp, "file,finishing", &data)
@@ -400,16 +402,13 @@ impl DiskDriver for Preparing {
 #[tokio::test]
 async fn prepared_work_goes_to_the_next_transfer_through_the_same_stack_only() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let storage: Arc<dyn Storage> =
-        Arc::new(PosixStorage::open(dir.path(), false).expect("storage"));
-    let mut dtp = Dtp::new(storage, BufferPool::new(ferry_dtp::IO_CHUNK, 4), false);
     let driver = Preparing::default();
     let (prepared, taken, abandoned) = (
         Arc::clone(&driver.prepared),
         Arc::clone(&driver.taken),
         Arc::clone(&driver.abandoned),
     );
-    dtp.use_disk_stacks(Arc::new(DiskStacks::standard().with(Arc::new(driver))));
+    let mut dtp = dtp_with(dir.path(), Arc::new(driver));
     let counts = || {
         (
             prepared.load(Ordering::Relaxed),
@@ -463,12 +462,9 @@ async fn prepared_work_goes_to_the_next_transfer_through_the_same_stack_only() {
 #[tokio::test]
 async fn choosing_a_stack_is_ready_when_what_its_drivers_prepare_is() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let storage: Arc<dyn Storage> =
-        Arc::new(PosixStorage::open(dir.path(), false).expect("storage"));
-    let mut dtp = Dtp::new(storage, BufferPool::new(ferry_dtp::IO_CHUNK, 4), false);
     let driver = Preparing::default();
     let release = Arc::clone(&driver.release);
-    dtp.use_disk_stacks(Arc::new(DiskStacks::standard().with(Arc::new(driver))));
+    let mut dtp = dtp_with(dir.path(), Arc::new(driver));
     let security = ferry_dtp::ChannelSecurity::default();
     let stack = |s: &str| StackSpec::parse(s).expect("stack");
     let wait = std::time::Duration::from_millis(200);
@@ -548,12 +544,9 @@ impl DiskDriver for Onward {
 #[tokio::test]
 async fn restart_markers_wait_for_the_destinations_beyond_and_news_goes_out_at_once() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let storage: Arc<dyn Storage> =
-        Arc::new(PosixStorage::open(dir.path(), false).expect("storage"));
-    let mut dtp = Dtp::new(storage, BufferPool::new(ferry_dtp::IO_CHUNK, 4), false);
     let driver = Onward::default();
     driver.limit.store(1 << 20, Ordering::Relaxed);
-    dtp.use_disk_stacks(Arc::new(DiskStacks::standard().with(Arc::new(driver))));
+    let mut dtp = dtp_with(dir.path(), Arc::new(driver));
     let data = pattern(3 << 20);
     let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let mut desc = description(
