@@ -135,9 +135,14 @@ impl State {
 
     /// Drops the blocks every live child has read.
     fn release(&mut self) {
+        self.release_within(0, u64::MAX);
+    }
+
+    /// Drops the blocks starting in `[from, to)` that every live child has read.
+    fn release_within(&mut self, from: u64, to: u64) {
         let done: Vec<u64> = self
             .blocks
-            .iter()
+            .range(from..to)
             .filter(|(&at, b)| self.read_by_all(at, at + b.len() as u64))
             .map(|(&at, _)| at)
             .collect();
@@ -334,7 +339,8 @@ impl Tee {
                 r.insert(at, end);
             }
             let before = s.held;
-            s.release();
+            // Only the blocks this piece came from can have been read by all just now.
+            s.release_within(first, end);
             let freed = s.held < before;
             drop(s);
             if freed {
