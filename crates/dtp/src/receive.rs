@@ -4,7 +4,7 @@
 //! bookkeeping and the EOD/EOF accounting decide together when a transfer is complete, and
 //! splitting them would hide the one invariant a reader must check (no 226 without every byte).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -46,6 +46,8 @@ pub(crate) struct RecvJob {
     pub(crate) readers: AtomicUsize,
     /// Checksums taken while receiving (each connection feeds its own part).
     pub(crate) digest: Option<Arc<TransferDigest>>,
+    /// The largest round trip (µs) the connections' kernels measured; 0 until one is read.
+    pub(crate) data_rtt_us: Arc<AtomicU32>,
 }
 
 impl RecvJob {
@@ -149,6 +151,9 @@ async fn read_blocks(
     job: Arc<RecvJob>,
     reused: bool,
 ) -> Result<(Option<DataConn>, ConnectionTally), DtpError> {
+    if let Some(us) = conn.path_rtt_us() {
+        job.data_rtt_us.fetch_max(us, Ordering::Relaxed);
+    }
     let mut reader = ConnReader::new(&job, reused);
     let mut buf = job.pool.take();
     let _reading = Reading::start(&job);

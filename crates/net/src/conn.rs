@@ -145,6 +145,17 @@ impl DataConn {
         Ok(())
     }
 
+    /// The connection's round trip as its kernel knows it now, µs: the least it has seen (from
+    /// the handshake on), else the smoothed one; `None` for other transports. Unlike
+    /// [`DataConn::tcp_stats`] it leaves the counts of the next report alone.
+    pub fn path_rtt_us(&self) -> Option<u32> {
+        let Link::Tcp(s) = &self.link else {
+            return None;
+        };
+        let t = crate::TcpStats::of(s).ok()?;
+        [t.min_rtt_us, t.rtt_us].into_iter().find(|us| *us > 0)
+    }
+
     /// The kernel's view of the connection's path (`TCP_INFO`) since the last call: byte and
     /// packet counts are what moved after it (a connection reused by the next transfer does
     /// not count the earlier ones again); round trips and rates are the latest. `None` for

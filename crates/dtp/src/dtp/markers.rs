@@ -1,5 +1,6 @@
 //! Restart and perf markers emitted on the PI's event channel while a transfer runs.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use ferry_proto::clock;
@@ -44,7 +45,8 @@ impl Stack {
 }
 
 /// Drives `fut` while emitting restart and perf markers at the description's intervals, and
-/// a perf marker at once for each line of news from the disk stack.
+/// a perf marker at once for each line of news from the disk stack. Once the data connections'
+/// round trip is known (`data_rtt_us`, µs, 0 until then), each periodic perf marker says it.
 pub(super) async fn with_markers<T>(
     fut: impl std::future::Future<Output = Result<T, DtpError>>,
     desc: &TransferDescription,
@@ -52,6 +54,7 @@ pub(super) async fn with_markers<T>(
     bytes: &(dyn Fn() -> u64 + Sync),
     take_written: &(dyn Fn() -> RangeSet + Sync),
     stack: &mut Stack,
+    data_rtt_us: &AtomicU32,
 ) -> Result<T, DtpError> {
     tokio::pin!(fut);
     let mut restart = desc.markers.restart_ms.map(ticker);
@@ -62,6 +65,10 @@ pub(super) async fn with_markers<T>(
         bytes: bytes(),
         timestamp_tenths: now_tenths(),
         news,
+    };
+    let periodic = || match data_rtt_us.load(Ordering::Relaxed) {
+        0 => Vec::new(),
+        us => vec![ferry_proto::markers::data_rtt_line(us)],
     };
     // Drivers that say when their destinations stored more: one of them, for the wake-up (a
     // stack forwards through one driver; others are read at each tick all the same).
@@ -90,7 +97,7 @@ pub(super) async fn with_markers<T>(
                 }
             }
             _ = tick(&mut perf) => {
-                let _ = events.try_send(perf_now(Vec::new()));
+                let _ = events.try_send(perf_now(periodic()));
             }
             Some(mut news) = next_news(&mut stack.news) => {
                 // Not dropped when the PI lags, unlike the periodic markers: a failure

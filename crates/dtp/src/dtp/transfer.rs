@@ -2,7 +2,7 @@
 //! file, with markers.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -155,6 +155,14 @@ impl Dtp {
         self.moved = Moved(Arc::new(total_bytes.clone()));
         match desc.mode {
             TransferMode::Extended => {
+                // What the kernel measured on the way to the receiver, for the client's judgement
+                // of the streams (a third party's client sees neither server's data path).
+                let data_rtt_us = groups
+                    .iter()
+                    .flatten()
+                    .filter_map(|c| c.path_rtt_us())
+                    .max();
+                let data_rtt_us = AtomicU32::new(data_rtt_us.unwrap_or(0));
                 let fut = send_stripes(groups, jobs);
                 let mut conns = with_markers(
                     fut,
@@ -163,6 +171,7 @@ impl Dtp {
                     &total_bytes,
                     &RangeSet::new,
                     &mut Stack::default(),
+                    &data_rtt_us,
                 )
                 .await?;
                 self.tcp = ferry_net::TcpStats::of_all(&mut conns);
@@ -183,6 +192,7 @@ impl Dtp {
                     &total_bytes,
                     &RangeSet::new,
                     &mut Stack::default(),
+                    &AtomicU32::new(0),
                 )
                 .await?;
             }
@@ -263,7 +273,9 @@ impl Dtp {
             poll: self.poll_budget.clone(),
             readers: AtomicUsize::new(0),
             digest: digest.clone(),
+            data_rtt_us: Arc::new(AtomicU32::new(0)),
         });
+        let data_rtt = Arc::clone(&job.data_rtt_us);
         let total_bytes = {
             let b = Arc::clone(&job.bytes);
             move || b.load(Ordering::Relaxed)
@@ -296,9 +308,16 @@ impl Dtp {
                     }
                 };
                 let fut = receive_mode_e(cached, listener, prot, Arc::clone(&job));
-                let (mut conns, used) =
-                    with_markers(fut, desc, events, &total_bytes, &take_written, &mut stack)
-                        .await?;
+                let (mut conns, used) = with_markers(
+                    fut,
+                    desc,
+                    events,
+                    &total_bytes,
+                    &take_written,
+                    &mut stack,
+                    &data_rtt,
+                )
+                .await?;
                 self.tcp = ferry_net::TcpStats::of_all(&mut conns);
                 self.channel
                     .put_back(Direction::Receive, &desc.channel, conns);
@@ -328,7 +347,16 @@ impl Dtp {
                 }
                 let start = stream_restart_offset(&desc.restart);
                 let fut = receive_stream(conn, &job, start, desc.ascii);
-                with_markers(fut, desc, events, &total_bytes, &take_written, &mut stack).await?;
+                with_markers(
+                    fut,
+                    desc,
+                    events,
+                    &total_bytes,
+                    &take_written,
+                    &mut stack,
+                    &data_rtt,
+                )
+                .await?;
                 1
             }
         };
@@ -343,6 +371,7 @@ impl Dtp {
                 &total_bytes,
                 &take_written,
                 &mut stack,
+                &data_rtt,
             )
             .await?;
         }

@@ -74,6 +74,36 @@ impl PerfMarker {
 }
 
 /// `sec` or `sec.fraction` to tenths of a second.
+/// The field a ferry server adds to its perf markers: the round trip its kernel measured on the
+/// transfer's data connections, in microseconds (on each connection the least it saw, from the
+/// handshake on; the largest over the connections).
+/// A client judging the streams of a third-party transfer needs the round trip between the two
+/// servers, which neither control channel shows. Globus' marker readers take fields by name
+/// and pass over this one.
+const DATA_RTT: &str = "Data Channel RTT";
+
+/// The [`DATA_RTT`] line for a perf marker, `us` microseconds.
+pub fn data_rtt_line(us: u32) -> String {
+    format!(" {DATA_RTT}: {us} us")
+}
+
+/// The data connections' round trip (µs) a perf marker carries, if it carries one.
+pub fn data_rtt_in(reply: &Reply) -> Option<u32> {
+    if reply.code != 112 {
+        return None;
+    }
+    reply.lines.iter().find_map(|l| data_rtt_of_line(l))
+}
+
+/// The round trip (µs) of one [`data_rtt_line`], or `None` for any other line.
+pub fn data_rtt_of_line(line: &str) -> Option<u32> {
+    let (key, value) = line.split_once(':')?;
+    if key.trim() != DATA_RTT {
+        return None;
+    }
+    value.trim().strip_suffix("us")?.trim().parse().ok()
+}
+
 fn parse_tenths(value: &str) -> Option<u64> {
     let (secs, frac) = value.split_once('.').unwrap_or((value, "0"));
     let tenth = match frac.as_bytes() {
@@ -136,6 +166,24 @@ mod tests {
             ),
             (2, 7, 4)
         );
+    }
+
+    #[test]
+    fn a_marker_with_the_data_round_trip_is_still_a_perf_marker_and_says_it() {
+        let mut reply = sample().to_reply();
+        let end = reply.lines.len() - 1;
+        reply.lines.insert(end, data_rtt_line(63_100));
+        let mut parser = ReplyParser::new();
+        parser.feed(&reply.to_bytes());
+        let read = parser.next_reply().expect("valid").expect("complete");
+        assert_eq!(PerfMarker::from_reply(&read), Some(sample()));
+        assert_eq!(data_rtt_in(&read), Some(63_100));
+        assert_eq!(data_rtt_in(&sample().to_reply()), None);
+        reply.lines[end] = " Data Channel RTT: soon".to_owned();
+        assert_eq!(data_rtt_in(&reply), None);
+        reply.lines[end] = data_rtt_line(5);
+        reply.code = 111;
+        assert_eq!(data_rtt_in(&reply), None, "only a perf marker carries it");
     }
 
     #[test]
