@@ -462,6 +462,11 @@ async fn copy_one(
                     w.moving(streams);
                 }
             }
+            FileCopyEvent::DataRtt { rtt_us } => {
+                if let Some(w) = watch.as_mut() {
+                    w.data_rtt(rtt_us);
+                }
+            }
             FileCopyEvent::Stored { ranges } => events(CopyEvent::Stored {
                 file: i,
                 ranges: ranges.to_string(),

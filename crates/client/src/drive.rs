@@ -4,7 +4,7 @@
 use ferry_dtp::{
     relay, Dtp, DtpEvent, RelaySink, Relayed, TransferDescription, TransferOutcome, Watch,
 };
-use ferry_proto::markers::{PerfMarker, RestartMarker};
+use ferry_proto::markers::{data_rtt_in, data_rtt_of_line, PerfMarker, RestartMarker};
 use ferry_proto::multicast::ForwardFailure;
 use ferry_proto::{Command, RangeSet, Reply};
 
@@ -25,6 +25,9 @@ pub enum Progress {
     /// A hop of the forwarding tree behind the server failed (a `gridftp_multicast` node named
     /// it in a perf marker); the other destinations go on.
     ForwardFailed(ForwardFailure),
+    /// The data connections' round trip, µs, as the kernel at one end measured it (a ferry
+    /// server says it in its perf markers; see [`ferry_proto::markers::data_rtt_line`]).
+    DataRtt(u32),
 }
 
 /// Once the transfer `command` is sent: runs `desc` on `dtp` (if any) while reading replies
@@ -111,7 +114,13 @@ impl RelaySink for ReplySink<'_> {
     async fn event(&mut self, ev: DtpEvent) -> Result<(), ClientError> {
         match ev {
             DtpEvent::Begin => {}
-            DtpEvent::Perf { bytes, .. } => (self.on_progress)(Progress::Bytes(bytes)),
+            DtpEvent::Perf { bytes, news, .. } => {
+                (self.on_progress)(Progress::Bytes(bytes));
+                // This host's own data connections' round trip.
+                if let Some(us) = news.iter().find_map(|l| data_rtt_of_line(l)) {
+                    (self.on_progress)(Progress::DataRtt(us));
+                }
+            }
             DtpEvent::Restart(r) => (self.on_progress)(Progress::Stored(r)),
         }
         Ok(())
@@ -177,6 +186,9 @@ fn marker(r: &Reply, on_progress: &mut (dyn FnMut(Progress) + Send), bytes: &mut
         on_progress(Progress::Bytes(bytes.total()));
         for f in ForwardFailure::all_in(r) {
             on_progress(Progress::ForwardFailed(f));
+        }
+        if let Some(us) = data_rtt_in(r) {
+            on_progress(Progress::DataRtt(us));
         }
     }
 }

@@ -71,6 +71,11 @@ pub enum FileCopyEvent {
     },
     /// A hop of the destination's forwarding tree failed ([`crate::Progress::ForwardFailed`]).
     ForwardFailed(ferry_proto::multicast::ForwardFailure),
+    /// The data connections' round trip, µs ([`crate::Progress::DataRtt`]).
+    DataRtt {
+        /// Microseconds.
+        rtt_us: u32,
+    },
     /// Both ends have this checksum.
     Checksum {
         /// The algorithm's name as servers spell it (`ADLER32`, `MD5` …).
@@ -299,6 +304,7 @@ impl FileCopy {
                 });
             }
             Progress::ForwardFailed(f) => on_event(FileCopyEvent::ForwardFailed(f)),
+            Progress::DataRtt(rtt_us) => on_event(FileCopyEvent::DataRtt { rtt_us }),
             Progress::Stored(r) => {
                 let before = stored.total();
                 stored.merge(&r);

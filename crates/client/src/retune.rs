@@ -15,6 +15,10 @@ pub struct FirstSeconds {
     pub samples: Vec<(f64, u64)>,
     /// Bytes the file still lacks at the last sample, when its size is known.
     pub left: Option<u64>,
+    /// The round trip measured on the data connections, ms, when a server said it (a ferry
+    /// server does in its perf markers): the path the streams take, which in a third-party
+    /// copy neither control channel shows.
+    pub data_rtt_ms: Option<f64>,
 }
 
 /// A rule's verdict on a run's first seconds.
@@ -78,7 +82,15 @@ impl<'a> Watch<'a> {
                 streams,
                 samples: Vec::new(),
                 left: self.size.map(|s| s.saturating_sub(self.held)),
+                data_rtt_ms: None,
             });
+        }
+    }
+
+    /// The data connections' round trip (µs), as a server or this host measured it.
+    pub(crate) fn data_rtt(&mut self, rtt_us: u32) {
+        if let Some(seen) = self.seen.as_mut().filter(|_| rtt_us > 0) {
+            seen.data_rtt_ms = Some(f64::from(rtt_us) / 1e3);
         }
     }
 

@@ -116,8 +116,15 @@ fn judge_first_seconds(first: &FirstSeconds, rtt_ms: f64, window: Option<u64>) -
 }
 
 /// [`judge_first_seconds`], and whether the streams were found held by their windows (whatever
-/// was done about it).
+/// was done about it). `rtt_ms` is the control channels' round trip; the round trip measured on
+/// the data connections stands in for it when a server said one (a ferry server does in its
+/// perf markers; a Globus server does not, and a third-party copy between Globus servers is
+/// judged by the longer of the two control channels' round trips).
 fn verdict(first: &FirstSeconds, rtt_ms: f64, window: Option<u64>) -> (Retuned, bool) {
+    let (rtt_ms, by) = match first.data_rtt_ms {
+        Some(ms) => (ms, "the data connections"),
+        None => (rtt_ms, "the control channels"),
+    };
     let rtt = (rtt_ms / 1e3).max(1e-4);
     let Some(&(began, _)) = first.samples.iter().find(|(_, b)| *b > 0) else {
         return (Retuned::Wait, false);
@@ -133,7 +140,8 @@ fn verdict(first: &FirstSeconds, rtt_ms: f64, window: Option<u64>) -> (Retuned, 
     let bps = b1.saturating_sub(b0) as f64 * 8.0 / (t1 - t0);
     let n = first.streams.max(1);
     let measured = format!(
-        "the first {:.0} s moved {:.0} Mbit/s on {n} streams (bandwidth-delay product {})",
+        "the first {:.0} s moved {:.0} Mbit/s on {n} streams (round trip {rtt_ms:.1} ms on \
+         {by}, bandwidth-delay product {})",
         t1 - began,
         bps / 1e6,
         crate::present::human_bytes((bps / 8.0 * rtt) as u64)
@@ -326,7 +334,36 @@ mod tests {
             streams,
             samples,
             left: Some(10 << 30),
+            data_rtt_ms: None,
         }
+    }
+
+    /// A third-party copy whose client sits 34 ms from both servers, 63 ms apart: 16 streams
+    /// with 64 KiB windows move 70 Mbit/s. By the control channels' round trip they could move
+    /// 124 (57 %, kept); by the one a server measured on the data connections, 66: held, so
+    /// they double.
+    #[test]
+    fn the_senders_data_round_trip_stands_in_for_the_control_channels() {
+        let small = Some(64 << 10);
+        let run = run_at(16, 70.0, 1.0, 1.0, 12.0);
+        let Retuned::Keep(why) = judge_first_seconds(&run, 34.0, small) else {
+            panic!("by the control channels the windows are not the limit");
+        };
+        assert!(
+            why.contains("round trip 34.0 ms on the control channels"),
+            "{why}"
+        );
+        let said = FirstSeconds {
+            data_rtt_ms: Some(63.0),
+            ..run
+        };
+        let Retuned::Streams(32, why) = judge_first_seconds(&said, 34.0, small) else {
+            panic!("by the data connections' round trip the windows hold the streams");
+        };
+        assert!(
+            why.contains("round trip 63.0 ms on the data connections"),
+            "{why}"
+        );
     }
 
     #[test]
