@@ -271,35 +271,9 @@ fn streams_held_by_their_windows_double_after_the_first_seconds_and_resume_where
     std::fs::write(root.join("big.bin"), &bytes).unwrap();
     let log = dir.path().join("transfers.jsonl");
     let mut lab = Lab::up(dir.path(), "wan-60ms", "t-first", Some("cubic"));
-    for host in ["a", "b"] {
-        let set = lab
-            .cmd(
-                host,
-                &[
-                    "sysctl",
-                    "-w",
-                    "net.ipv4.tcp_rmem=4096 65536 65536",
-                    "net.ipv4.tcp_wmem=4096 65536 65536",
-                ],
-            )
-            .output()
-            .unwrap();
-        assert!(set.status.success(), "sysctl in {host}: {set:?}");
-    }
+    cap_buffers(&lab, &["a", "b"]);
     let b = lab.addr("b");
-    let args: Vec<String> = [
-        "--listen",
-        &format!("{b}:2811"),
-        "--anonymous",
-        "--root",
-        root.to_str().unwrap(),
-        "--log-transfer",
-        log.to_str().unwrap(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    lab.serve("b", 2811, &args, &dir.path().join("serve.err"));
+    serve_logged(&mut lab, "b", &root, &log, &dir.path().join("serve.err"));
     let got = dir.path().join("got.bin");
     let cache = dir.path().join("cache");
     let out = lab
@@ -330,7 +304,60 @@ fn streams_held_by_their_windows_double_after_the_first_seconds_and_resume_where
     ] {
         assert!(err.contains(said), "gcp should say {said:?}: {err}");
     }
-    let retrs: Vec<serde_json::Value> = transfers(&log)
+    expect_stopped_then_resumed_on_32(&log, size);
+    let kept: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(cache.join("ferry/gcp-paths.json")).unwrap())
+            .unwrap();
+    let path = kept["paths"].as_object().unwrap().values().next().unwrap();
+    assert_eq!(
+        (&path["streams"], &path["search"]),
+        (&32.into(), &"increase".into())
+    );
+    drop(lab);
+}
+
+/// Caps the hosts' socket buffers at 64 KiB, so 16 streams cannot fill a 1 Gbit/s path.
+fn cap_buffers(lab: &common::netlab::Lab, hosts: &[&str]) {
+    for host in hosts {
+        let set = lab
+            .cmd(
+                host,
+                &[
+                    "sysctl",
+                    "-w",
+                    "net.ipv4.tcp_rmem=4096 65536 65536",
+                    "net.ipv4.tcp_wmem=4096 65536 65536",
+                ],
+            )
+            .output()
+            .unwrap();
+        assert!(set.status.success(), "sysctl in {host}: {set:?}");
+    }
+}
+
+/// An anonymous, writable ferry server in `host` on port 2811, logging its transfers to `log`.
+fn serve_logged(lab: &mut common::netlab::Lab, host: &str, root: &Path, log: &Path, err: &Path) {
+    let at = lab.addr(host);
+    let args: Vec<String> = [
+        "--listen",
+        &format!("{at}:2811"),
+        "--anonymous",
+        "--anonymous-write",
+        "--root",
+        root.to_str().unwrap(),
+        "--log-transfer",
+        log.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    lab.serve(host, 2811, &args, err);
+}
+
+/// The sender's log shows a RETR stopped by the first-seconds rule, then one on 32 streams that
+/// sent only what the destination lacked.
+fn expect_stopped_then_resumed_on_32(log: &Path, size: usize) {
+    let retrs: Vec<serde_json::Value> = transfers(log)
         .into_iter()
         .filter(|t| t["command"] == "RETR")
         .collect();
@@ -341,15 +368,69 @@ fn streams_held_by_their_windows_double_after_the_first_seconds_and_resume_where
     let resumed = resumed.as_u64().unwrap();
     assert!(
         resumed > 0 && resumed < size as u64,
-        "the second RETR sends only what the client lacked: {resumed} of {size}"
+        "the second RETR sends only what the destination lacked: {resumed} of {size}"
     );
-    let kept: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(cache.join("ferry/gcp-paths.json")).unwrap())
-            .unwrap();
-    let path = kept["paths"].as_object().unwrap().values().next().unwrap();
-    assert_eq!(
-        (&path["streams"], &path["search"]),
-        (&32.into(), &"increase".into())
+}
+
+/// A third-party copy from b to c, with the client a 33 ms round trip from each and the servers
+/// 63 ms apart, their buffers capped at 64 KiB: 16 streams move about 70 Mbit/s. By the control
+/// channels' round trip the windows would allow 124 and the streams would stay; the destination
+/// says the data connections' round trip in its perf markers, so the rule finds them held by
+/// their windows and resumes on 32. The bytes arrive whole; the source sends each once.
+#[test]
+fn a_third_party_copy_is_judged_by_the_round_trip_of_the_servers_own_data_connections() {
+    use common::netlab::{missing, Lab};
+    if let Some(why) = missing("gcp third-party first-seconds netlab test") {
+        eprintln!("{why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (from, to) = (dir.path().join("b"), dir.path().join("c"));
+    for d in [&from, &to] {
+        std::fs::create_dir(d).unwrap();
+    }
+    // Enough that more than 20 s are left at the first seconds' rate (the rule restarts no
+    // shorter rest).
+    let size = 400 * MIB;
+    let bytes = random_bytes(size, 94);
+    std::fs::write(from.join("big.bin"), &bytes).unwrap();
+    let (log_b, log_c) = (dir.path().join("b.jsonl"), dir.path().join("c.jsonl"));
+    let mut lab = Lab::up(dir.path(), "third-party", "t-3pt", Some("cubic"));
+    cap_buffers(&lab, &["b", "c"]);
+    serve_logged(&mut lab, "b", &from, &log_b, &dir.path().join("b.err"));
+    serve_logged(&mut lab, "c", &to, &log_c, &dir.path().join("c.err"));
+    let (b, c) = (lab.addr("b"), lab.addr("c"));
+    let out = lab
+        .cmd(
+            "a",
+            &[
+                "env",
+                &format!("XDG_CACHE_HOME={}", dir.path().join("cache").display()),
+                env!("CARGO_BIN_EXE_ferry"),
+                "cp",
+                "--explain",
+                "--congestion",
+                "system",
+                &format!("ftp://{b}:2811/big.bin"),
+                &format!("ftp://{c}:2811/big.bin"),
+            ],
+        )
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "gcp: {err}");
+    assert!(
+        std::fs::read(to.join("big.bin")).unwrap() == bytes,
+        "bytes differ"
     );
+    for said in [
+        "streams: 16 for files of 16 MiB and more (first copy",
+        "ms on the data connections",
+        "of what their windows allow",
+        "resuming the rest on 32 streams from the ranges stored",
+    ] {
+        assert!(err.contains(said), "gcp should say {said:?}: {err}");
+    }
+    expect_stopped_then_resumed_on_32(&log_b, size);
     drop(lab);
 }
