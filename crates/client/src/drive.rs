@@ -4,7 +4,7 @@
 use ferry_dtp::{
     relay, Dtp, DtpEvent, RelaySink, Relayed, TransferDescription, TransferOutcome, Watch,
 };
-use ferry_proto::markers::{data_rtt_in, data_rtt_of_line, PerfMarker, RestartMarker};
+use ferry_proto::markers::{data_rtt_in, PerfMarker, RestartMarker};
 use ferry_proto::multicast::ForwardFailure;
 use ferry_proto::{Command, RangeSet, Reply};
 
@@ -114,10 +114,12 @@ impl RelaySink for ReplySink<'_> {
     async fn event(&mut self, ev: DtpEvent) -> Result<(), ClientError> {
         match ev {
             DtpEvent::Begin => {}
-            DtpEvent::Perf { bytes, news, .. } => {
+            DtpEvent::Perf {
+                bytes, data_rtt_us, ..
+            } => {
                 (self.on_progress)(Progress::Bytes(bytes));
                 // This host's own data connections' round trip.
-                if let Some(us) = news.iter().find_map(|l| data_rtt_of_line(l)) {
+                if let Some(us) = data_rtt_us {
                     (self.on_progress)(Progress::DataRtt(us));
                 }
             }

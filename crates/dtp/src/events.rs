@@ -28,6 +28,10 @@ pub enum DtpEvent {
         /// [`crate::disk_stack::News`]), sent as further lines of this one.
         #[serde(default)]
         news: Vec<String>,
+        /// The data connections' round trip, µs, once this end's kernel measured it (see
+        /// [`ferry_proto::markers::data_rtt_line`]): the marker says it on a line of its own.
+        #[serde(default)]
+        data_rtt_us: Option<u32>,
     },
 }
 

@@ -92,6 +92,7 @@ pub fn marker_reply(ev: &DtpEvent) -> Option<Reply> {
             bytes,
             timestamp_tenths,
             news,
+            data_rtt_us,
         } => {
             let mut r = PerfMarker {
                 timestamp_tenths: *timestamp_tenths,
@@ -102,7 +103,9 @@ pub fn marker_reply(ev: &DtpEvent) -> Option<Reply> {
             .to_reply();
             // Before the closing `End.`, where a reader of the fields by name finds them too.
             let end = r.lines.len().saturating_sub(1);
-            r.lines.splice(end..end, news.iter().cloned());
+            let rtt = data_rtt_us.map(ferry_proto::markers::data_rtt_line);
+            r.lines
+                .splice(end..end, rtt.into_iter().chain(news.iter().cloned()));
             Some(r)
         }
     }
@@ -251,8 +254,10 @@ mod tests {
             bytes: 9,
             timestamp_tenths: 3,
             news: vec![" Forward Failed: ftp://a/f; Held: 0-5; Error: gone".into()],
+            data_rtt_us: Some(63_100),
         })
         .expect("112");
+        assert_eq!(ferry_proto::markers::data_rtt_in(&p), Some(63_100));
         assert_eq!(p.code, 112);
         assert!(p.to_string().contains("Stripe Bytes Transferred: 9"), "{p}");
         // The news goes before the closing line, each a line of its own, and the marker

@@ -46,7 +46,7 @@ impl Stack {
 
 /// Drives `fut` while emitting restart and perf markers at the description's intervals, and
 /// a perf marker at once for each line of news from the disk stack. Once the data connections'
-/// round trip is known (`data_rtt_us`, µs, 0 until then), each periodic perf marker says it.
+/// round trip is known (`data_rtt_us`, µs, 0 until then), each perf marker says it.
 pub(super) async fn with_markers<T>(
     fut: impl std::future::Future<Output = Result<T, DtpError>>,
     desc: &TransferDescription,
@@ -65,10 +65,7 @@ pub(super) async fn with_markers<T>(
         bytes: bytes(),
         timestamp_tenths: now_tenths(),
         news,
-    };
-    let periodic = || match data_rtt_us.load(Ordering::Relaxed) {
-        0 => Vec::new(),
-        us => vec![ferry_proto::markers::data_rtt_line(us)],
+        data_rtt_us: Some(data_rtt_us.load(Ordering::Relaxed)).filter(|us| *us > 0),
     };
     // Drivers that say when their destinations stored more: one of them, for the wake-up (a
     // stack forwards through one driver; others are read at each tick all the same).
@@ -97,7 +94,7 @@ pub(super) async fn with_markers<T>(
                 }
             }
             _ = tick(&mut perf) => {
-                let _ = events.try_send(perf_now(periodic()));
+                let _ = events.try_send(perf_now(Vec::new()));
             }
             Some(mut news) = next_news(&mut stack.news) => {
                 // Not dropped when the PI lags, unlike the periodic markers: a failure

@@ -3,5 +3,5 @@
 mod perf;
 mod restart;
 
-pub use perf::{data_rtt_in, data_rtt_line, data_rtt_of_line, PerfMarker};
+pub use perf::{data_rtt_in, data_rtt_line, PerfMarker};
 pub use restart::RestartMarker;

@@ -96,7 +96,7 @@ pub fn data_rtt_in(reply: &Reply) -> Option<u32> {
 }
 
 /// The round trip (µs) of one [`data_rtt_line`], or `None` for any other line.
-pub fn data_rtt_of_line(line: &str) -> Option<u32> {
+fn data_rtt_of_line(line: &str) -> Option<u32> {
     let (key, value) = line.split_once(':')?;
     if key.trim() != DATA_RTT {
         return None;

@@ -84,6 +84,7 @@ impl NodeJob {
                     bytes,
                     timestamp_tenths,
                     news,
+                    data_rtt_us,
                     ..
                 }) => {
                     self.record(bytes);
@@ -102,6 +103,7 @@ impl NodeJob {
                                 bytes,
                                 timestamp_tenths,
                                 news,
+                                data_rtt_us,
                             })
                             .await;
                     }

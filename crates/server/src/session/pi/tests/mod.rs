@@ -89,6 +89,7 @@ fn a_mode_e_get_is_described_from_the_session_settings() {
         bytes: 500,
         timestamp_tenths: 17_000_000_000,
         news: Vec::new(),
+        data_rtt_us: None,
     }]);
     let replies = p.line("RETR data/big.bin");
     let codes: Vec<u16> = replies.iter().map(|r| r.code).collect();
