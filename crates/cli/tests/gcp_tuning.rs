@@ -276,25 +276,12 @@ fn streams_held_by_their_windows_double_after_the_first_seconds_and_resume_where
     serve_logged(&mut lab, "b", &root, &log, &dir.path().join("serve.err"));
     let got = dir.path().join("got.bin");
     let cache = dir.path().join("cache");
-    let out = lab
-        .cmd(
-            "a",
-            &[
-                "env",
-                &format!("XDG_CACHE_HOME={}", cache.display()),
-                env!("CARGO_BIN_EXE_ferry"),
-                "cp",
-                "--explain",
-                "--congestion",
-                "system",
-                &format!("ftp://{b}:2811/big.bin"),
-                got.to_str().unwrap(),
-            ],
-        )
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "gcp: {err}");
+    let err = gcp_in_a(
+        &lab,
+        &cache,
+        &format!("ftp://{b}:2811/big.bin"),
+        got.to_str().unwrap(),
+    );
     assert!(std::fs::read(&got).unwrap() == bytes, "bytes differ");
     for said in [
         "streams: 16 for files of 16 MiB and more (first copy",
@@ -354,6 +341,31 @@ fn serve_logged(lab: &mut common::netlab::Lab, host: &str, root: &Path, log: &Pa
     lab.serve(host, 2811, &args, err);
 }
 
+/// `gcp --explain --congestion system SRC DST` in host a with its cache in `cache`; its stderr,
+/// once it succeeded.
+fn gcp_in_a(lab: &common::netlab::Lab, cache: &Path, src: &str, dst: &str) -> String {
+    let out = lab
+        .cmd(
+            "a",
+            &[
+                "env",
+                &format!("XDG_CACHE_HOME={}", cache.display()),
+                env!("CARGO_BIN_EXE_ferry"),
+                "cp",
+                "--explain",
+                "--congestion",
+                "system",
+                src,
+                dst,
+            ],
+        )
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "gcp: {err}");
+    err
+}
+
 /// The sender's log shows a RETR stopped by the first-seconds rule, then one on 32 streams that
 /// sent only what the destination lacked.
 fn expect_stopped_then_resumed_on_32(log: &Path, size: usize) {
@@ -400,25 +412,12 @@ fn a_third_party_copy_is_judged_by_the_round_trip_of_the_servers_own_data_connec
     serve_logged(&mut lab, "b", &from, &log_b, &dir.path().join("b.err"));
     serve_logged(&mut lab, "c", &to, &log_c, &dir.path().join("c.err"));
     let (b, c) = (lab.addr("b"), lab.addr("c"));
-    let out = lab
-        .cmd(
-            "a",
-            &[
-                "env",
-                &format!("XDG_CACHE_HOME={}", dir.path().join("cache").display()),
-                env!("CARGO_BIN_EXE_ferry"),
-                "cp",
-                "--explain",
-                "--congestion",
-                "system",
-                &format!("ftp://{b}:2811/big.bin"),
-                &format!("ftp://{c}:2811/big.bin"),
-            ],
-        )
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "gcp: {err}");
+    let err = gcp_in_a(
+        &lab,
+        &dir.path().join("cache"),
+        &format!("ftp://{b}:2811/big.bin"),
+        &format!("ftp://{c}:2811/big.bin"),
+    );
     assert!(
         std::fs::read(to.join("big.bin")).unwrap() == bytes,
         "bytes differ"
