@@ -344,6 +344,17 @@ fn serve_logged(lab: &mut common::netlab::Lab, host: &str, root: &Path, log: &Pa
 /// `gcp --explain --congestion system SRC DST` in host a with its cache in `cache`; its stderr,
 /// once it succeeded.
 fn gcp_in_a(lab: &common::netlab::Lab, cache: &Path, src: &str, dst: &str) -> String {
+    gcp_on_in_a(lab, cache, "system", src, dst)
+}
+
+/// [`gcp_in_a`] with `--congestion CONGESTION`.
+fn gcp_on_in_a(
+    lab: &common::netlab::Lab,
+    cache: &Path,
+    congestion: &str,
+    src: &str,
+    dst: &str,
+) -> String {
     let out = lab
         .cmd(
             "a",
@@ -354,7 +365,7 @@ fn gcp_in_a(lab: &common::netlab::Lab, cache: &Path, src: &str, dst: &str) -> St
                 "cp",
                 "--explain",
                 "--congestion",
-                "system",
+                congestion,
                 src,
                 dst,
             ],
@@ -431,5 +442,103 @@ fn a_third_party_copy_is_judged_by_the_round_trip_of_the_servers_own_data_connec
         assert!(err.contains(said), "gcp should say {said:?}: {err}");
     }
     expect_stopped_then_resumed_on_32(&log_b, size);
+    drop(lab);
+}
+
+/// Netlab's 60 ms path losing 1 % of packets each way, hosts on cubic: gcp's first copy goes on
+/// bbr; the second tries cubic, whose first seconds move a few Mbit/s where bbr moved hundreds,
+/// so it resumes on bbr from the ranges stored, and the cache keeps bbr for the third. Every
+/// copy arrives whole; the sender's log shows each RETR's congestion control.
+#[test]
+fn a_copy_that_tries_cubic_on_a_lossy_path_goes_back_to_bbr_after_its_first_seconds() {
+    use common::netlab::{missing, Lab};
+    if let Some(why) = missing("gcp congestion-trial netlab test") {
+        eprintln!("{why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let size = 256 * MIB;
+    let bytes = random_bytes(size, 95);
+    std::fs::write(root.join("big.bin"), &bytes).unwrap();
+    let log = dir.path().join("transfers.jsonl");
+    let mut lab = Lab::up(dir.path(), "lossy-wan", "t-trial", Some("cubic"));
+    let bbr_offered = lab
+        .cmd(
+            "b",
+            &["cat", "/proc/sys/net/ipv4/tcp_available_congestion_control"],
+        )
+        .output()
+        .unwrap();
+    if !String::from_utf8_lossy(&bbr_offered.stdout).contains("bbr") {
+        eprintln!("skipped: this kernel offers no bbr (tcp_available_congestion_control)");
+        return;
+    }
+    let b = lab.addr("b");
+    serve_logged(&mut lab, "b", &root, &log, &dir.path().join("serve.err"));
+    let cache = dir.path().join("cache");
+    let src = format!("ftp://{b}:2811/big.bin");
+    let mut said = Vec::new();
+    for copy in 1..=3 {
+        let got = dir.path().join(format!("got{copy}.bin"));
+        said.push(gcp_on_in_a(
+            &lab,
+            &cache,
+            "auto",
+            &src,
+            got.to_str().unwrap(),
+        ));
+        assert!(
+            std::fs::read(&got).unwrap() == bytes,
+            "copy {copy}: bytes differ"
+        );
+    }
+    for (copy, what) in [
+        (0, "congestion control: bbr on"),
+        (0, "a later copy tries cubic against it"),
+        (1, "congestion control: cubic on"),
+        (1, "on cubic: under"),
+        (1, "resuming the rest on bbr from the ranges stored"),
+        (1, "the next copies go on bbr"),
+        (2, "congestion control: bbr on"),
+    ] {
+        assert!(
+            said[copy].contains(what),
+            "copy {} should say {what:?}: {}",
+            copy + 1,
+            said[copy]
+        );
+    }
+    let retrs: Vec<(serde_json::Value, String)> = transfers(&log)
+        .into_iter()
+        .filter(|t| t["command"] == "RETR")
+        .map(|t| {
+            let cc = t["tcp"]["congestion"].as_str().unwrap_or("").to_string();
+            (t, cc)
+        })
+        .collect();
+    let summary: Vec<(&serde_json::Value, &str)> = retrs
+        .iter()
+        .map(|(t, cc)| (&t["code"], cc.as_str()))
+        .collect();
+    assert_eq!(
+        retrs.len(),
+        4,
+        "bbr; cubic stopped, then bbr; bbr: {summary:?}"
+    );
+    // The stopped run logs no TCP figures; what it ran on, gcp said above.
+    for i in [0, 2, 3] {
+        assert_eq!(summary[i], (&226.into(), "bbr"), "{summary:?}");
+    }
+    assert_ne!(
+        retrs[1].0["code"], 226,
+        "the cubic run was stopped: {summary:?}"
+    );
+    let resumed = retrs[2].0["bytes"].as_u64().unwrap();
+    assert!(
+        resumed > 0 && resumed < size as u64,
+        "the resumed RETR sends only what the client lacked: {resumed} of {size}"
+    );
     drop(lab);
 }

@@ -444,6 +444,10 @@ async fn copy_one(
         // An earlier file of this copy found that more streams move it faster.
         file.request.large_file_streams = Some(n);
     }
+    if let Some(cc) = retune.and_then(|r| r.0.settled_sender()) {
+        // An earlier file of this copy found the sender's congestion control wanting.
+        file.request.congestion = Some(cc);
+    }
     let started = Instant::now();
     let mut attempt = 1;
     loop {
@@ -488,10 +492,13 @@ async fn copy_one(
         }
         let restream = match verdict {
             Some(Retuned::Keep(why)) => {
-                events(CopyEvent::Note { message: why });
+                if !why.is_empty() {
+                    events(CopyEvent::Note { message: why });
+                }
                 None
             }
-            Some(Retuned::Streams(n, why)) => Some((n, why)),
+            Some(Retuned::Streams(n, why)) => Some((Some(n), None, why)),
+            Some(Retuned::Sender(cc, why)) => Some((None, Some(cc), why)),
             _ => None,
         };
         match result {
@@ -517,11 +524,16 @@ async fn copy_one(
                     && !opts.cancel.is_cancelled()
                     && restream.is_some() =>
             {
-                let Some((n, why)) = restream else {
+                let Some((streams, sender, why)) = restream else {
                     return Err(e.error);
                 };
                 events(CopyEvent::Note { message: why });
-                file.request.parallelism = n;
+                if let Some(n) = streams {
+                    file.request.parallelism = n;
+                }
+                if sender.is_some() {
+                    file.request.congestion = sender;
+                }
                 file.stored = e.stored;
             }
             Err(e) if e.retry() == Retry::Resume && attempt <= opts.retries => {

@@ -1,7 +1,8 @@
 //! Re-choosing a file's streams from what its first seconds measured: a rule (gcp's) reads the
-//! performance samples of a run and may ask for another stream count. The run is then stopped
-//! and the file resumed from the ranges the destination holds, with the new count, so no
-//! stored byte moves twice; this happens at most once per file.
+//! performance samples of a run and may ask for another stream count, or for another congestion
+//! control on the sending side. The run is then stopped and the file resumed from the ranges
+//! the destination holds, with the new setting, so no stored byte moves twice; this happens at
+//! most once per file.
 
 use std::sync::Arc;
 
@@ -30,6 +31,9 @@ pub enum Retuned {
     Keep(String),
     /// Stop and resume with this many streams, for this reason.
     Streams(u32, String),
+    /// Stop and resume with the sending side's data connections on this congestion control
+    /// (`FileRequest::congestion`), for this reason.
+    Sender(ferry_net::Congestion, String),
 }
 
 /// How streams are re-chosen from a file's first seconds.
@@ -39,6 +43,11 @@ pub trait RetuneRule: Send + Sync {
     /// The streams a large file should start on, from what earlier files of the copy showed
     /// (`None`: as the request says).
     fn settled(&self) -> Option<u32> {
+        None
+    }
+    /// The congestion control the sending side of a file should start on, from what earlier
+    /// files of the copy showed (`None`: as the request says).
+    fn settled_sender(&self) -> Option<ferry_net::Congestion> {
         None
     }
 }
@@ -110,7 +119,7 @@ impl<'a> Watch<'a> {
                 false
             }
             v => {
-                let restream = matches!(v, Retuned::Streams(..));
+                let restream = matches!(v, Retuned::Streams(..) | Retuned::Sender(..));
                 self.verdict = Some(v);
                 restream
             }

@@ -4,6 +4,7 @@
 //! congestion control, the streams of large files, learnt per path), and the copy then runs as
 //! `ferry copy` does, verified by default.
 
+mod congestion;
 mod names;
 mod search;
 mod sites;
@@ -18,9 +19,10 @@ use ferry_client::{CopyOptions, FileRequest, GsiOptions, GsiSetup, Location, Ses
 use crate::copy::{run_job_async, CopyJob};
 use crate::exit;
 use crate::present::OutputArgs;
+use congestion::CongestionArg;
 use names::Name;
 use sites::Sites;
-use tune::{Asked, CongestionArg, Tuning};
+use tune::{Asked, Tuning};
 
 /// `gcp` / `ferry cp` flags.
 #[derive(Debug, Args)]
@@ -224,6 +226,9 @@ pub(crate) fn run(args: GcpArgs) -> u8 {
         job.options.request.large_file_streams = tuning.large_file_streams;
         job.options.retune = tuning.retune();
         job.options.request.congestion = tuning.congestion;
+        if tuning.tcp_only {
+            job.options.request.transport = None;
+        }
         let (code, measured) = run_job_async(job, sessions).await;
         if let Some((summary, elapsed)) = measured {
             say(&tuning.learn(

@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use ferry_client::{FirstSeconds, RetuneRule, Retuned};
 use serde::{Deserialize, Serialize};
 
+use super::congestion::Guard;
 use super::tune::PathEntry;
 use super::window::Window;
 
@@ -103,6 +104,42 @@ const RESTREAM_LEFT_S: f64 = 20.0;
 /// A run whose streams moved this much of what their windows allow is held by the windows.
 const WINDOW_BOUND: f64 = 0.75;
 
+/// The rate of a run's first seconds, once they are measured.
+struct FirstRate {
+    /// bit/s.
+    bps: f64,
+    /// The round trip it was judged by, seconds.
+    rtt: f64,
+    /// What was measured, in words.
+    measured: String,
+}
+
+/// The rate over `max(2 s, 10 RTTs)` once slow start is past (`max(2 s, 20 RTTs)` after the
+/// data began); `None` until then. The round trip measured on the data connections stands in
+/// for the control channels' `rtt_ms` when a server said one.
+fn first_rate(first: &FirstSeconds, rtt_ms: f64) -> Option<FirstRate> {
+    let (rtt_ms, by) = match first.data_rtt_ms {
+        Some(ms) => (ms, "the data connections"),
+        None => (rtt_ms, "the control channels"),
+    };
+    let rtt = (rtt_ms / 1e3).max(1e-4);
+    let &(began, _) = first.samples.iter().find(|(_, b)| *b > 0)?;
+    let ramp = (20.0 * rtt).max(2.0);
+    let span = (10.0 * rtt).max(2.0);
+    let &(t0, b0) = first.samples.iter().find(|(t, _)| *t >= began + ramp)?;
+    let &(t1, b1) = first.samples.iter().find(|(t, _)| *t >= t0 + span)?;
+    let bps = b1.saturating_sub(b0) as f64 * 8.0 / (t1 - t0);
+    let measured = format!(
+        "the first {:.0} s moved {:.0} Mbit/s on {} streams (round trip {rtt_ms:.1} ms on \
+         {by}, bandwidth-delay product {})",
+        t1 - began,
+        bps / 1e6,
+        first.streams.max(1),
+        crate::present::human_bytes((bps / 8.0 * rtt) as u64)
+    );
+    Some(FirstRate { bps, rtt, measured })
+}
+
 /// The first copy's second look, from what the file's first seconds measured (the seed assumed
 /// 1 Gbit/s; this measures instead). Once slow start is past (`max(2 s, 20 RTTs)` after the
 /// data began), the rate over the next `max(2 s, 10 RTTs)` is the path's bandwidth when the
@@ -121,31 +158,10 @@ fn judge_first_seconds(first: &FirstSeconds, rtt_ms: f64, window: Option<u64>) -
 /// perf markers; a Globus server does not, and a third-party copy between Globus servers is
 /// judged by the longer of the two control channels' round trips).
 fn verdict(first: &FirstSeconds, rtt_ms: f64, window: Option<u64>) -> (Retuned, bool) {
-    let (rtt_ms, by) = match first.data_rtt_ms {
-        Some(ms) => (ms, "the data connections"),
-        None => (rtt_ms, "the control channels"),
-    };
-    let rtt = (rtt_ms / 1e3).max(1e-4);
-    let Some(&(began, _)) = first.samples.iter().find(|(_, b)| *b > 0) else {
+    let Some(FirstRate { bps, rtt, measured }) = first_rate(first, rtt_ms) else {
         return (Retuned::Wait, false);
     };
-    let ramp = (20.0 * rtt).max(2.0);
-    let span = (10.0 * rtt).max(2.0);
-    let Some(&(t0, b0)) = first.samples.iter().find(|(t, _)| *t >= began + ramp) else {
-        return (Retuned::Wait, false);
-    };
-    let Some(&(t1, b1)) = first.samples.iter().find(|(t, _)| *t >= t0 + span) else {
-        return (Retuned::Wait, false);
-    };
-    let bps = b1.saturating_sub(b0) as f64 * 8.0 / (t1 - t0);
     let n = first.streams.max(1);
-    let measured = format!(
-        "the first {:.0} s moved {:.0} Mbit/s on {n} streams (round trip {rtt_ms:.1} ms on \
-         {by}, bandwidth-delay product {})",
-        t1 - began,
-        bps / 1e6,
-        crate::present::human_bytes((bps / 8.0 * rtt) as u64)
-    );
     let Some(window) = window.filter(|w| *w > 0) else {
         let why = format!("{measured}; the socket buffer limits cannot be read: streams kept");
         return (Retuned::Keep(why), false);
@@ -191,19 +207,33 @@ fn verdict(first: &FirstSeconds, rtt_ms: f64, window: Option<u64>) -> (Retuned, 
 pub(super) struct FirstSecondsRule {
     pub(super) rtt_ms: f64,
     pub(super) window: Option<u64>,
+    /// Whether streams held by their windows restart on more (the first copy on a path).
+    restream: bool,
+    /// A copy on cubic that goes back to bbr when its first seconds are slow.
+    guard: Option<Guard>,
     settled: Mutex<Option<u32>>,
     /// Some file's streams were held by their windows (restarted on more or not): the next
     /// copy searches upwards.
     held: std::sync::atomic::AtomicBool,
+    /// The guard's rate when some file went back (bit/s): later files start there.
+    fell_back: Mutex<Option<f64>>,
 }
 
 impl FirstSecondsRule {
-    pub(super) fn new(rtt_ms: f64, window: Option<u64>) -> FirstSecondsRule {
+    pub(super) fn new(
+        rtt_ms: f64,
+        window: Option<u64>,
+        restream: bool,
+        guard: Option<Guard>,
+    ) -> FirstSecondsRule {
         FirstSecondsRule {
             rtt_ms,
             window,
+            restream,
+            guard,
             settled: Mutex::new(None),
             held: std::sync::atomic::AtomicBool::new(false),
+            fell_back: Mutex::new(None),
         }
     }
 
@@ -211,10 +241,51 @@ impl FirstSecondsRule {
     pub(super) fn found_held(&self) -> bool {
         self.held.load(std::sync::atomic::Ordering::Relaxed)
     }
+
+    /// The guard, and the first seconds' rate, when some file went back on it.
+    pub(super) fn fell_back(&self) -> Option<(Guard, f64)> {
+        let rate = self.fell_back.lock().ok().and_then(|r| *r)?;
+        self.guard.clone().map(|g| (g, rate))
+    }
 }
 
 impl RetuneRule for FirstSecondsRule {
     fn judge(&self, first: &FirstSeconds) -> Retuned {
+        let fell_back = self.fell_back().is_some();
+        if let Some(g) = self.guard.as_ref().filter(|_| !fell_back) {
+            let Some(r) = first_rate(first, self.rtt_ms) else {
+                return Retuned::Wait;
+            };
+            if r.bps < g.floor_bps {
+                if let Ok(mut f) = self.fell_back.lock() {
+                    *f = Some(r.bps);
+                }
+                return Retuned::Sender(
+                    g.back_to,
+                    format!(
+                        "{} on {}: under {:.0} Mbit/s, half of what {} moved on this path, so \
+                         it drops packets {} cannot ride over: resuming the rest on {} from \
+                         the ranges stored",
+                        r.measured,
+                        g.tried,
+                        g.floor_bps / 1e6,
+                        g.back_to,
+                        g.tried,
+                        g.back_to
+                    ),
+                );
+            }
+            if !self.restream {
+                return Retuned::Keep(format!(
+                    "{} on {}: at least half of what {} moved on this path; {} kept",
+                    r.measured, g.tried, g.back_to, g.tried
+                ));
+            }
+        }
+        if !self.restream {
+            // An earlier file went back already, and this one started there: nothing to say.
+            return Retuned::Keep(String::new());
+        }
         let (v, held) = verdict(first, self.rtt_ms, self.window);
         if held {
             self.held.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -229,6 +300,10 @@ impl RetuneRule for FirstSecondsRule {
 
     fn settled(&self) -> Option<u32> {
         self.settled.lock().ok().and_then(|s| *s)
+    }
+
+    fn settled_sender(&self) -> Option<ferry_net::Congestion> {
+        self.fell_back().map(|(g, _)| g.back_to)
     }
 }
 
@@ -415,17 +490,69 @@ mod tests {
         assert_eq!(judge_first_seconds(&idle, 30.0, small), Retuned::Wait);
         // Held but too little left to restart: the copy keeps its streams, and the next copy
         // searches upwards all the same; streams the path holds leave the search alone.
-        let rule = FirstSecondsRule::new(30.0, small);
+        let rule = FirstSecondsRule::new(30.0, small, true, None);
         assert!(matches!(rule.judge(&ending), Retuned::Keep(_)));
         assert!(rule.found_held() && rule.settled().is_none());
-        let rule = FirstSecondsRule::new(30.0, Some(4 << 20));
+        let rule = FirstSecondsRule::new(30.0, Some(4 << 20), true, None);
         assert!(matches!(rule.judge(&held), Retuned::Keep(_)));
         assert!(!rule.found_held());
     }
 
+    fn guard(floor_mbit: f64) -> Guard {
+        let cc = |n| ferry_net::Congestion::new(n).unwrap();
+        Guard {
+            tried: cc("cubic"),
+            back_to: cc("bbr"),
+            floor_bps: floor_mbit * 1e6,
+        }
+    }
+
+    #[test]
+    fn a_cubic_copy_whose_first_seconds_are_slow_goes_back_to_bbr_once_for_the_whole_copy() {
+        // 60 ms, 1 % loss: cubic's 8 streams move 17 Mbit/s where bbr's copy moved 800.
+        let rule = FirstSecondsRule::new(60.0, Some(4 << 20), false, Some(guard(400.0)));
+        assert_eq!(rule.judge(&run_at(8, 17.0, 0.5, 0.25, 3.0)), Retuned::Wait);
+        let Retuned::Sender(cc, why) = rule.judge(&run_at(8, 17.0, 0.5, 0.25, 6.0)) else {
+            panic!("a slow cubic goes back to bbr");
+        };
+        assert_eq!(cc.as_str(), "bbr");
+        assert!(
+            why.contains("17 Mbit/s on 8 streams") && why.contains("under 400"),
+            "{why}"
+        );
+        let (g, rate) = rule.fell_back().expect("remembered for the cache");
+        assert_eq!(g.tried.as_str(), "cubic");
+        assert!((rate - 17e6).abs() < 1e6, "{rate}");
+        // Later files of the copy start on bbr and are not judged again.
+        assert_eq!(
+            rule.settled_sender().map(|c| c.to_string()),
+            Some("bbr".into())
+        );
+        assert_eq!(
+            rule.judge(&run_at(8, 800.0, 0.5, 0.25, 6.0)),
+            Retuned::Keep(String::new())
+        );
+    }
+
+    #[test]
+    fn a_cubic_copy_that_keeps_up_stays_on_cubic_and_a_first_copy_still_judges_its_streams() {
+        let rule = FirstSecondsRule::new(15.0, Some(4 << 20), false, Some(guard(470.0)));
+        let Retuned::Keep(why) = rule.judge(&run_at(1, 950.0, 0.2, 0.25, 6.0)) else {
+            panic!("cubic at the link's rate stays");
+        };
+        assert!(why.contains("cubic kept"), "{why}");
+        assert!(rule.fell_back().is_none() && rule.settled_sender().is_none());
+        // With the stream search started again the same rule doubles held streams.
+        let both = FirstSecondsRule::new(30.0, Some(64 << 10), true, Some(guard(50.0)));
+        assert!(matches!(
+            both.judge(&run_at(16, 130.0, 1.0, 0.25, 6.0)),
+            Retuned::Streams(32, _)
+        ));
+    }
+
     #[test]
     fn a_copy_remembers_the_most_streams_its_files_asked_for() {
-        let rule = FirstSecondsRule::new(30.0, Some(64 << 10));
+        let rule = FirstSecondsRule::new(30.0, Some(64 << 10), true, None);
         assert_eq!(rule.settled(), None);
         rule.judge(&run_at(16, 130.0, 1.0, 0.25, 6.0));
         assert_eq!(rule.settled(), Some(32));

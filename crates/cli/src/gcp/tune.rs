@@ -18,11 +18,10 @@ use ferry_client::{ClientError, Location, Sessions};
 use ferry_net::Congestion;
 use serde::{Deserialize, Serialize};
 
+use super::congestion::{self, CongestionArg};
 use super::search::{choose_streams, step_search, FirstSecondsRule, Search};
 use super::window::Window;
 
-/// Round trips from this up are long: there one loss costs cubic seconds of halved rate.
-const LONG_RTT_MS: f64 = 10.0;
 /// Copies moving less than this do not measure the path (logins and small files dominate).
 const MEASURE_BYTES: u64 = 64 << 20;
 /// What copies learnt of a path is kept this long after the last one.
@@ -53,34 +52,16 @@ pub(super) struct PathEntry {
     pub(super) retransmitted: Option<f64>,
     /// Measured copies.
     pub(super) runs: u32,
+    /// What the last measured copy on each congestion control moved (bit/s), by its name:
+    /// what `congestion.rs` chooses between. Kept when the stream search starts again.
+    #[serde(default)]
+    pub(super) by_congestion: BTreeMap<String, f64>,
 }
 
 /// The cache file.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct CacheFile {
     paths: BTreeMap<String, PathEntry>,
-}
-
-/// `--congestion`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum CongestionArg {
-    /// Chosen from the path.
-    Auto,
-    /// The sender's default.
-    System,
-    /// This one.
-    Named(Congestion),
-}
-
-impl std::str::FromStr for CongestionArg {
-    type Err = String;
-    fn from_str(s: &str) -> Result<CongestionArg, String> {
-        match s {
-            "auto" => Ok(CongestionArg::Auto),
-            "system" | "default" => Ok(CongestionArg::System),
-            name => Congestion::new(name).map(CongestionArg::Named),
-        }
-    }
 }
 
 /// What the user fixed on the command line.
@@ -95,6 +76,9 @@ pub(crate) struct Tuning {
     pub(crate) large_file_streams: Option<u32>,
     /// The sending side's congestion control (`None`: its default).
     pub(crate) congestion: Option<Congestion>,
+    /// The data channels stay on TCP (a copy that tries cubic measures TCP's cubic, where
+    /// `--transport auto` would take a loss-based sender on a long path to QUIC).
+    pub(crate) tcp_only: bool,
     /// The measurements, the choices and the reasons, for `--explain`.
     pub(crate) explained: Vec<String>,
     /// The first copy on a path looks again once its first seconds are measured.
@@ -227,6 +211,7 @@ impl PathEntry {
             data_rtt_ms: None,
             retransmitted: None,
             runs: 0,
+            by_congestion: BTreeMap::new(),
         }
     }
 }
@@ -244,6 +229,7 @@ impl Tuning {
         Tuning {
             large_file_streams: None,
             congestion: None,
+            tcp_only: false,
             explained: vec![format!("tuning: none ({why})")],
             first_seconds: None,
             learning: None,
@@ -304,7 +290,7 @@ impl Tuning {
                 probed
             }
         };
-        let congestion = choose_congestion(&entry, asked.congestion, &mut explained);
+        let choice = congestion::choose(&entry, asked.congestion, &mut explained);
         let streams = match asked.streams {
             Some(n) => {
                 explained.push(format!("streams: {n}, as -n says"));
@@ -313,17 +299,27 @@ impl Tuning {
             None => Some(choose_streams(&entry, &window, &mut explained)),
         };
         // With nothing measured on the path yet, the first seconds of the copy measure it.
-        let first_seconds = (streams.is_some() && entry.best_streams.is_none()).then(|| {
+        let restream = streams.is_some() && entry.best_streams.is_none();
+        if restream {
             explained.push(
                 "then: the first seconds of each large file measure the path; streams held by \
                  their windows double (see the notes with -v)"
                     .into(),
             );
-            std::sync::Arc::new(FirstSecondsRule::new(entry.rtt_ms, window.bytes))
+        }
+        let tcp_only = choice.guard.is_some();
+        let first_seconds = (restream || tcp_only).then(|| {
+            std::sync::Arc::new(FirstSecondsRule::new(
+                entry.rtt_ms,
+                window.bytes,
+                restream,
+                choice.guard,
+            ))
         });
         Ok(Tuning {
             large_file_streams: streams,
-            congestion,
+            congestion: choice.congestion,
+            tcp_only,
             explained,
             first_seconds,
             learning: file.map(|file| Learning {
@@ -356,7 +352,22 @@ impl Tuning {
             l.entry.retransmitted = (t.bytes_sent > 0).then(|| t.retransmit_ratio());
             said.push(describe_tcp(t));
         }
-        let congestion = self.congestion.map(|c| c.to_string());
+        let mut congestion = self.congestion.map(|c| c.to_string());
+        let fell_back = self.first_seconds.as_ref().and_then(|r| r.fell_back());
+        if let Some((guard, rate)) = &fell_back {
+            // The copy ended on bbr: its throughput is neither's, but cubic's first seconds say
+            // enough to keep to bbr on this path.
+            l.entry.by_congestion.insert(guard.tried.to_string(), *rate);
+            said.push(format!(
+                "{} moved {:.0} Mbit/s in its first seconds, under half of {}'s last copy: the \
+                 next copies go on {}",
+                guard.tried,
+                rate / 1e6,
+                guard.back_to,
+                guard.back_to
+            ));
+            congestion = Some(guard.back_to.to_string());
+        }
         if l.entry.runs > 0 && l.entry.congestion != congestion {
             // Throughput under another congestion control says nothing of the streams.
             said.push(format!(
@@ -364,9 +375,11 @@ impl Tuning {
                 l.entry.congestion.as_deref().unwrap_or("default"),
                 congestion.as_deref().unwrap_or("default")
             ));
+            let by_congestion = std::mem::take(&mut l.entry.by_congestion);
             l.entry = PathEntry::probed(l.entry.rtt_ms, l.entry.offered, l.entry.sender);
+            l.entry.by_congestion = by_congestion;
         }
-        l.entry.congestion = congestion;
+        l.entry.congestion = congestion.clone();
         let restreamed = self.first_seconds.as_ref().and_then(|r| {
             use ferry_client::RetuneRule;
             r.settled()
@@ -385,6 +398,8 @@ impl Tuning {
         };
         let skip = if failed > 0 {
             Some("files failed".to_string())
+        } else if fell_back.is_some() {
+            Some("the congestion control changed during it".to_string())
         } else if bytes < MEASURE_BYTES {
             Some(format!(
                 "under {}",
@@ -395,6 +410,9 @@ impl Tuning {
         } else {
             None
         };
+        if let (None, Some(cc)) = (&skip, &congestion) {
+            l.entry.by_congestion.insert(cc.clone(), bps);
+        }
         if let Some(why) = skip {
             said.push(format!(
                 "measured: {} in {secs:.2} s; not used for the stream search ({why})",
@@ -441,66 +459,6 @@ fn save(file: &PathBuf, cache: &CacheFile) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The sending side's congestion control.
-fn choose_congestion(
-    e: &PathEntry,
-    asked: CongestionArg,
-    explained: &mut Vec<String>,
-) -> Option<Congestion> {
-    let offered = |name: &str| e.offered.iter().any(|o| o == name);
-    let list = if e.offered.is_empty() {
-        "none".to_string()
-    } else {
-        e.offered.join(" ")
-    };
-    match asked {
-        CongestionArg::System => {
-            explained.push("congestion control: the sender's default, as --congestion says".into());
-            None
-        }
-        CongestionArg::Named(cc) if offered(cc.as_str()) => {
-            explained.push(format!("congestion control: {cc}, as --congestion says"));
-            Some(cc)
-        }
-        CongestionArg::Named(cc) => {
-            explained.push(format!(
-                "congestion control: the sender's default; {} does not offer {cc} (offers: {list})",
-                e.sender
-            ));
-            None
-        }
-        CongestionArg::Auto if e.rtt_ms < LONG_RTT_MS => {
-            explained.push(format!(
-                "congestion control: the sender's default (a {:.1} ms round trip recovers from \
-                 a loss within milliseconds)",
-                e.rtt_ms
-            ));
-            None
-        }
-        CongestionArg::Auto if offered("bbr") => {
-            explained.push(format!(
-                "congestion control: bbr on {}'s data connections ({:.0} ms round trip: cubic \
-                 halves its window at every loss and takes seconds to grow back, bbr paces at \
-                 the measured bottleneck rate; --congestion system keeps the default)",
-                e.sender, e.rtt_ms
-            ));
-            Congestion::new("bbr").ok()
-        }
-        CongestionArg::Auto => {
-            explained.push(format!(
-                "congestion control: the sender's default; {} offers no bbr (offers: {list}{})",
-                e.sender,
-                if e.sender == "this host" {
-                    ", net.ipv4.tcp_allowed_congestion_control"
-                } else {
-                    "; a ferry server lists what it offers in FEAT, other servers choose none"
-                }
-            ));
-            None
-        }
-    }
-}
-
 /// What the client's own data connections saw.
 fn describe_tcp(t: &ferry_net::TcpStats) -> String {
     let cc = if t.congestion.is_empty() {
@@ -540,31 +498,82 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn long_paths_get_bbr_where_the_sender_offers_it_and_short_ones_keep_the_default() {
-        let mut why = Vec::new();
-        let e = entry();
-        assert_eq!(
-            choose_congestion(&e, CongestionArg::Auto, &mut why).map(|c| c.to_string()),
-            Some("bbr".into())
-        );
-        let short = PathEntry {
-            rtt_ms: 0.3,
+    fn a_copy_on_cubic_is_learnt_whether_it_kept_up_or_went_back_to_bbr() {
+        use ferry_client::RetuneRule;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("ferry/gcp-paths.json");
+        let on_bbr = PathEntry {
+            streams: Some(8),
+            bps: Some(800e6),
+            best_streams: Some(8),
+            best_bps: Some(800e6),
+            search: Search::Hold,
+            congestion: Some("bbr".into()),
+            runs: 3,
+            by_congestion: [("bbr".to_string(), 800e6)].into(),
             ..entry()
         };
-        assert!(choose_congestion(&short, CongestionArg::Auto, &mut why).is_none());
-        let globus = PathEntry {
-            offered: vec![],
-            sender: "dtn:2811".into(),
-            ..entry()
+        let cc = |n| Congestion::new(n).ok();
+        let guard = || super::congestion::Guard {
+            tried: Congestion::new("cubic").unwrap(),
+            back_to: Congestion::new("bbr").unwrap(),
+            floor_bps: 400e6,
         };
-        assert!(choose_congestion(&globus, CongestionArg::Auto, &mut why).is_none());
-        assert!(why.last().unwrap().contains("offers no bbr"), "{why:?}");
-        let named = CongestionArg::Named(Congestion::new("cubic").unwrap());
-        assert_eq!(
-            choose_congestion(&e, named, &mut why).map(|c| c.to_string()),
-            Some("cubic".into())
+        let copy = |rule: &std::sync::Arc<FirstSecondsRule>| Tuning {
+            large_file_streams: Some(8),
+            congestion: cc("cubic"),
+            tcp_only: true,
+            explained: Vec::new(),
+            first_seconds: Some(std::sync::Arc::clone(rule)),
+            learning: Some(Learning {
+                key: "k".into(),
+                entry: on_bbr.clone(),
+                file: file.clone(),
+                streams: Some(8),
+            }),
+        };
+        // Kept up: 1 GiB in 9 s. cubic's figure is kept beside bbr's; its stream search
+        // starts again from this copy.
+        let rule = std::sync::Arc::new(FirstSecondsRule::new(75.0, None, false, Some(guard())));
+        copy(&rule).learn(1 << 30, Duration::from_secs(9), (1, 0), None);
+        let e = load(&file).paths.remove("k").unwrap();
+        assert_eq!(e.congestion.as_deref(), Some("cubic"));
+        assert_eq!(e.by_congestion["bbr"], 800e6);
+        assert!((e.by_congestion["cubic"] - 954e6).abs() < 1e6, "{e:?}");
+        assert_eq!((e.runs, e.streams), (1, Some(8)));
+
+        // Went back: 8 streams moved 17 Mbit/s in the first seconds.
+        let rule = std::sync::Arc::new(FirstSecondsRule::new(75.0, None, false, Some(guard())));
+        let samples = (1..=40u32)
+            .map(|i| (f64::from(i) * 0.25, u64::from(i) * 531_250))
+            .collect();
+        let slow = ferry_client::FirstSeconds {
+            streams: 8,
+            samples,
+            left: Some(1 << 30),
+            data_rtt_ms: None,
+        };
+        assert!(matches!(
+            rule.judge(&slow),
+            ferry_client::Retuned::Sender(..)
+        ));
+        let said = copy(&rule).learn(1 << 30, Duration::from_secs(30), (1, 0), None);
+        let e = load(&file).paths.remove("k").unwrap();
+        assert!(
+            said.iter().any(|s| s.contains("next copies go on bbr")),
+            "{said:?}"
         );
-        assert!(choose_congestion(&e, CongestionArg::System, &mut why).is_none());
+        assert_eq!(e.congestion.as_deref(), Some("bbr"));
+        assert!((e.by_congestion["cubic"] - 17e6).abs() < 1e6, "{e:?}");
+        assert_eq!(
+            e.by_congestion["bbr"], 800e6,
+            "a mixed copy measures neither"
+        );
+        assert_eq!(
+            (e.runs, e.best_streams),
+            (3, Some(8)),
+            "bbr's search goes on"
+        );
     }
 
     #[test]
