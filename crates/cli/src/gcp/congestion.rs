@@ -101,7 +101,10 @@ pub(super) fn choose(e: &PathEntry, asked: CongestionArg, explained: &mut Vec<St
         }
         CongestionArg::Named(cc) if offered(cc.as_str()) => {
             explained.push(format!("congestion control: {cc}, as --congestion says"));
-            on(cc.as_str())
+            Choice {
+                congestion: Some(cc),
+                guard: None,
+            }
         }
         CongestionArg::Named(cc) => {
             explained.push(format!(
@@ -121,16 +124,16 @@ pub(super) fn choose(e: &PathEntry, asked: CongestionArg, explained: &mut Vec<St
         CongestionArg::Auto if offered("bbr") => {
             let (bbr, cubic) = (measured(e, "bbr"), measured(e, "cubic"));
             let mbit = |bps: f64| format!("{:.0} Mbit/s", bps / 1e6);
+            let pair = Congestion::new("cubic")
+                .ok()
+                .zip(Congestion::new("bbr").ok());
             let guarded = |bbr_bps: f64| Choice {
-                congestion: Congestion::new("cubic").ok(),
-                guard: Congestion::new("cubic")
-                    .ok()
-                    .zip(Congestion::new("bbr").ok())
-                    .map(|(tried, back_to)| Guard {
-                        tried,
-                        back_to,
-                        floor_bps: FLOOR * bbr_bps,
-                    }),
+                congestion: pair.map(|(cubic, _)| cubic),
+                guard: pair.map(|(tried, back_to)| Guard {
+                    tried,
+                    back_to,
+                    floor_bps: FLOOR * bbr_bps,
+                }),
             };
             match (bbr, cubic) {
                 (Some(b), None) if offered("cubic") => {
