@@ -20,5 +20,5 @@ pub mod packet;
 pub mod seq;
 mod stats;
 
-pub use conn::{Config, Connection, ReadOutcome, Stats, SYN};
+pub use conn::{Config, Connection, ReadOutcome, Stats, MAX_RECEIVE_BUFFER, SYN};
 pub use error::{ConnError, PacketError};

@@ -48,11 +48,23 @@ impl Connection {
         let Some(r) = self.receiver.as_mut() else {
             return;
         };
+        if payload.len() > self.payload {
+            // Longer than the MSS both sides agreed on, which libudt's sender and ours keep
+            // to: not our peer's data, and storing it would multiply what the window holds.
+            self.stats.oversized += 1;
+            return;
+        }
         self.stats.received += 1;
         r.arrivals.arrived(now, wire);
         let Some(count) = seq::unwrap(isn, r.contiguous, wire) else {
             return;
         };
+        if !r.within_window(count) {
+            // Past the window offered, which a sender keeps to: it would be a gap the loss
+            // list and the reports carry for nothing.
+            self.stats.beyond_window += 1;
+            return;
+        }
         if payload.len() != self.payload {
             // A short packet ends a write: acknowledge it without waiting for the timer.
             self.next_ack = now;

@@ -7,7 +7,9 @@
 
 mod drain;
 mod input;
+mod loss_list;
 mod receiver;
+mod ring;
 mod sender;
 mod timers;
 
@@ -43,6 +45,17 @@ const MIN_NAK_INTERVAL: Duration = Duration::from_millis(20);
 const READY_HOLD: Duration = Duration::from_millis(20);
 /// How often it asks meanwhile.
 const READY_PING: Duration = Duration::from_millis(2);
+/// Bytes of packets one connection holds for its reader at most: the flow window it offers
+/// times the payload. Unbounded, a peer chose both (`fc` to 2^24 packets, `mss` to 64 KiB)
+/// and could fill them before any authentication, on each of a listener's 128 connections.
+/// The default window (131 072 packets of 1 456 bytes, 182 MiB) fits, and so does a
+/// 10 Gbit/s path's bandwidth-delay product at a 200 ms round trip (250 MB).
+pub const MAX_RECEIVE_BUFFER: usize = 256 << 20;
+/// What a buffered packet costs beside its payload (its ring slot, its allocation's
+/// bookkeeping): with a small MSS the slots, not the bytes, would fill the bound.
+const SLOT_COST: usize = 64;
+/// The smallest flow window a connection offers, whatever its settings.
+const MIN_FLIGHT: u32 = 32;
 
 /// A connection's settings.
 #[derive(Debug, Clone)]
@@ -50,8 +63,9 @@ pub struct Config {
     /// Largest packet, IP and UDP headers included (libudt's MSS); the peers take the smaller.
     pub mss: u32,
     /// Packets this side takes in flight at most: the receive ring's size and the largest
-    /// flow window it offers (libudt's flight flag and receive buffer). The ring grows only
-    /// as far as used, and the window offered follows the path (`Receiver::available`).
+    /// flow window it offers (libudt's flight flag and receive buffer), held to
+    /// [`MAX_RECEIVE_BUFFER`] ([`Config::flow_window`]). The ring grows only where packets
+    /// land, and the window offered follows the path (`Receiver::available`).
     pub flight_flag: u32,
     /// Bytes written and not yet acknowledged this side holds at least before it stops
     /// taking more; the buffer grows past this to what the controller's window needs.
@@ -75,6 +89,23 @@ impl Default for Config {
             connect_timeout: Duration::from_secs(10),
         }
     }
+}
+
+impl Config {
+    /// The flow window this side offers, which is also the packets it buffers at most: the
+    /// flight flag, held so that a window of full packets at this MSS stays within
+    /// [`MAX_RECEIVE_BUFFER`].
+    pub fn flow_window(&self) -> u32 {
+        let most = MAX_RECEIVE_BUFFER / (payload_len(self.mss) + SLOT_COST);
+        self.flight_flag
+            .min(u32::try_from(most).unwrap_or(u32::MAX))
+            .max(MIN_FLIGHT)
+    }
+}
+
+/// The payload of a full packet at `mss` (libudt's: the MSS less IP, UDP and UDT headers).
+fn payload_len(mss: u32) -> usize {
+    (mss as usize).saturating_sub(IP_UDP + HEADER).max(64)
 }
 
 #[derive(Debug)]
@@ -116,6 +147,10 @@ pub struct Stats {
     pub bogus_naks: u64,
     /// Retransmission timer expirations.
     pub timeouts: u64,
+    /// Data packets dropped as longer than the negotiated MSS allows.
+    pub oversized: u64,
+    /// Data packets dropped as beyond the flow window this side offers.
+    pub beyond_window: u64,
 }
 
 /// One connection.
@@ -227,7 +262,7 @@ impl Connection {
             socket_type: STREAM,
             isn: rand::random::<u32>() & seq::MAX_SEQ,
             mss: config.mss,
-            flight_flag: config.flight_flag,
+            flight_flag: config.flow_window(),
             request_type: REQUEST,
             id: local_id,
             cookie: 0,
@@ -254,7 +289,7 @@ impl Connection {
         let mss = request.mss.min(c.config.mss);
         let response = Handshake {
             mss,
-            flight_flag: c.config.flight_flag,
+            flight_flag: c.config.flow_window(),
             request_type: RESPONSE,
             id: local_id,
             peer_ip: ip_words(peer.ip()),
@@ -270,8 +305,9 @@ impl Connection {
     fn open(&mut self, now: Instant, isn: u32, peer_id: u32, mss: u32, flow_window: u32) {
         self.isn = isn;
         self.peer_id = peer_id;
-        self.payload = (mss as usize).saturating_sub(IP_UDP + HEADER).max(64);
-        let ring = self.config.flight_flag.max(32) as usize;
+        self.payload = payload_len(mss);
+        // Taken at this side's MSS, which the one agreed on does not exceed: the bound holds.
+        let ring = self.config.flow_window() as usize;
         self.sender = Some(Sender::new(
             self.payload,
             self.config.send_buffer,
@@ -369,6 +405,11 @@ impl Connection {
             "{r}{s}{cc} rtt_us={} closing={} peer_closed={}",
             self.rtt, self.closing, self.peer_closed
         )
+    }
+
+    /// Bytes received and held for the reader, those behind a hole included.
+    pub fn buffered_bytes(&self) -> usize {
+        self.receiver.as_ref().map_or(0, Receiver::buffered_bytes)
     }
 
     /// Smoothed RTT in microseconds.

@@ -1,9 +1,11 @@
 //! The receiving half: packets into a ring in sequence order, losses found and reported,
 //! ACKs on the SYN timer and every 64 packets, RTT from ACK2.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use super::loss_list::LossList;
+use super::ring::Ring;
 use crate::packet::{Ack, AckInfo};
 use crate::stats::ArrivalWindow;
 
@@ -22,11 +24,8 @@ const LIGHT_ACK_EVERY: u32 = 64;
 /// Packets received and waiting for the application.
 #[derive(Debug)]
 pub(crate) struct Receiver {
-    /// Ring of packets, indexed by count modulo `capacity`; it grows only as far as the
-    /// window the sender actually used.
-    slots: Vec<Vec<u8>>,
-    filled: Vec<bool>,
-    capacity: u64,
+    /// Packets by count modulo the flow window; it grows only where packets land.
+    ring: Ring,
     /// First packet the application has not finished reading, and bytes of it already read.
     pub(crate) base: u64,
     read_offset: usize,
@@ -35,7 +34,7 @@ pub(crate) struct Receiver {
     /// One past the highest packet received.
     pub(crate) highest: u64,
     /// Missing packets and when each was last reported.
-    losses: BTreeMap<u64, Option<Instant>>,
+    losses: LossList,
     pub(crate) arrivals: ArrivalWindow,
     ack_number: u32,
     acks: VecDeque<(u32, u64, Instant)>,
@@ -57,14 +56,12 @@ pub(crate) struct Receiver {
 impl Receiver {
     pub(crate) fn new(now: Instant, capacity: usize) -> Receiver {
         Receiver {
-            slots: Vec::new(),
-            filled: Vec::new(),
-            capacity: capacity as u64,
+            ring: Ring::new(capacity as u64),
             base: 0,
             read_offset: 0,
             contiguous: 0,
             highest: 0,
-            losses: BTreeMap::new(),
+            losses: LossList::default(),
             arrivals: ArrivalWindow::new(),
             ack_number: 0,
             acks: VecDeque::new(),
@@ -81,7 +78,13 @@ impl Receiver {
     }
 
     fn capacity(&self) -> u64 {
-        self.capacity
+        self.ring.capacity()
+    }
+
+    /// Whether packet `count` falls within the flow window offered (counted from the first
+    /// packet not read, as the ring holds them).
+    pub(crate) fn within_window(&self, count: u64) -> bool {
+        count < self.base + self.capacity()
     }
 
     /// Counts packets over an ACK interval (10 ms or more): the arrival rate, which decays
@@ -135,34 +138,24 @@ impl Receiver {
         payload: &[u8],
     ) -> Option<(u64, u64)> {
         self.received += 1;
-        if count < self.contiguous || count >= self.base + self.capacity() {
+        if count < self.contiguous || !self.within_window(count) {
             return None;
         }
-        let slot = (count % self.capacity()) as usize;
-        if slot >= self.slots.len() {
-            self.slots.resize_with(slot + 1, Vec::new);
-            self.filled.resize(slot + 1, false);
-        }
-        if self.filled[slot] {
+        if !self.ring.store(count, payload) {
             return None;
         }
-        self.slots[slot].clear();
-        self.slots[slot].extend_from_slice(payload);
-        self.filled[slot] = true;
         self.since_ack += 1;
         let mut gap = None;
         if count > self.highest {
-            for lost in self.highest..count {
-                self.losses.insert(lost, Some(now));
-            }
+            self.losses.push(self.highest, count - 1, Some(now));
             gap = Some((self.highest, count - 1));
             self.highest = count + 1;
         } else if count == self.highest {
             self.highest = count + 1;
         } else {
-            self.losses.remove(&count);
+            self.losses.remove(count);
         }
-        self.contiguous = self.losses.keys().next().copied().unwrap_or(self.highest);
+        self.contiguous = self.losses.first().unwrap_or(self.highest);
         gap
     }
 
@@ -170,20 +163,38 @@ impl Receiver {
     pub(crate) fn read(&mut self, out: &mut [u8]) -> usize {
         let mut n = 0;
         while n < out.len() && self.base < self.contiguous {
-            let slot = (self.base % self.capacity()) as usize;
-            let packet = &self.slots[slot][self.read_offset..];
-            let take = packet.len().min(out.len() - n);
-            out[n..n + take].copy_from_slice(&packet[..take]);
+            let packet = self.ring.get(self.base);
+            let rest = packet.get(self.read_offset..).unwrap_or_default();
+            let take = rest.len().min(out.len() - n);
+            out[n..n + take].copy_from_slice(&rest[..take]);
             n += take;
             self.read_offset += take;
-            if self.read_offset == self.slots[slot].len() {
-                self.filled[slot] = false;
+            if self.read_offset >= packet.len() {
+                self.ring.release(self.base);
                 self.read_offset = 0;
                 self.base += 1;
             }
         }
         self.delivered_bytes += n as u64;
         n
+    }
+
+    /// Bytes received and not read, those behind a hole included.
+    pub(crate) fn buffered_bytes(&self) -> usize {
+        self.ring.held() - self.read_offset
+    }
+
+    /// Heap bytes the ring and the loss list use, roughly.
+    #[cfg(test)]
+    pub(crate) fn footprint(&self) -> usize {
+        // A B-tree entry: two counts and a time, and its share of the node.
+        self.ring.footprint() + self.losses.runs() * 64
+    }
+
+    /// Runs of missing packets held.
+    #[cfg(test)]
+    pub(crate) fn loss_entries(&self) -> usize {
+        self.losses.runs()
     }
 
     /// Whether bytes are waiting for the application.
@@ -299,28 +310,18 @@ impl Receiver {
             .filter(|&rtt| rtt > 0)
     }
 
-    /// Losses not reported within `interval`, as NAK words (ranges flagged), at most `limit`.
+    /// The first `limit` losses not reported within `interval`, as runs in order.
     pub(crate) fn overdue_losses(
         &mut self,
         now: Instant,
         interval: Duration,
-        limit: usize,
-    ) -> Vec<u64> {
-        let mut due = Vec::new();
-        for (&count, last) in self.losses.iter_mut() {
-            if due.len() >= limit {
-                break;
-            }
-            if last.is_none_or(|t| now.duration_since(t) >= interval) {
-                *last = Some(now);
-                due.push(count);
-            }
-        }
-        due
+        limit: u64,
+    ) -> Vec<(u64, u64)> {
+        self.losses.overdue(now, interval, limit)
     }
 
     /// Packets missing now.
-    pub(crate) fn loss_count(&self) -> usize {
-        self.losses.len()
+    pub(crate) fn loss_count(&self) -> u64 {
+        self.losses.missing()
     }
 }

@@ -116,12 +116,12 @@ impl Connection {
 
     fn report_overdue_losses(&mut self, now: Instant) {
         let isn = self.isn;
-        let limit = self.payload / 4;
+        let limit = (self.payload / 4) as u64;
         let per = Duration::from_micros(u64::from(self.rtt) + 4 * u64::from(self.rtt_var));
         let Some(r) = self.receiver.as_mut() else {
             return;
         };
-        let missing = r.loss_count() as u64;
+        let missing = r.loss_count();
         // libudt's allowance for the time the sender takes to resend the list, held to one
         // more round trip so a long list never silences the reports.
         let draining = if self.receive_rate > 0 {
@@ -179,22 +179,24 @@ impl Connection {
     }
 }
 
-/// Loss-list words for sorted counts: runs as flagged ranges, single packets alone.
-fn nak_words(isn: u32, counts: &[u64]) -> Vec<u32> {
-    let mut words = Vec::new();
-    let mut i = 0;
-    while i < counts.len() {
-        let mut j = i;
-        while j + 1 < counts.len() && counts[j + 1] == counts[j] + 1 {
-            j += 1;
+/// Loss-list words for sorted runs: runs as flagged ranges (adjacent ones joined), single
+/// packets alone.
+fn nak_words(isn: u32, runs: &[(u64, u64)]) -> Vec<u32> {
+    let mut joined: Vec<(u64, u64)> = Vec::with_capacity(runs.len());
+    for &(from, to) in runs {
+        match joined.last_mut() {
+            Some(last) if last.1 + 1 == from => last.1 = to,
+            _ => joined.push((from, to)),
         }
-        if j > i {
-            words.push(seq::wire(isn, counts[i]) | 0x8000_0000);
-            words.push(seq::wire(isn, counts[j]));
+    }
+    let mut words = Vec::with_capacity(2 * joined.len());
+    for (from, to) in joined {
+        if to > from {
+            words.push(seq::wire(isn, from) | 0x8000_0000);
+            words.push(seq::wire(isn, to));
         } else {
-            words.push(seq::wire(isn, counts[i]));
+            words.push(seq::wire(isn, from));
         }
-        i = j + 1;
     }
     words
 }

@@ -88,6 +88,10 @@ impl Options {
         if let Some(fc) = self.flight_flag {
             c.flight_flag = fc;
         }
+        // `fc` is the peer's to choose (`SITE SETNETSTACK`), and the flow window is what this
+        // side buffers for it: held to `ferry_udt::MAX_RECEIVE_BUFFER` at this MSS, as the
+        // core holds it, so the handshake offers what will be taken.
+        c.flight_flag = c.flow_window();
         c
     }
 }
@@ -95,6 +99,7 @@ impl Options {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ferry_udt::MAX_RECEIVE_BUFFER;
 
     #[test]
     fn globus_keys_parse_and_unknown_ones_are_named() {
@@ -109,5 +114,30 @@ mod tests {
         assert!(Options::parse("mss=12").is_err());
         assert!(Options::parse("rendezvous=1").is_err());
         assert!(Options::parse("cc=reno").is_err());
+    }
+
+    #[test]
+    fn a_flow_window_past_the_receive_buffer_bound_is_held_to_it() {
+        // Globus' own range is taken, as Globus takes it.
+        for options in [
+            "fc=16777216",
+            "mss=9000;fc=16777216",
+            "mss=65535",
+            "mss=128;fc=16777216",
+        ] {
+            let config = Options::parse(options).unwrap().config();
+            let payload = config.mss as usize - 44;
+            assert!(
+                config.flight_flag as usize * payload <= MAX_RECEIVE_BUFFER,
+                "{options}: {} packets",
+                config.flight_flag
+            );
+        }
+        // What a legitimate peer asks for stays as asked, the default included.
+        assert_eq!(Options::parse("").unwrap().config().flight_flag, 131_072);
+        let globus = Options::parse("mss=1500;fc=25600").unwrap().config();
+        assert_eq!(globus.flight_flag, 25_600);
+        let wide = Options::parse("fc=160000").unwrap().config();
+        assert_eq!(wide.flight_flag, 160_000);
     }
 }

@@ -3,6 +3,7 @@
 
 mod acks;
 mod cubic;
+mod limits;
 mod sim;
 
 use self::sim::*;
@@ -232,6 +233,11 @@ const ACCEPTED_ISN: u32 = 5000;
 /// A connection accepted from a peer with id 7 (ours is 9), `heard` from once already (a
 /// keep-alive) or not: until then its data waits ([`READY_HOLD`]).
 fn accepted(now: Instant, heard: bool) -> Connection {
+    accepted_with(Config::default(), now, heard)
+}
+
+/// [`accepted`] with this side's `config`.
+fn accepted_with(config: Config, now: Instant, heard: bool) -> Connection {
     let request = Handshake {
         version: crate::handshake::VERSION,
         socket_type: crate::handshake::STREAM,
@@ -243,7 +249,7 @@ fn accepted(now: Instant, heard: bool) -> Connection {
         cookie: 0,
         peer_ip: [0; 4],
     };
-    let mut conn = Connection::accept(Config::default(), now, 9, CLIENT.parse().unwrap(), &request);
+    let mut conn = Connection::accept(config, now, 9, CLIENT.parse().unwrap(), &request);
     if heard {
         conn.handle(
             now,
