@@ -51,6 +51,11 @@ pub struct ContextConfig {
     pub delegation: Delegation,
     /// Initiator only: the server name sent as SNI.
     pub sni: Option<String>,
+    /// Initiator only: who the acceptor must be. Checked as soon as its certificate is
+    /// verified, before the delegation flag: a peer that fails it never sees `D`, signs no
+    /// request and receives no proxy. `None`: the caller checks the peer afterwards (and
+    /// must not delegate).
+    pub target: Option<crate::target::Target>,
     /// The newest TLS version to speak (`None`: TLS 1.3); the oldest is always TLS 1.2.
     pub max_version: Option<SslVersion>,
     /// Plain TLS with no GSI tail (Globus' `GSS_C_GLOBUS_SSL_COMPATIBLE`): neither the
@@ -65,6 +70,7 @@ impl std::fmt::Debug for ContextConfig {
             .field("credential", &self.credential)
             .field("delegation", &self.delegation)
             .field("sni", &self.sni)
+            .field("target", &self.target)
             .finish_non_exhaustive()
     }
 }
@@ -78,6 +84,7 @@ impl ContextConfig {
             verify: VerifyOptions::default(),
             delegation: Delegation::None,
             sni: None,
+            target: None,
             max_version: None,
             ssl_compatible: false,
         }

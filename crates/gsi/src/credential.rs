@@ -160,11 +160,12 @@ impl Credential {
         dn::one_line(self.cert.subject_name())
     }
 
-    /// The identity GSI authorizes: the subject of the first certificate that is not a proxy.
+    /// The identity GSI authorizes: the subject of the first certificate that is not a proxy
+    /// or is an independent proxy (see [`crate::trust::Verified::identity`]).
     pub fn identity(&self) -> Result<String> {
         let all = self.certs();
         for (i, c) in all.iter().enumerate() {
-            if !proxy::classify(c, all.get(i + 1).copied())?.is_proxy() {
+            if proxy::classify(c, all.get(i + 1).copied())?.bears_identity() {
                 return Ok(dn::one_line(c.subject_name()));
             }
         }

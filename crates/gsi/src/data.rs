@@ -67,7 +67,7 @@ impl DataSecurity {
         &self.trust
     }
 
-    /// Our identity (the end-entity subject of the credential).
+    /// Our identity (see [`Credential::identity`]).
     pub fn identity(&self) -> &str {
         &self.identity
     }

@@ -36,6 +36,18 @@ pub enum GsiError {
     /// A CA's signing policy is missing or forbids what it signed.
     #[error("signing policy: {0}")]
     SigningPolicy(String),
+    /// A proxy in the chain has a policy language other than impersonation, limited or
+    /// independent: its restrictions cannot be enforced, so it does not authenticate at all.
+    #[error(
+        "certificate chain rejected: the proxy {subject} has policy language {language}, \
+         which is not supported (only impersonation, limited and independent proxies are)"
+    )]
+    UnsupportedProxyPolicy {
+        /// The subject of the proxy that carries it.
+        subject: String,
+        /// The policy language, dotted OID.
+        language: String,
+    },
     /// A certificate is expired or not yet valid.
     #[error("{0}")]
     Validity(String),
@@ -68,8 +80,8 @@ pub(crate) const REVOKED: &str = " is revoked";
 
 impl GsiError {
     /// A short, stable name for the kind of failure, for counting (metrics labels): `credential`,
-    /// `decode`, `untrusted`, `revoked`, `signing_policy`, `expired`, `wrong_peer`,
-    /// `protocol`, `tls`, `not_authorized` or `openssl`.
+    /// `decode`, `untrusted`, `revoked`, `signing_policy`, `proxy_policy`, `expired`,
+    /// `wrong_peer`, `protocol`, `tls`, `not_authorized` or `openssl`.
     pub fn reason(&self) -> &'static str {
         match self {
             GsiError::File { .. } | GsiError::NoCredential(_) => "credential",
@@ -77,6 +89,7 @@ impl GsiError {
             GsiError::Untrusted { reason, .. } if reason.ends_with(REVOKED) => "revoked",
             GsiError::Untrusted { .. } => "untrusted",
             GsiError::SigningPolicy(_) => "signing_policy",
+            GsiError::UnsupportedProxyPolicy { .. } => "proxy_policy",
             GsiError::Validity(_) => "expired",
             GsiError::WrongPeer { .. } => "wrong_peer",
             GsiError::Protocol(_) => "protocol",

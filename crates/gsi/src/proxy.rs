@@ -24,9 +24,10 @@ pub enum ProxyPolicy {
     Impersonation,
     /// Globus' limited proxy: accepted for data movement, refused by job gatekeepers.
     Limited,
-    /// Nothing inherited from the issuer (id-ppl-independent).
+    /// Nothing inherited from the issuer (id-ppl-independent): the proxy is its own identity.
     Independent,
-    /// Another policy language, by dotted OID.
+    /// Another policy language, by dotted OID: chain verification refuses it, since its
+    /// restrictions cannot be enforced here.
     Restricted(String),
 }
 
@@ -63,6 +64,21 @@ impl CertKind {
     /// Whether this is a proxy.
     pub fn is_proxy(&self) -> bool {
         matches!(self, CertKind::Proxy { .. })
+    }
+
+    /// Whether this certificate names the chain's identity, as Globus' identity certificate
+    /// does (`globus_gsi_cert_utils_get_identity_cert`): an end entity, or an independent
+    /// proxy, which inherits nothing from its issuer and so stands for itself.
+    pub fn bears_identity(&self) -> bool {
+        matches!(
+            self,
+            CertKind::Ca
+                | CertKind::EndEntity
+                | CertKind::Proxy {
+                    policy: ProxyPolicy::Independent,
+                    ..
+                }
+        )
     }
 
     /// Whether this is a limited proxy.
@@ -224,12 +240,31 @@ pub fn sign_proxy<T: HasPublic>(
     options: &ProxyOptions,
 ) -> Result<X509> {
     let issuer_kind = classify(&issuer.cert, issuer.chain.first().map(|c| &**c))?;
+    // Only the two languages every GSI peer enforces: ferry never makes independent or
+    // restricted proxies.
+    let language = if options.limited || issuer_kind.is_limited() {
+        der::OID_LIMITED
+    } else {
+        der::OID_INHERIT_ALL
+    };
+    sign_with_language(issuer, public_key, options, language)
+}
+
+/// [`sign_proxy`] with the ProxyCertInfo policy language given (DER OID content bytes); a
+/// legacy proxy is limited when `language` is Globus' limited one.
+pub(crate) fn sign_with_language<T: HasPublic>(
+    issuer: &Credential,
+    public_key: &PKeyRef<T>,
+    options: &ProxyOptions,
+    language: &[u8],
+) -> Result<X509> {
+    let issuer_kind = classify(&issuer.cert, issuer.chain.first().map(|c| &**c))?;
     if issuer_kind == CertKind::Ca {
         return Err(GsiError::Protocol(
             "a CA certificate cannot sign a proxy; use a user or host credential".into(),
         ));
     }
-    let limited = options.limited || issuer_kind.is_limited();
+    let limited = language == der::OID_LIMITED;
     let serial = serial_for(public_key)?;
     let format = options.format.unwrap_or(match issuer_kind {
         CertKind::Proxy { format, .. } => format,
@@ -268,11 +303,6 @@ pub fn sign_proxy<T: HasPublic>(
     b.set_not_before(&from)?;
     b.set_not_after(&until)?;
     b.append_extension(end_entity_key_usage()?)?;
-    let language = if limited {
-        der::OID_LIMITED
-    } else {
-        der::OID_INHERIT_ALL
-    };
     let info = ProxyCertInfo {
         path_len: options.path_len,
         language: language.to_vec(),

@@ -9,7 +9,6 @@ use openssl::x509::X509Ref;
 
 use crate::dn;
 use crate::error::{GsiError, Result};
-use crate::proxy;
 use crate::trust::Verified;
 
 /// Who the initiator expects to find on the other side.
@@ -66,8 +65,9 @@ impl Target {
                 }
             }
             Target::Host { name, ip } => {
-                let eec = end_entity(peer)?;
-                if host_matches(eec, name, *ip) {
+                // As Globus: the names are those of the identity certificate, so an
+                // independent proxy does not pass for its issuer's host.
+                if host_matches(peer.identity_cert(), name, *ip) {
                     Ok(())
                 } else {
                     Err(GsiError::WrongPeer {
@@ -78,16 +78,6 @@ impl Target {
             }
         }
     }
-}
-
-fn end_entity(peer: &Verified) -> Result<&X509Ref> {
-    let chain = peer.chain();
-    for (i, c) in chain.iter().enumerate() {
-        if !proxy::classify(c, chain.get(i + 1).map(|x| &**x))?.is_proxy() {
-            return Ok(c);
-        }
-    }
-    Err(GsiError::Protocol("no end-entity certificate".into()))
 }
 
 fn host_matches(cert: &X509Ref, name: &str, ip: Option<IpAddr>) -> bool {

@@ -4,7 +4,9 @@
 //! Path validation is OpenSSL's, with proxy certificates allowed. On top of it, as Globus'
 //! verification callback does: CRLs are checked for the CAs that publish one (a CA without a
 //! CRL is not an error), each CA's signing policy must allow what it signed, and limited
-//! proxies are refused where the caller does not accept them.
+//! proxies are refused where the caller does not accept them. Proxies with a policy language
+//! other than impersonation, limited or independent are refused; an independent proxy is its
+//! own identity.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -17,7 +19,7 @@ use openssl::x509::{CrlStatus, X509Crl, X509PurposeId, X509Ref, X509StoreContext
 
 use crate::dn;
 use crate::error::{GsiError, Result};
-use crate::proxy::{self, CertKind};
+use crate::proxy::{self, CertKind, ProxyPolicy};
 use crate::signing_policy::{self, SigningPolicy};
 
 /// Longest chain accepted: root, intermediates, end entity and proxies.
@@ -66,6 +68,8 @@ impl Default for VerifyOptions {
 #[derive(Debug, Clone)]
 pub struct Verified {
     identity: String,
+    /// Where in `chain` the certificate that names the identity is.
+    identity_at: usize,
     subject: String,
     chain: Vec<X509>,
     limited: bool,
@@ -73,9 +77,14 @@ pub struct Verified {
 }
 
 impl Verified {
-    /// The identity authorized: the end-entity subject, proxy CNs left off.
+    /// The identity authorized, as Globus names the peer: the end-entity subject (proxy CNs
+    /// left off), or the subject of the first independent proxy from the leaf up.
     pub fn identity(&self) -> &str {
         &self.identity
+    }
+    /// The certificate that names the identity: the end entity, or an independent proxy.
+    pub fn identity_cert(&self) -> &X509Ref {
+        &self.chain[self.identity_at]
     }
     /// The leaf's own subject.
     pub fn subject(&self) -> &str {
@@ -225,18 +234,30 @@ impl TrustStore {
                 path.len()
             )));
         }
-        let mut identity = None;
+        let mut identity_at = None;
         let mut limited = false;
         let mut not_after = i64::MAX;
         for (i, cert) in path.iter().enumerate() {
             let issuer = path.get(i + 1);
             not_after = not_after.min(proxy::time_to_unix(cert.not_after())?);
             let kind = proxy::classify(cert, issuer.map(|c| &**c))?;
+            // OpenSSL passes any policy language; a restricted proxy accepted here would act
+            // with its issuer's full rights, so it is refused outright.
+            if let CertKind::Proxy {
+                policy: ProxyPolicy::Restricted(language),
+                ..
+            } = kind
+            {
+                return Err(GsiError::UnsupportedProxyPolicy {
+                    subject: dn::one_line(cert.subject_name()),
+                    language,
+                });
+            }
             if kind.is_limited() {
                 limited = true;
             }
-            if identity.is_none() && !kind.is_proxy() {
-                identity = Some(dn::one_line(cert.subject_name()));
+            if identity_at.is_none() && kind.bears_identity() {
+                identity_at = Some(i);
             }
             let Some(issuer) = issuer else { continue };
             self.check_revocation(cert, issuer, now)
@@ -250,10 +271,11 @@ impl TrustStore {
         if limited && !options.allow_limited {
             return Err(untrusted("limited proxies are not accepted here".into()));
         }
-        let identity =
-            identity.ok_or_else(|| untrusted("no end-entity certificate in the chain".into()))?;
+        let identity_at = identity_at
+            .ok_or_else(|| untrusted("no end-entity certificate in the chain".into()))?;
         Ok(Verified {
-            identity,
+            identity: dn::one_line(path[identity_at].subject_name()),
+            identity_at,
             subject,
             chain: path,
             limited,
@@ -412,3 +434,6 @@ fn old_format_proxies(
     // `below` holds the old-format proxies leaf first; path lengths were counted from the leaf.
     Ok((below, cur, rest))
 }
+
+#[cfg(test)]
+mod tests;

@@ -58,6 +58,13 @@ impl SecurityContext {
             Err(e) => return Err(tls_error(&self.tls, e)),
         }
         self.verify_peer()?;
+        if self.initiator {
+            // Host authorisation before anything of ours goes out (Globus checks the target
+            // name in gss_init_sec_context before it sends the delegation flag).
+            if let (Some(target), Some(peer)) = (&self.config.target, &self.peer) {
+                target.check(peer)?;
+            }
+        }
         let flight = self.take_output();
         if self.config.ssl_compatible {
             self.state = State::Established;

@@ -223,3 +223,55 @@ fn the_control_channel_codec_wraps_commands_and_multi_line_replies_both_ways() {
         assert!(unwrap_reply_line(&mut client, "%%%").is_err());
     }
 }
+
+/// A server whose certificate is not the target's gets nothing of the user's: the initiator
+/// refuses right after verifying the server's chain, before the delegation flag, so the
+/// acceptor never signs a request or receives a proxy (it used to get the proxy, and the
+/// client refused the name only after the whole exchange).
+#[test]
+fn a_peer_that_fails_the_name_check_never_receives_the_delegation() {
+    let pki = Pki::new();
+    for version in [None, Some(SslVersion::TLS1_2)] {
+        for target in [
+            Target::Host {
+                name: "impostor.example".into(),
+                ip: None,
+            },
+            Target::Subject(format!("{BASE}/CN=someone else")),
+        ] {
+            let (mut init, acc) = configs(&pki, Delegation::Full, version);
+            init.target = Some(target.clone());
+            let (mut i, mut token) = SecurityContext::initiator(init).unwrap();
+            let mut a = SecurityContext::acceptor(acc).unwrap();
+            let mut sent = 1;
+            let refused = loop {
+                match a.step(&token).unwrap() {
+                    Step::Continue(t) => token = t,
+                    other => panic!("acceptor finished early: {other:?}"),
+                }
+                match i.step(&token) {
+                    Ok(Step::Continue(t)) | Ok(Step::Done(Some(t))) => {
+                        token = t;
+                        sent += 1;
+                    }
+                    Ok(other) => panic!("initiator: {other:?}"),
+                    Err(e) => break e,
+                }
+                assert!(sent < 10, "the exchange did not stop for {target:?}");
+            };
+            assert!(
+                matches!(refused, GsiError::WrongPeer { .. }),
+                "{target:?}: {refused}"
+            );
+            // Only handshake flights went out: the hello (TLS 1.3), or the hello and the
+            // key exchange (TLS 1.2, where the acceptor's Finished comes last).
+            let flights = if version.is_some() { 2 } else { 1 };
+            assert_eq!(
+                sent, flights,
+                "{target:?}: the initiator sent more than its handshake"
+            );
+            assert!(a.take_delegated().is_none());
+            assert!(!a.is_established());
+        }
+    }
+}
