@@ -1,10 +1,12 @@
 //! The control channel from the client's side.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use ferry_gsi::{protect, ContextConfig, SecurityContext, Step, Target, Verified};
+use ferry_proto::reply::MAX_REPLY_BYTES;
 use ferry_proto::{ClientPi, Command, Reply, ReplyParser};
 use openssl::ssl::{SslConnector, SslSession};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -49,6 +51,15 @@ impl ControlStream {
     }
 }
 
+/// Longest a reply may take from its first byte to its last. Silence before a reply is not
+/// bounded (a server says nothing until a long transfer's 226); a reply begun and never
+/// finished, such as an endless banner sent a line at a time, fails the read instead.
+const REPLY_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Bound on a protected (GSI `63x`) reply on the wire: every line of the reply it carries is
+/// wrapped, a token header added, and base64-encoded, so it runs to a few times as long.
+const PROTECTED_REPLY_BYTES: usize = 4 * MAX_REPLY_BYTES;
+
 fn not_connected() -> std::io::Error {
     std::io::Error::new(
         std::io::ErrorKind::NotConnected,
@@ -73,6 +84,10 @@ pub struct ControlClient {
     /// Set when a deferred command was refused: replies after it were not read, so the
     /// connection is out of step and takes no more commands.
     out_of_step: bool,
+    /// When the first byte of the reply being read came (kept across dropped reads).
+    reply_since: Option<tokio::time::Instant>,
+    /// [`REPLY_DEADLINE`]; shorter in tests.
+    reply_deadline: Duration,
 }
 
 /// A command sent ahead of the one whose reply a caller waits for.
@@ -160,9 +175,11 @@ impl ControlClient {
             pi: ClientPi::new(),
             peer: addr,
             gss: None,
-            wire: ReplyParser::new(),
+            wire: ReplyParser::with_max_bytes(PROTECTED_REPLY_BYTES),
             deferred: std::collections::VecDeque::new(),
             out_of_step: false,
+            reply_since: None,
+            reply_deadline: REPLY_DEADLINE,
         };
         let banner = c.read_reply().await?;
         if banner.code != 220 {
@@ -248,15 +265,46 @@ impl ControlClient {
 
     /// Reads the next complete reply from the wire. Cancel-safe: what was read is kept in the
     /// parser until a later call takes it.
+    ///
+    /// The parsers bound a reply's size; once its first byte has come, [`REPLY_DEADLINE`]
+    /// bounds the time to its end.
     async fn next_reply(&mut self) -> Result<Reply, ClientError> {
         loop {
             if let Some(a) = self.pi.poll_reply()? {
                 let r = a.reply;
+                // Bytes left over are the start of the next reply.
+                self.reply_since = self.mid_reply().then(tokio::time::Instant::now);
                 tracing::debug!("{} < {}", self.peer, r.text().replace('\n', "\n    "));
                 return Ok(r);
             }
+            let since = if self.mid_reply() {
+                Some(
+                    *self
+                        .reply_since
+                        .get_or_insert_with(tokio::time::Instant::now),
+                )
+            } else {
+                self.reply_since = None;
+                None
+            };
             let mut buf = [0u8; 4096];
-            let n = self.stream.read(&mut buf).await?;
+            let read = self.stream.read(&mut buf);
+            let n = match since {
+                None => read.await?,
+                Some(since) => {
+                    match tokio::time::timeout_at(since + self.reply_deadline, read).await {
+                        Ok(n) => n?,
+                        Err(_) => {
+                            return Err(ClientError::Network(format!(
+                                "{}: a reply was still unfinished {} s after it began: \
+                                 giving up on the server",
+                                self.peer,
+                                self.reply_deadline.as_secs_f32()
+                            )))
+                        }
+                    }
+                }
+            };
             if n == 0 {
                 return Err(ClientError::Closed);
             }
@@ -279,6 +327,11 @@ impl ControlClient {
                 }
             }
         }
+    }
+
+    /// Whether part of a reply has come and not the rest.
+    fn mid_reply(&self) -> bool {
+        self.pi.has_buffered_input() || self.wire.has_buffered()
     }
 
     /// Sends several commands in one write (pipelining; never passwords).
@@ -314,9 +367,12 @@ impl ControlClient {
     /// and the check that the server is `target`. Every later command is wrapped.
     pub async fn authenticate_gsi(
         &mut self,
-        config: ContextConfig,
+        mut config: ContextConfig,
         target: &Target,
     ) -> Result<Verified, ClientError> {
+        // The name is checked inside the exchange, before the delegation flag: a server that
+        // is not `target` never gets the proxy.
+        config.target = Some(target.clone());
         let server = self.peer;
         let refused = move |what: &str, r: &Reply| {
             ClientError::Auth(format!(
@@ -366,7 +422,6 @@ impl ControlClient {
             .peer()
             .cloned()
             .ok_or_else(|| ClientError::Auth("GSI: the server presented no credential".into()))?;
-        target.check(&peer).map_err(gsi)?;
         self.gss = Some(Box::new(ctx));
         Ok(peer)
     }
@@ -558,5 +613,92 @@ mod tests {
             "the deferred reply is still taken first: {r:?}"
         );
         drop(server);
+    }
+
+    /// A server that greets with a `220-` banner of 8 000-byte lines that never ends, and
+    /// reports how many bytes it got out before the client let go.
+    async fn endless_banner() -> (SocketAddr, tokio::task::JoinHandle<usize>) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut line = vec![b'x'; 8000];
+            line.extend_from_slice(b"\r\n");
+            let mut sent = 0;
+            if s.write_all(b"220-Welcome\r\n").await.is_err() {
+                return sent;
+            }
+            while s.write_all(&line).await.is_ok() {
+                sent += line.len();
+            }
+            sent
+        });
+        (addr, task)
+    }
+
+    #[tokio::test]
+    async fn an_endless_banner_fails_the_connect_as_too_long_once_past_the_bound() {
+        let (addr, server) = endless_banner().await;
+        let got = tokio::time::timeout(Duration::from_secs(60), ControlClient::connect(addr))
+            .await
+            .expect("the client should give up on its own");
+        match got {
+            Err(ClientError::BadReply(ferry_proto::reply::ReplyError::TooLong { limit })) => {
+                assert_eq!(limit, MAX_REPLY_BYTES);
+            }
+            other => panic!("an endless banner should be refused as too long: {other:?}"),
+        }
+        let sent = server.await.unwrap();
+        // What the client read, plus what the sockets' buffers held when it let go: far from
+        // the 811 MB a 99 900-line banner once cost.
+        assert!(
+            sent < 64 * MAX_REPLY_BYTES,
+            "the server got {sent} bytes out before the client gave up"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_reply_begun_and_never_finished_times_out_but_silence_before_one_does_not() {
+        let deadline = Duration::from_millis(300);
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (s, _) = l.accept().await.unwrap();
+            let (r, mut w) = s.into_split();
+            w.write_all(b"220 hello\r\n").await.unwrap();
+            let mut lines = BufReader::new(r).lines();
+            // NOOP: silent for three deadlines (as for a transfer's 226), then answered.
+            lines.next_line().await.unwrap();
+            tokio::time::sleep(3 * deadline).await;
+            w.write_all(b"200 ok\r\n").await.unwrap();
+            // STAT: a reply begun, then a line now and then, each well within the size bound.
+            lines.next_line().await.unwrap();
+            w.write_all(b"211-status\r\n").await.unwrap();
+            while w.write_all(b" still going\r\n").await.is_ok() {
+                tokio::time::sleep(deadline / 6).await;
+            }
+        });
+        let mut c = ControlClient::connect(addr).await.unwrap();
+        c.reply_deadline = deadline;
+        let r = c.command(&Command::Noop).await.unwrap();
+        assert_eq!(
+            r.code, 200,
+            "silence before a reply is no reason to give up"
+        );
+        let got = tokio::time::timeout(20 * deadline, c.command(&Command::Stat(None)))
+            .await
+            .expect("the client should give up on the reply by itself");
+        match got {
+            Err(ClientError::Network(why)) => {
+                assert!(why.contains("still unfinished"), "{why}");
+                assert_eq!(
+                    ClientError::Network(why).class(),
+                    crate::ErrorClass::Network
+                );
+            }
+            other => panic!("a reply that never ends should time out: {other:?}"),
+        }
+        drop(c);
+        server.await.unwrap();
     }
 }

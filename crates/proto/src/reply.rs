@@ -11,7 +11,18 @@ pub use parser::ReplyParser;
 /// Longest reply line a parser accepts (bytes, CRLF included).
 pub const MAX_REPLY_LINE: usize = 8192;
 /// Most lines one multi-line reply may have before the parser gives up.
-pub const MAX_REPLY_LINES: usize = 100_000;
+///
+/// Far above any reply a GridFTP server sends a client (FEAT, SPAS with hundreds of stripes,
+/// MLST, markers, GSI error chains); a `STAT` listing of a directory of more entries than
+/// this should come over a data channel (`MLSD`).
+pub const MAX_REPLY_LINES: usize = 16_384;
+/// Most bytes one reply may take on the wire, every line and line end counted.
+///
+/// Room for 128 lines of the longest length or a `STAT` listing of some 15 000 entries, far
+/// above the replies a client asks for (FEAT, SPAS, MLST, markers and GSI error chains run to
+/// kilobytes), yet small enough that a server sending an endless reply cannot make a client
+/// hold more than this.
+pub const MAX_REPLY_BYTES: usize = 1 << 20;
 
 /// One reply: a three-digit code and one or more text lines.
 ///
@@ -35,8 +46,14 @@ pub enum ReplyError {
     #[error("reply line too long")]
     LineTooLong,
     /// More than [`MAX_REPLY_LINES`] lines in one reply.
-    #[error("reply has too many lines")]
+    #[error("reply has more than {MAX_REPLY_LINES} lines")]
     TooManyLines,
+    /// A reply longer than its parser's bound ([`MAX_REPLY_BYTES`] unless set otherwise).
+    #[error("reply longer than {limit} bytes")]
+    TooLong {
+        /// The bound it passed, in bytes.
+        limit: usize,
+    },
     /// A first line that does not start with three digits and ' ' or '-'.
     #[error("malformed reply line")]
     Malformed,

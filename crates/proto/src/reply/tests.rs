@@ -161,6 +161,141 @@ fn too_many_lines_are_refused() {
     assert_eq!(result, Err(ReplyError::TooManyLines));
 }
 
+/// Feeds `wire` in `chunk`-byte pieces, draining replies after each, and returns the replies
+/// and errors in order with the most bytes the parser held after any drain.
+fn feed_in_chunks(
+    parser: &mut ReplyParser,
+    wire: &[u8],
+    chunk: usize,
+) -> (Vec<Result<Reply, ReplyError>>, usize) {
+    let mut out = Vec::new();
+    let mut most = 0;
+    for piece in wire.chunks(chunk.max(1)) {
+        parser.feed(piece);
+        loop {
+            match parser.next_reply() {
+                Ok(None) => break,
+                Ok(Some(r)) => out.push(Ok(r)),
+                Err(e) => out.push(Err(e)),
+            }
+        }
+        most = most.max(parser.held());
+    }
+    (out, most)
+}
+
+#[test]
+fn an_endless_220_banner_is_refused_once_past_the_bound_and_never_held_whole() {
+    let mut parser = ReplyParser::new();
+    parser.feed(b"220-Welcome\r\n");
+    assert_eq!(parser.next_reply(), Ok(None));
+    let mut line = vec![b'x'; 8000];
+    line.extend_from_slice(b"\r\n");
+    let mut fed = 13;
+    let mut refused_at = None;
+    // 99 900 such lines held `ferry ls` at 811 MB; a few times the bound is enough to show
+    // the parser drops them.
+    while fed < 4 * MAX_REPLY_BYTES {
+        for piece in line.chunks(4096) {
+            parser.feed(piece);
+            fed += piece.len();
+            match parser.next_reply() {
+                Ok(None) => {}
+                Err(ReplyError::TooLong { limit }) if refused_at.is_none() => {
+                    assert_eq!(limit, MAX_REPLY_BYTES);
+                    refused_at = Some(fed);
+                }
+                other => panic!("after {fed} bytes: {other:?}"),
+            }
+            assert!(
+                parser.held() <= MAX_REPLY_BYTES,
+                "held {} bytes after {fed}",
+                parser.held()
+            );
+        }
+    }
+    let refused_at = refused_at.expect("the banner was never refused");
+    assert!(
+        refused_at > MAX_REPLY_BYTES && refused_at <= MAX_REPLY_BYTES + 4096,
+        "refused after {refused_at} bytes"
+    );
+    assert!(
+        parser.held() < MAX_REPLY_LINE,
+        "the refused banner is dropped"
+    );
+    // The banner's last line ends the skipping; the next reply reads as usual.
+    parser.feed(b"220 End.\r\n421 Bye.\r\n");
+    assert_eq!(parser.next_reply(), Ok(Some(Reply::new(421, "Bye."))));
+    assert!(!parser.has_buffered());
+}
+
+#[test]
+fn large_legitimate_replies_fit_the_bound() {
+    // A STAT listing of 10 000 entries, the longest body a client sees on the control channel.
+    let listing: Vec<String> = (0..10_000)
+        .map(|i| {
+            format!(" -rw-r--r--   1 ferry    ferry    1073741824 Nov 25 12:00 file-{i:06}.dat")
+        })
+        .collect();
+    let mut lines = vec!["Status of /data:".to_string()];
+    lines.extend(listing);
+    lines.push("End.".into());
+    let stat = Reply::multi(213, lines);
+    // SPAS with 1 024 stripes and a GSI error whose chain runs to many lines.
+    let spas = Reply::multi(
+        229,
+        std::iter::once("Entering Striped Passive Mode.".to_string())
+            .chain(
+                (0..1024).map(|i| format!(" 192,168,{},{},{},{}", i / 256, i % 256, 195, i % 256)),
+            )
+            .chain(["End".to_string()])
+            .collect(),
+    );
+    let chain = Reply::from_text(
+        535,
+        &(0..200)
+            .map(|i| {
+                format!(
+                    "globus_gsi_callback_module: Could not verify credential {i}: {}",
+                    "x".repeat(300)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+    );
+    for reply in [stat, spas, chain] {
+        assert!(reply.to_bytes().len() < MAX_REPLY_BYTES);
+        assert_eq!(parse_all(&reply.to_bytes()), Ok(vec![reply]));
+    }
+}
+
+#[test]
+fn an_over_long_line_inside_a_multi_line_reply_drops_the_rest_of_that_reply() {
+    let mut wire = b"250-start\r\n ".to_vec();
+    wire.extend(vec![b'y'; MAX_REPLY_LINE]);
+    wire.extend_from_slice(b"\r\n230 injected\r\n250-more\r\n250 End.\r\n200 next\r\n");
+    let mut parser = ReplyParser::new();
+    parser.feed(&wire);
+    assert_eq!(parser.next_reply(), Err(ReplyError::LineTooLong));
+    assert_eq!(parser.next_reply(), Ok(Some(Reply::new(200, "next"))));
+}
+
+#[test]
+fn a_reply_refused_on_its_last_line_skips_nothing_after_it() {
+    let reply = Reply::multi(211, lines(&["a", "b", "End."]));
+    let wire = reply.to_bytes();
+    let mut parser = ReplyParser::with_max_bytes(wire.len() - 1);
+    parser.feed(&wire);
+    parser.feed(b"200 next\r\n");
+    assert_eq!(
+        parser.next_reply(),
+        Err(ReplyError::TooLong {
+            limit: wire.len() - 1
+        })
+    );
+    assert_eq!(parser.next_reply(), Ok(Some(Reply::new(200, "next"))));
+}
+
 #[test]
 fn reply_classes() {
     assert!(Reply::new(150, "").is_preliminary());
@@ -199,6 +334,52 @@ proptest! {
             }
         }
         prop_assert_eq!(got, replies);
+    }
+
+    #[test]
+    fn a_reply_is_refused_exactly_when_longer_than_the_bound(
+        r in reply(),
+        chunk in 1usize..64,
+    ) {
+        let wire = r.to_bytes();
+        let mut fits = ReplyParser::with_max_bytes(wire.len());
+        let (got, _) = feed_in_chunks(&mut fits, &wire, chunk);
+        prop_assert_eq!(got, vec![Ok(r.clone())]);
+        let limit = wire.len() - 1;
+        let mut short = ReplyParser::with_max_bytes(limit);
+        let mut after = wire.clone();
+        // A reply short enough for the smallest bound (`100 \r\n`, less one).
+        after.extend_from_slice(b"226\n");
+        let (got, _) = feed_in_chunks(&mut short, &after, chunk);
+        prop_assert_eq!(
+            got,
+            vec![Err(ReplyError::TooLong { limit }), Ok(Reply::new(226, ""))]
+        );
+    }
+
+    #[test]
+    fn an_unending_reply_is_refused_once_and_held_within_the_bound(
+        limit in 64usize..2048,
+        body in proptest::collection::vec("[ -~]{0,80}", 1..200),
+        chunk in 1usize..300,
+    ) {
+        let mut wire = b"220-Welcome\r\n".to_vec();
+        for line in &body {
+            // Inner lines as Globus writes them, so none can end the reply early.
+            wire.push(b' ');
+            wire.extend_from_slice(line.as_bytes());
+            wire.extend_from_slice(b"\r\n");
+        }
+        wire.extend_from_slice(b"220 End.\r\n");
+        let over = wire.len() > limit;
+        wire.extend_from_slice(b"230 next\r\n");
+        let mut parser = ReplyParser::with_max_bytes(limit);
+        let (got, most) = feed_in_chunks(&mut parser, &wire, chunk);
+        prop_assert!(most <= limit, "held {} of {}", most, limit);
+        let errors: Vec<_> = got.iter().filter_map(|r| r.clone().err()).collect();
+        let expected = if over { vec![ReplyError::TooLong { limit }] } else { vec![] };
+        prop_assert_eq!(errors, expected);
+        prop_assert_eq!(got.last(), Some(&Ok(Reply::new(230, "next"))));
     }
 
     #[test]
