@@ -57,6 +57,15 @@ impl Identity {
         })
     }
 
+    /// The account this process runs as (its effective uid).
+    pub fn of_process() -> Result<Identity, StorageError> {
+        let uid = nix::unistd::geteuid();
+        let user = nix::unistd::User::from_uid(uid)
+            .map_err(|e| StorageError::Invalid(format!("account of uid {uid}: {e}")))?
+            .ok_or_else(|| StorageError::NotFound(format!("account of uid {uid}")))?;
+        Identity::lookup(&user.name)
+    }
+
     /// Whether the process can take on other identities (it runs as root).
     pub fn can_switch() -> bool {
         rustix::process::geteuid().is_root()

@@ -17,6 +17,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use cap_fs_ext::{DirExt, SystemTimeSpec};
 use cap_std::fs::{Dir, OpenOptions, Permissions, PermissionsExt};
+use std::os::unix::fs::PermissionsExt as _;
 
 use crate::cache::{checksum_cached, Sum};
 use crate::{
@@ -25,6 +26,9 @@ use crate::{
 };
 
 use file::PosixFile;
+
+/// setuid, setgid and sticky: bits no client sets, by `SITE CHMOD` or by uploading.
+const SPECIAL_BITS: u32 = 0o7000;
 
 /// POSIX storage confined beneath one directory.
 #[derive(Debug)]
@@ -198,6 +202,15 @@ impl Storage for PosixStorage {
             .map_err(io_err(path))?
             .into_std();
         let m = file.metadata().map_err(io_err(path))?;
+        if m.is_file() && m.permissions().mode() & SPECIAL_BITS != 0 {
+            // A file written by a client is never setuid, setgid or sticky: the data tasks
+            // write as the server process, whose privilege would keep the bits a write by
+            // the account itself clears.
+            file.set_permissions(std::fs::Permissions::from_mode(
+                m.permissions().mode() & 0o777,
+            ))
+            .map_err(io_err(path))?;
+        }
         let handle = PosixFile::new(file, path.to_string(), m.is_file());
         if let Some(c) = &self.cache {
             // The checksums kept for what is about to be overwritten are stale from now on.
@@ -241,9 +254,11 @@ impl Storage for PosixStorage {
             .map_err(io_err(from))
     }
 
+    /// Only the permission bits are set: setuid, setgid and sticky in `mode` are dropped (a
+    /// copy that keeps a group directory's 2775 still succeeds, as 775).
     fn chmod(&self, path: &VirtualPath, mode: u32) -> Result<(), StorageError> {
         self.check_writable(path)?;
-        let perms = Permissions::from_mode(mode & 0o7777);
+        let perms = Permissions::from_mode(mode & 0o777);
         self.root
             .set_permissions(path.relative(), perms)
             .map_err(io_err(path))
@@ -274,17 +289,55 @@ impl Storage for PosixStorage {
         Ok(())
     }
 
-    /// Absolute targets are refused with [`StorageError::Invalid`]; relative targets that climb
-    /// above the root from the link's directory with [`StorageError::OutsideRoot`].
+    /// Absolute targets, and `..` after a name (`a/../../x`, which another link swapped in
+    /// for `a` could make climb out later), are refused with [`StorageError::Invalid`]. The
+    /// target is resolved through the links that exist, from where the link's directory
+    /// really is: one that leads outside the root is refused with
+    /// [`StorageError::OutsideRoot`]. Programs that follow links without ferry's confinement
+    /// (web servers, backups) then never find a way out through a link a client made.
     fn symlink(&self, target: &str, link: &VirtualPath) -> Result<(), StorageError> {
         self.check_writable(link)?;
+        let invalid = || StorageError::Invalid(target.replace('\0', "\\0"));
         if target.is_empty() || target.starts_with('/') || target.contains('\0') {
-            return Err(StorageError::Invalid(target.replace('\0', "\\0")));
+            return Err(invalid());
         }
         let parent = link
             .parent()
             .ok_or_else(|| StorageError::AlreadyExists(link.to_string()))?;
         VirtualPath::resolve(&parent, target)?;
+        let outside = || StorageError::OutsideRoot(format!("{link} -> {target}"));
+        // Where the link's directory is once the links on its way are followed.
+        let mut at: std::path::PathBuf = self
+            .root
+            .canonicalize(parent.relative())
+            .map_err(io_err(&parent))?
+            .components()
+            .filter(|c| matches!(c, std::path::Component::Normal(_)))
+            .collect();
+        let mut named = false;
+        for part in Path::new(target).components() {
+            match part {
+                std::path::Component::CurDir => {}
+                std::path::Component::ParentDir if !named => {
+                    if !at.pop() {
+                        return Err(outside());
+                    }
+                }
+                std::path::Component::Normal(n) => {
+                    named = true;
+                    at.push(n);
+                }
+                _ => return Err(invalid()),
+            }
+        }
+        // The longest part of the target that exists must resolve inside the root.
+        let mut existing = at.as_path();
+        while !existing.as_os_str().is_empty() && self.root.symlink_metadata(existing).is_err() {
+            existing = existing.parent().unwrap_or(Path::new(""));
+        }
+        if !existing.as_os_str().is_empty() {
+            self.root.canonicalize(existing).map_err(|_| outside())?;
+        }
         self.root
             .symlink(target, link.relative())
             .map_err(io_err(link))

@@ -220,3 +220,43 @@ fn symlink_creation_policy() {
     let m = s.symlink_metadata(&vp("/data/rel")).unwrap();
     assert_eq!(m.link_target.as_deref(), Some("../data/file"));
 }
+
+/// A link whose target reads as inside the root but leads out through other links is refused:
+/// through a link to the root's parent made before, through `..` after a name that a link may
+/// stand for, and through a link someone else left pointing outside.
+#[test]
+fn symlink_targets_are_resolved_through_existing_links() {
+    let f = Fixture::new();
+    let s = &f.storage;
+    s.mkdir(&vp("/d")).unwrap();
+    // d/up is the root itself: allowed.
+    s.symlink("..", &vp("/d/up")).unwrap();
+    // Read as text, d/up/../x is d/x; followed, it is the root's parent.
+    assert!(matches!(
+        s.symlink("d/up/../outside/secret", &vp("/l1")),
+        Err(StorageError::Invalid(_))
+    ));
+    // Made in d/up, which is the root: its `..` is outside.
+    assert!(matches!(
+        s.symlink("../outside/secret", &vp("/d/up/l2")),
+        Err(StorageError::OutsideRoot(_))
+    ));
+    // A link left by someone else that points outside is not a way out either.
+    symlink(f.outside(), f.root().join("data/out")).unwrap();
+    assert!(matches!(
+        s.symlink("data/out/secret", &vp("/l3")),
+        Err(StorageError::OutsideRoot(_))
+    ));
+    // Links that stay inside, through links too, are made.
+    s.symlink("d/up/data/file", &vp("/l4")).unwrap();
+    s.symlink("../data/file", &vp("/d/l5")).unwrap();
+    s.symlink("d/not-yet/there", &vp("/l6")).unwrap();
+    assert_eq!(read_all(&s.open_read(&vp("/l4")).unwrap()), b"hello");
+    for name in ["l1", "d/up/l2", "l3"] {
+        assert!(
+            fs::symlink_metadata(f.root().join(name)).is_err(),
+            "{name} exists"
+        );
+    }
+    f.outside_untouched();
+}

@@ -150,6 +150,43 @@ fn chmod_and_set_mtime_show_in_stat() {
 }
 
 #[test]
+fn chmod_never_sets_setuid_setgid_or_sticky() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = Fixture::new();
+    for (asked, got) in [
+        (0o4755, 0o755),
+        (0o2775, 0o775),
+        (0o1777, 0o777),
+        (0o7644, 0o644),
+    ] {
+        f.storage.chmod(&vp("/data/file"), asked).unwrap();
+        assert_eq!(
+            f.storage.stat(&vp("/data/file")).unwrap().mode,
+            got,
+            "{asked:o}"
+        );
+        let on_disk = fs::metadata(f.root().join("data/file"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(on_disk & 0o7777, got, "{asked:o} on disk");
+    }
+}
+
+#[test]
+fn an_upload_over_a_setuid_file_clears_the_special_bits() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = Fixture::new();
+    let path = f.root().join("data/file");
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o6755)).unwrap();
+    let h = f.storage.open_write(&vp("/data/file"), CREATE).unwrap();
+    h.write_all_at(b"new", 0).unwrap();
+    drop(h);
+    let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o755);
+}
+
+#[test]
 fn checksums_of_files_and_windows() {
     let f = Fixture::new();
     fs::write(f.root().join("wiki"), b"xxWikipediayy").unwrap();
