@@ -11,7 +11,7 @@ use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::time::Duration;
 
-use common::{random_bytes, run_ferry, write_file, Sandbox};
+use common::{random_bytes, run_ferry, spawn_ferry, write_file, Sandbox};
 
 fn path_str(p: &Path) -> &str {
     p.to_str().unwrap()
@@ -296,5 +296,165 @@ fn a_server_listing_parallel_that_refuses_mode_e_fails_the_copy_naming_mode_e() 
     // written to it.
     if std::fs::metadata(&dst).is_ok_and(|m| m.len() > 0) {
         out.fail("bytes were written to the destination of a refused copy");
+    }
+}
+
+std::thread_local! {
+    /// What the next data connection of `serve_listing` sends (the fake server's one thread).
+    static NEXT_DATA: std::cell::RefCell<Option<&'static [u8]>> = const { std::cell::RefCell::new(None) };
+}
+
+/// A server with MLST whose `/dir` lists `listing`; every file in it holds `12345`.
+fn serve_listing(cmd: &str, conn: &mut TcpStream, listing: &'static str) -> bool {
+    let (verb, arg) = cmd.split_once(' ').unwrap_or((cmd, ""));
+    let reply = match verb {
+        "FEAT" => "211-Features:\r\n SIZE\r\n MLST type*;size*;\r\n211 End\r\n".to_string(),
+        "MLST" if arg.trim_end_matches('/').ends_with("dir") => {
+            format!("250-Listing {arg}\r\n type=dir; {arg}\r\n250 End\r\n")
+        }
+        "MLST" => format!("250-Listing {arg}\r\n type=file;size=5; {arg}\r\n250 End\r\n"),
+        "SIZE" => "213 5\r\n".to_string(),
+        "MDTM" => "213 20261125120000\r\n".to_string(),
+        "MLSD" | "RETR" => {
+            let body: &'static [u8] = if verb == "MLSD" {
+                listing.as_bytes()
+            } else {
+                b"12345"
+            };
+            NEXT_DATA.with(|d| *d.borrow_mut() = Some(body));
+            "150 sending\r\n226 done\r\n".to_string()
+        }
+        "EPSV" | "PASV" => {
+            // The body is chosen by the command after EPSV, so the listener waits for it.
+            let data = TcpListener::bind("127.0.0.1:0").unwrap();
+            let p = data.local_addr().unwrap().port();
+            NEXT_DATA.with(|d| *d.borrow_mut() = None);
+            let _ = conn
+                .write_all(format!("229 Entering Extended Passive Mode (|||{p}|)\r\n").as_bytes());
+            let mut next = String::new();
+            let mut lines = BufReader::new(conn.try_clone().unwrap());
+            if lines.read_line(&mut next).map(|n| n == 0).unwrap_or(true) {
+                return false;
+            }
+            if !serve_listing(next.trim_end(), conn, listing) {
+                return false;
+            }
+            let body = NEXT_DATA.with(|d| d.borrow_mut().take());
+            if let Some(body) = body {
+                if let Ok((mut d, _)) = data.accept() {
+                    let _ = d.write_all(body);
+                }
+            }
+            return true;
+        }
+        _ => match login_reply(cmd) {
+            Some(r) => String::from_utf8_lossy(r).into_owned(),
+            None => "502 no\r\n".to_string(),
+        },
+    };
+    conn.write_all(reply.as_bytes()).is_ok()
+}
+
+/// A recursive get from a server whose listing names `../../victim/evil` and `/abs-evil` fails
+/// naming the entry, and writes nothing outside its destination (nor anything at all).
+#[test]
+fn a_listing_with_names_that_climb_out_is_refused_and_nothing_is_written_outside() {
+    let sandbox = Sandbox::new();
+    let base = sandbox.local_dir("client");
+    let dst = base.join("a").join("b").join("dst");
+    std::fs::create_dir_all(&dst).unwrap();
+    let port = fake_server(|cmd, conn| {
+        serve_listing(
+            cmd,
+            conn,
+            "type=file;size=5; ../../victim/evil\r\ntype=file;size=5; ok.txt\r\n",
+        )
+    });
+    let out = run_ferry(&[
+        "copy",
+        "-r",
+        "--retries",
+        "0",
+        &format!("ftp://127.0.0.1:{port}/dir/"),
+        path_str(&dst),
+    ]);
+    if out.code() == Some(0) || !out.stderr.contains("../../victim/evil") {
+        out.fail("a listing naming ../../victim/evil should fail the copy, naming the entry");
+    }
+    if base.join("a").join("victim").exists() || dst.join("ok.txt").exists() {
+        out.fail("a refused listing still wrote files");
+    }
+    let port =
+        fake_server(|cmd, conn| serve_listing(cmd, conn, "type=file;size=5; /tmp/abs-evil\r\n"));
+    let out = run_ferry(&[
+        "copy",
+        "-r",
+        "--retries",
+        "0",
+        &format!("ftp://127.0.0.1:{port}/dir/"),
+        path_str(&dst),
+    ]);
+    if out.code() == Some(0) || !out.stderr.contains("/tmp/abs-evil") {
+        out.fail("a listing naming an absolute path should fail the copy, naming the entry");
+    }
+}
+
+/// A `type=dir` entry named `..` is the parent, not a subdirectory: planning does not walk
+/// into it (it looped, listing the same directory over and over) and the copy goes on.
+#[test]
+fn a_listing_with_a_dir_named_dot_dot_is_not_walked_into() {
+    let sandbox = Sandbox::new();
+    let dst = sandbox.local_dir("dst");
+    let port = fake_server(|cmd, conn| {
+        serve_listing(
+            cmd,
+            conn,
+            "type=dir; ..\r\ntype=dir; .\r\ntype=file;size=5; ok.txt\r\n",
+        )
+    });
+    let out = spawn_ferry(&[
+        "copy",
+        "-r",
+        "--retries",
+        "0",
+        &format!("ftp://127.0.0.1:{port}/dir/"),
+        path_str(&dst),
+    ])
+    .wait(Duration::from_secs(30));
+    out.assert_success();
+    out.assert_bytes(b"12345", &dst.join("ok.txt"));
+    if out.dialogue().matches("MLSD").count() > 2 {
+        out.fail("planning listed the directory more than once");
+    }
+}
+
+/// A server that names a service port for its data (`229 (|||25|)`, `227 (...,0,25)`) does
+/// not get the client to send an upload there: the copy fails, naming the address.
+#[test]
+fn a_server_naming_a_service_port_for_data_is_not_followed() {
+    let sandbox = Sandbox::new();
+    let src = sandbox.local_dir("local").join("up.txt");
+    write_file(&src, b"not for smtp");
+    let port = fake_server(|cmd, conn| {
+        let reply = match cmd.split(' ').next().unwrap_or("") {
+            "EPSV" => "229 Entering Extended Passive Mode (|||25|)\r\n".to_string(),
+            "PASV" => "227 Entering Passive Mode (127,0,0,1,0,25)\r\n".to_string(),
+            "SIZE" => "550 no such file\r\n".to_string(),
+            _ => match login_reply(cmd) {
+                Some(r) => String::from_utf8_lossy(r).into_owned(),
+                None => "502 no\r\n".to_string(),
+            },
+        };
+        conn.write_all(reply.as_bytes()).is_ok()
+    });
+    let out = run_ferry(&[
+        "copy",
+        "--retries",
+        "0",
+        path_str(&src),
+        &format!("ftp://127.0.0.1:{port}/up.txt"),
+    ]);
+    if out.code() == Some(0) || !out.stderr.contains("ports below 1024 are never data ports") {
+        out.fail("a data address on port 25 should be refused, naming the reason");
     }
 }

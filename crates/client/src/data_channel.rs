@@ -2,6 +2,7 @@
 //! (PORT/EPRT) for gets, the server listening (PASV/EPSV, SPAS when striped) for puts and
 //! stream mode, and the peer pairs of third-party copies.
 
+use ferry_proto::data_address::{check_server_data_address, DataAddressError};
 use std::net::SocketAddr;
 
 use ferry_dtp::{DataMover, Dtp};
@@ -79,7 +80,7 @@ impl RemoteSession {
                 });
                 continue;
             }
-            return match cmd {
+            let addr = match cmd {
                 Command::Pasv => HostPort::from_pasv_reply(&r.text())
                     // GridFTP servers' addresses stand as given, as Globus' client takes them
                     // (a striped server may name data nodes on a private network).
@@ -90,11 +91,13 @@ impl RemoteSession {
                             h.0
                         }
                     })
-                    .map_err(|e| ClientError::Address(e.to_string())),
+                    .map_err(|e| ClientError::Address(e.to_string()))?,
                 _ => HostPort::port_from_epsv_reply(&r.text())
                     .map(|port| SocketAddr::new(peer.ip(), port))
-                    .map_err(|e| ClientError::Address(e.to_string())),
+                    .map_err(|e| ClientError::Address(e.to_string()))?,
             };
+            self.check_data_address(addr)?;
+            return Ok(addr);
         }
         Err(refused.unwrap_or(ClientError::Closed))
     }
@@ -112,8 +115,22 @@ impl RemoteSession {
             .into_iter()
             .map(|h| h.0)
             .collect();
+        for a in &addrs {
+            self.check_data_address(*a)?;
+        }
         self.data = DataSetup::ServerStriped(addrs.clone());
         Ok(addrs)
+    }
+
+    /// Refuses a data address this server cannot mean, or (for a forwarder's child) one that
+    /// is not the server itself.
+    fn check_data_address(&self, named: SocketAddr) -> Result<(), ClientError> {
+        let server = self.ctl.peer().ip();
+        check_server_data_address(server, named)?;
+        if self.data_at_peer_only && named.ip().to_canonical() != server.to_canonical() {
+            return Err(DataAddressError::NotTheServer { server, named }.into());
+        }
+        Ok(())
     }
 
     /// Forgets every data channel (after an error, or when a transfer could not reuse it).
@@ -137,6 +154,9 @@ pub(crate) async fn listen_locally(
         tuning,
         striped: false,
         stack,
+        // The client's listener takes what the server it named sends; a server may send from
+        // another of its addresses (a data interface, a data node).
+        admit_only: None,
     };
     let addrs = DataMover::open_passive(dtp, req).await?;
     let addr = addrs

@@ -53,6 +53,17 @@ pub enum ClientError {
     /// A URL that does not parse.
     #[error(transparent)]
     Url(#[from] crate::url::UrlError),
+    /// A server named a data address it cannot mean (a blind relay otherwise).
+    #[error(transparent)]
+    DataAddress(#[from] ferry_proto::data_address::DataAddressError),
+    /// A listing named an entry that is not one plain path component.
+    #[error("the listing of {dir} names {name:?}, which is not a plain file name (empty, or a '/' or NUL in it): refusing to copy or remove through it")]
+    UnsafeName {
+        /// The directory listed.
+        dir: String,
+        /// The name as the server sent it.
+        name: String,
+    },
 }
 
 /// Broad classes of failure, for exit codes and for deciding whether to retry.

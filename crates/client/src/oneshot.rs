@@ -46,6 +46,7 @@ pub async fn put(
     let addr = HostPort::from_pasv_reply(&r.text())
         .map_err(|e| ClientError::Address(e.to_string()))?
         .0;
+    ferry_proto::data_address::check_server_data_address(ctl.peer().ip(), addr)?;
     let mut dtp = local_dtp(req.block_size)?;
     let mut desc =
         req.local_description(Direction::Send, local, ChannelSetup::Active(vec![addr]))?;

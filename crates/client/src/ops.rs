@@ -3,7 +3,7 @@
 
 use ferry_dtp::{ChannelSetup, Direction, TransferDescription};
 use ferry_proto::command::TransferMode;
-use ferry_proto::dirlist::{parse_list_line, ListedKind};
+use ferry_proto::dirlist::{listed_name, parse_list_line, ListedKind, ListedName};
 use ferry_proto::site::SiteCommand;
 use ferry_proto::Command;
 use ferry_storage::VirtualPath;
@@ -121,6 +121,19 @@ impl RemoteSession {
         } else {
             text.lines().filter_map(listed_entry).collect()
         };
+        // Every caller joins these names to `path` (a recursive copy to a local or remote
+        // destination, a recursive remove, the service's sizing): a hostile server's `..` or
+        // `../../x` must never become a path outside it.
+        entries.retain(|e| listed_name(&e.name) != ListedName::SelfOrParent);
+        if let Some(bad) = entries
+            .iter()
+            .find(|e| listed_name(&e.name) == ListedName::Unsafe)
+        {
+            return Err(ClientError::UnsafeName {
+                dir: path.to_string(),
+                name: bad.name.clone(),
+            });
+        }
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(entries)
     }

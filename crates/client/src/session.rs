@@ -54,6 +54,8 @@ pub struct RemoteSession {
     refused_stacks: Vec<(StackSpec, String)>,
     /// The disk stack last set with `SITE SETDISKSTACK` (`None`: the server's default).
     pub(crate) disk_stack: Option<String>,
+    /// Data addresses the server names must be its own control address (a forwarder's child).
+    pub(crate) data_at_peer_only: bool,
 }
 
 /// Login name and password for a URL: its own, else anonymous.
@@ -66,6 +68,17 @@ fn credentials(url: &RemoteUrl) -> (String, String) {
 }
 
 impl RemoteSession {
+    /// The server's control address.
+    pub fn peer(&self) -> std::net::SocketAddr {
+        self.ctl.peer()
+    }
+
+    /// From now on, a data address the server names must be the server's own (one a
+    /// forwarder was told to reach, not a third host its reply points at).
+    pub fn require_data_at_peer(&mut self) {
+        self.data_at_peer_only = true;
+    }
+
     /// Connects, logs in (with GSI for `gsiftp://`, as `gsi` says), reads FEAT and measures
     /// the control channel's round trip.
     pub async fn connect(url: &RemoteUrl, gsi: &GsiSetup) -> Result<RemoteSession, ClientError> {
@@ -181,6 +194,7 @@ impl RemoteSession {
             channel_security,
             data_stack,
             refused_stacks: Vec::new(),
+            data_at_peer_only: false,
             disk_stack: None,
         })
     }

@@ -156,6 +156,10 @@ async fn connect_pair(
         .into_iter()
         .map(|h| h.0)
         .collect();
+    // The source server will connect to these: a destination must not aim it elsewhere.
+    for a in &addrs {
+        ferry_proto::data_address::check_server_data_address(dst.ctl.peer().ip(), *a)?;
+    }
     // One OPTS with the parallelism too, as globus-url-copy sends it.
     let p = parallelism;
     let (layout, block_size) = match layout {

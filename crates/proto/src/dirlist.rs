@@ -35,6 +35,27 @@ pub fn parse_list_line(line: &str) -> Option<ListedEntry> {
     (entry.name != "." && entry.name != "..").then_some(entry)
 }
 
+/// What a listed name is, for a client that joins it to a local or remote directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListedName {
+    /// One plain path component: safe to join.
+    Plain,
+    /// `.` or `..`: the directory itself or its parent, whatever type the server gave it.
+    SelfOrParent,
+    /// Empty, or holding `/` or NUL: joined, it would name a path outside the directory listed.
+    Unsafe,
+}
+
+/// Classifies a name a server listed: only [`ListedName::Plain`] names may be joined to the
+/// directory they were listed in (a hostile server can send `../../x` or `/etc/x`).
+pub fn listed_name(name: &str) -> ListedName {
+    match name {
+        "." | ".." => ListedName::SelfOrParent,
+        n if n.is_empty() || n.contains(['/', '\0']) => ListedName::Unsafe,
+        _ => ListedName::Plain,
+    }
+}
+
 /// The whitespace-separated words of a line with where each starts.
 fn words(line: &str) -> Vec<(usize, &str)> {
     let mut out = Vec::new();
@@ -157,6 +178,37 @@ mod tests {
     fn entry(line: &str) -> (String, ListedKind, Option<u64>) {
         let e = parse_list_line(line).unwrap_or_else(|| panic!("no entry in {line:?}"));
         (e.name, e.kind, e.size)
+    }
+
+    #[test]
+    fn listed_names_that_would_leave_their_directory_are_unsafe() {
+        for name in [
+            "../../victim/evil",
+            "/etc/passwd",
+            "a/b",
+            "",
+            "x\0y",
+            "sub/",
+        ] {
+            assert_eq!(listed_name(name), ListedName::Unsafe, "{name:?}");
+        }
+        for name in [".", ".."] {
+            assert_eq!(listed_name(name), ListedName::SelfOrParent, "{name:?}");
+        }
+        for name in ["big.bin", "sub dir", "..hidden", "...", "a\\b", "-"] {
+            assert_eq!(listed_name(name), ListedName::Plain, "{name:?}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn only_plain_names_join_to_one_component(name in "\\PC{0,12}") {
+            let joined = std::path::Path::new("/dst").join(&name);
+            if listed_name(&name) == ListedName::Plain {
+                prop_assert_eq!(joined.parent(), Some(std::path::Path::new("/dst")));
+                prop_assert_eq!(joined.file_name(), Some(std::ffi::OsStr::new(&name)));
+            }
+        }
     }
 
     #[test]

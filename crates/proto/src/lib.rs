@@ -11,6 +11,7 @@ pub mod civil;
 pub mod client_pi;
 pub mod clock;
 pub mod command;
+pub mod data_address;
 pub mod dirlist;
 pub mod frame;
 pub mod hostport;
