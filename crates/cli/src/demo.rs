@@ -80,6 +80,12 @@ pub(crate) fn run(args: DemoArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot make a directory in {}", parent.display()))?;
     let served = dir.path().join("served");
     std::fs::create_dir(&served)?;
+    // Started as root, the server serves anonymous users as an unprivileged account (ftp or
+    // nobody), which must be able to write the upload.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&served, std::fs::Permissions::from_mode(0o777))?;
+    }
     let original = dir.path().join("original.bin");
     let back = dir.path().join("back.bin");
     println!(

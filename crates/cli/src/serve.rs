@@ -17,7 +17,8 @@ pub(crate) struct ServeArgs {
     /// Control-channel address; port 0 picks a free port; IPv6 as [::1]:2811. [default: 0.0.0.0:2811]
     #[arg(long, value_name = "ADDR:PORT")]
     listen: Option<SocketAddr>,
-    /// Directory that every client path is confined beneath. [default: /]
+    /// Directory that every client path is confined beneath (anonymous service needs one
+    /// other than /). [default: /]
     #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
     /// Allow anonymous logins (USER anonymous or ftp), read-only.
@@ -26,13 +27,41 @@ pub(crate) struct ServeArgs {
     /// Let anonymous users write too.
     #[arg(long)]
     anonymous_write: bool,
-    /// Started as root: the local account anonymous sessions work as (e.g. nobody), so the
-    /// kernel checks that account's permissions. [default: the server's own user]
+    /// Started as root: the local account anonymous sessions work as, so the kernel checks
+    /// that account's permissions. [default: ftp, else nobody]
     #[arg(long, value_name = "ACCOUNT")]
     anonymous_user: Option<String>,
-    /// Password file of `user:argon2-hash` lines (write entries with `ferry passwd`).
+    /// Password file of `user:argon2-hash[:account]` lines (write entries with `ferry passwd`).
     #[arg(long, value_name = "FILE")]
     password_file: Option<PathBuf>,
+    /// Started as root: the local account password users work as when their line names none.
+    #[arg(long, value_name = "ACCOUNT")]
+    password_account: Option<String>,
+    /// Started as root, let sessions work as root (an account mapped to root, run-as-user =
+    /// false, an anonymous or password account that is root). Off: such a start is refused.
+    #[arg(long)]
+    allow_root_sessions: bool,
+    /// Let anonymous users see the whole file system (--root /). Off: anonymous service needs
+    /// a --root other than /.
+    #[arg(long)]
+    anonymous_whole_fs: bool,
+    /// Let sessions without data-channel authentication be one end of a third-party copy
+    /// (name another host in PORT, take data connections from another host): anonymous,
+    /// password or dcau-none (GSI with DCAU N); repeat or separate with commas. GSI sessions
+    /// with DCAU A always may. [default: none]
+    #[arg(long, value_name = "KIND", value_delimiter = ',')]
+    allow_third_party: Vec<String>,
+    /// Networks or addresses (10.0.0.0/8, 192.0.2.7) where gridftp_multicast children may be;
+    /// repeat or separate with commas. [default: none, the forwarder forwards nowhere]
+    #[arg(long, value_name = "NET", value_delimiter = ',')]
+    multicast_allow_to: Vec<String>,
+    /// Most data connections one upload takes; more are closed as they come. [default: 128]
+    #[arg(long, value_name = "N")]
+    data_streams_max: Option<u32>,
+    /// Most data connections the server reads from at once, all sessions together.
+    /// [default: 16384]
+    #[arg(long, value_name = "N")]
+    data_connections_max: Option<usize>,
     /// GSI logins: AUTH GSSAPI with the host credential, authorized by the grid-mapfile.
     #[arg(long)]
     gsi: bool,
@@ -174,6 +203,23 @@ impl ServeArgs {
         }
         if self.password_file.is_some() {
             c.password_file = self.password_file;
+        }
+        if self.password_account.is_some() {
+            c.password_account = self.password_account;
+        }
+        c.allow_root_sessions |= self.allow_root_sessions;
+        c.anonymous_whole_fs |= self.anonymous_whole_fs;
+        if !self.allow_third_party.is_empty() {
+            c.allow_third_party = self.allow_third_party;
+        }
+        if !self.multicast_allow_to.is_empty() {
+            c.multicast_allow_to = self.multicast_allow_to;
+        }
+        if let Some(v) = self.data_streams_max {
+            c.data_streams_max = v;
+        }
+        if let Some(v) = self.data_connections_max {
+            c.data_connections_max = v;
         }
         c.gsi |= self.gsi;
         if self.no_run_as_user {
@@ -433,6 +479,10 @@ pub(crate) struct PasswdArgs {
     /// Read the password from the first line of standard input instead of prompting.
     #[arg(long)]
     stdin: bool,
+    /// The local account the user works as on a server started as root. [default: the one
+    /// the user's line already names, else the server's --password-account]
+    #[arg(long, value_name = "ACCOUNT")]
+    account: Option<String>,
 }
 
 pub(crate) fn passwd(args: PasswdArgs) -> anyhow::Result<()> {
@@ -451,7 +501,7 @@ pub(crate) fn passwd(args: PasswdArgs) -> anyhow::Result<()> {
     if password.is_empty() {
         anyhow::bail!("empty password refused");
     }
-    ferry_server::auth::set_password(&args.file, &args.user, password)?;
+    ferry_server::auth::set_password(&args.file, &args.user, password, args.account.as_deref())?;
     eprintln!("{}: entry for {} written", args.file.display(), args.user);
     Ok(())
 }

@@ -136,7 +136,13 @@ fn serve_gsi(ca: &Path, root: &Path, extra: &[&str], transfers: &Path) -> (Child
         .arg(ca.join("certificates"))
         .arg("--gridmap")
         .arg(ca.join("grid-mapfile"))
-        .args(["--fs-whitelist", "file,gridftp_multicast", "--log-transfer"])
+        .args([
+            "--fs-whitelist",
+            "file,gridftp_multicast",
+            "--multicast-allow-to",
+            "127.0.0.0/8,::1",
+            "--log-transfer",
+        ])
         .arg(transfers)
         .args(extra)
         .stdin(Stdio::null())

@@ -13,7 +13,13 @@ use std::path::Path;
 use common::files::compare_bytes;
 use common::{random_bytes, run_ferry, run_guc, write_file, Sandbox, ServerUnderTest};
 
-const WHITELIST: [&str; 2] = ["--fs-whitelist", "file,gridftp_multicast"];
+/// Every ferry node may forward to the test's hosts: loopback, and netlab's private networks.
+const WHITELIST: [&str; 4] = [
+    "--fs-whitelist",
+    "file,gridftp_multicast",
+    "--multicast-allow-to",
+    "127.0.0.0/8,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fd00::/8",
+];
 const GLOBUS_WHITELIST: [&str; 2] = ["-fs-whitelist", "file,gridftp_multicast"];
 
 /// Why Globus' side of these tests cannot run here, if it cannot.
@@ -309,8 +315,10 @@ fn workers_behind_a_head_node_get_the_file_through_it_and_the_head_stores_nothin
             &root.display().to_string(),
             "--anonymous",
             "--anonymous-write",
-            "--fs-whitelist",
-            "file,gridftp_multicast",
+            WHITELIST[0],
+            WHITELIST[1],
+            WHITELIST[2],
+            WHITELIST[3],
         ]
         .iter()
         .map(|s| s.to_string())

@@ -33,9 +33,11 @@ impl DataChannel {
         ip: IpAddr,
         range: Option<PortRange>,
         tuning: SocketTuning,
+        admit_only: Option<IpAddr>,
     ) -> Result<SocketAddr, NetError> {
         self.forget();
         let l = transports.listen(stack, ip, range, tuning)?;
+        l.admit_only(admit_only);
         let addr = l.local_addr()?;
         self.listener = Some(Arc::new(l));
         Ok(addr)

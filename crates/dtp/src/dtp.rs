@@ -55,6 +55,31 @@ pub struct Dtp {
     data_peer: Option<std::net::IpAddr>,
     /// What the kernel knew of the last transfer's data connections (MODE E).
     tcp: Option<ferry_net::TcpStats>,
+    /// How many data connections a receiving transfer takes, and the server's permits.
+    stream_limits: StreamLimits,
+}
+
+/// Bounds on the data connections a receiver takes: the peer chooses how many it opens, so
+/// without them one upload can hold every descriptor of the server.
+#[derive(Debug, Clone)]
+pub struct StreamLimits {
+    /// Most connections one transfer reads from; more are closed as they come.
+    pub per_transfer: u32,
+    /// Permits shared by every transfer of the process, one per connection being read.
+    pub server: Option<Arc<tokio::sync::Semaphore>>,
+}
+
+/// Connections one receiving transfer takes unless the server sets another bound: above
+/// any parallelism a client sends (Globus' tools go to 64).
+pub const STREAMS_PER_TRANSFER: u32 = 128;
+
+impl Default for StreamLimits {
+    fn default() -> Self {
+        StreamLimits {
+            per_transfer: STREAMS_PER_TRANSFER,
+            server: None,
+        }
+    }
 }
 
 /// A reader of a transfer's byte counters, kept after the transfer ends.
@@ -87,6 +112,7 @@ impl Dtp {
             moved: Moved::nothing(),
             tcp: None,
             poll_budget: None,
+            stream_limits: StreamLimits::default(),
             disk_stacks: Arc::new(DiskStacks::standard()),
             prepared: None,
             transports: Arc::new(Transports::standard()),
@@ -113,6 +139,11 @@ impl Dtp {
     /// polls its socket for a moment before it sleeps, while `budget` has permits left.
     pub fn poll_lone_streams(&mut self, budget: Option<Arc<PollBudget>>) {
         self.poll_budget = budget;
+    }
+
+    /// Bounds the data connections its receiving transfers take.
+    pub fn limit_streams(&mut self, limits: StreamLimits) {
+        self.stream_limits = limits;
     }
 
     /// Sets the credential the user delegated, which disk-stack drivers may act with.

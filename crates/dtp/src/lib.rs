@@ -29,7 +29,7 @@ pub use description::{
     ChannelSecurity, ChannelSetup, Direction, LayoutSpec, ListKind, MarkerIntervals, Section,
     StripeInfo, TransferDescription, TransferSource,
 };
-pub use dtp::Dtp;
+pub use dtp::{Dtp, StreamLimits, STREAMS_PER_TRANSFER};
 pub use error::DtpError;
 pub use events::{DtpEvent, TransferOutcome};
 pub use listing::perm_letters;

@@ -30,6 +30,9 @@ pub struct PassiveRequest {
     pub striped: bool,
     /// The session's net stack: its transport listens.
     pub stack: StackSpec,
+    /// The only host whose data connections are taken (the control connection's, for a
+    /// session that may not be one end of a third-party copy); `None`: any host.
+    pub admit_only: Option<IpAddr>,
 }
 
 /// Everything a PI asks of a data mover. Aborting a transfer is dropping its `run` future

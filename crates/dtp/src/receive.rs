@@ -49,6 +49,8 @@ pub(crate) struct RecvJob {
     pub(crate) digest: Option<Arc<TransferDigest>>,
     /// The largest round trip (µs) the connections' kernels measured; 0 until one is read.
     pub(crate) data_rtt_us: Arc<AtomicU32>,
+    /// How many connections it takes.
+    pub(crate) limits: crate::dtp::StreamLimits,
 }
 
 impl RecvJob {
@@ -112,11 +114,30 @@ pub(crate) async fn receive_mode_e(
             }
             accepted = accept(listener.as_deref(), job.idle), if listener.is_some() => {
                 let conn = accepted?;
+                // Past the transfer's or the server's bound a connection is closed at once:
+                // the sender's EOF count then tells it what was missing.
+                if used >= job.limits.per_transfer {
+                    tracing::warn!(limit = job.limits.per_transfer, "a data connection past the transfer's bound closed");
+                    drop(conn);
+                    continue;
+                }
+                let permit = match &job.limits.server {
+                    Some(s) => match Arc::clone(s).try_acquire_owned() {
+                        Ok(p) => Some(p),
+                        Err(_) => {
+                            tracing::warn!("a data connection past the server's bound closed");
+                            drop(conn);
+                            continue;
+                        }
+                    },
+                    None => None,
+                };
                 used += 1;
                 let job = Arc::clone(&job);
                 let prot = prot.clone();
                 // The handshake runs on the stream's own task: streams authenticate in parallel.
                 set.spawn(async move {
+                    let _permit = permit;
                     let conn = crate::dtp::secure(conn, false, prot.as_deref(), job.idle).await?;
                     read_blocks(conn, job, false).await
                 });
@@ -156,7 +177,9 @@ async fn read_blocks(
         job.data_rtt_us.fetch_max(us, Ordering::Relaxed);
     }
     let mut reader = ConnReader::new(&job, reused);
-    let mut buf = job.pool.take();
+    // The buffer is taken when the first payload arrives: a connection that sends nothing
+    // holds no memory.
+    let mut buf = None;
     let _reading = Reading::start(&job);
     loop {
         if let Some(keep) = reader.block(&mut conn, &job, &mut buf).await? {
@@ -230,13 +253,17 @@ impl ConnReader {
         &mut self,
         conn: &mut DataConn,
         job: &RecvJob,
-        buf: &mut [u8],
+        buf: &mut Option<crate::pool::PooledBuf>,
     ) -> Result<Option<bool>, DtpError> {
         let mut hb = [0u8; HEADER_LEN];
         read_exact(conn, &mut hb, job.idle).await?;
         let Some(header) = self.header(&hb)? else {
             return Ok(Some(false));
         };
+        if header.payload_len() == 0 {
+            return Ok(self.finish(&header));
+        }
+        let buf = buf.get_or_insert_with(|| job.pool.take());
         for (at, n) in chunks(&header, buf.len()) {
             read_exact(conn, &mut buf[..n], job.idle).await?;
             store(job, &buf[..n], at)?;

@@ -43,6 +43,9 @@ pub struct DataListener {
     tuning: SocketTuning,
     /// The host of the last connection accepted (transfer logs name it).
     last_peer: std::sync::Mutex<Option<std::net::IpAddr>>,
+    /// The one host whose connections are taken (a session that may not be third party):
+    /// any other is closed at once.
+    admit_only: std::sync::Mutex<Option<std::net::IpAddr>>,
 }
 
 /// A transport's listening endpoint.
@@ -67,6 +70,7 @@ impl DataListener {
             inner: Listening::Other(listener),
             tuning: SocketTuning::default(),
             last_peer: std::sync::Mutex::new(None),
+            admit_only: std::sync::Mutex::new(None),
         }
     }
 
@@ -78,20 +82,45 @@ impl DataListener {
         }
     }
 
-    /// Accepts the next data connection.
+    /// Takes connections only from `host` from now on (`None`: from anyone).
+    pub fn admit_only(&self, host: Option<std::net::IpAddr>) {
+        *self.admit_only.lock().unwrap_or_else(|e| e.into_inner()) = host.map(canonical);
+    }
+
+    /// Whether a connection from `peer` may be taken.
+    fn admits(&self, peer: Option<std::net::IpAddr>) -> bool {
+        match *self.admit_only.lock().unwrap_or_else(|e| e.into_inner()) {
+            None => true,
+            Some(only) => peer.map(canonical) == Some(only),
+        }
+    }
+
+    /// Accepts the next data connection; one from a host the listener does not admit is
+    /// closed at once and the wait goes on.
     pub async fn accept(&self) -> Result<DataConn, NetError> {
-        match &self.inner {
-            Listening::Tcp(l) => {
-                let (stream, peer) = l.accept().await?;
-                self.remember(Some(peer.ip()));
-                DataConn::from_tcp(stream, &self.tuning)
-            }
-            Listening::Other(l) => {
-                let stream = std::future::poll_fn(|cx| l.poll_accept(cx)).await?;
-                let conn = DataConn::from_transport(stream);
-                self.remember(conn.peer_addr().ok().map(|a| a.ip()));
-                Ok(conn)
-            }
+        loop {
+            let (conn, peer) = match &self.inner {
+                Listening::Tcp(l) => {
+                    let (stream, peer) = l.accept().await?;
+                    if !self.admits(Some(peer.ip())) {
+                        tracing::warn!(%peer, "data connection from a host other than the session's refused");
+                        continue;
+                    }
+                    (DataConn::from_tcp(stream, &self.tuning)?, Some(peer.ip()))
+                }
+                Listening::Other(l) => {
+                    let stream = std::future::poll_fn(|cx| l.poll_accept(cx)).await?;
+                    let conn = DataConn::from_transport(stream);
+                    let peer = conn.peer_addr().ok().map(|a| a.ip());
+                    if !self.admits(peer) {
+                        tracing::warn!(peer = ?peer, "data connection from a host other than the session's refused");
+                        continue;
+                    }
+                    (conn, peer)
+                }
+            };
+            self.remember(peer);
+            return Ok(conn);
         }
     }
 
@@ -124,6 +153,14 @@ impl Drop for DataListener {
     }
 }
 
+/// An IPv4 address carried as IPv6 (`::ffff:a.b.c.d`) as the IPv4 address it is.
+fn canonical(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip {
+        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
+        v4 => v4,
+    }
+}
+
 /// Binds a listener on `ip`, in `range` if given (starting at a random port so concurrent
 /// sessions spread out), with `tuning` applied before `listen`.
 pub fn bind_listener(
@@ -147,6 +184,7 @@ pub fn bind_listener(
         inner: Listening::Tcp(inner),
         tuning,
         last_peer: std::sync::Mutex::new(None),
+        admit_only: std::sync::Mutex::new(None),
     })
 }
 
@@ -187,6 +225,33 @@ mod tests {
         );
         assert!("50100-50000".parse::<PortRange>().is_err());
         assert!("x".parse::<PortRange>().is_err());
+    }
+
+    #[tokio::test]
+    async fn a_listener_that_admits_one_host_closes_connections_from_others() {
+        use tokio::io::AsyncReadExt;
+        let l = bind_listener("127.0.0.1".parse().unwrap(), None, SocketTuning::default()).unwrap();
+        let addr = l.local_addr().unwrap();
+        l.admit_only(Some("127.0.0.1".parse().unwrap()));
+        let accepted = tokio::spawn(async move {
+            let c = l.accept().await.unwrap();
+            (c.peer_addr().unwrap(), l.last_peer())
+        });
+        let from = |ip: &str| {
+            let s = TcpSocket::new_v4().unwrap();
+            s.bind(SocketAddr::new(ip.parse().unwrap(), 0)).unwrap();
+            s.connect(addr)
+        };
+        let mut stranger = from("127.0.0.2").await.unwrap();
+        let mut buf = [0u8; 1];
+        let n = tokio::time::timeout(std::time::Duration::from_secs(10), stranger.read(&mut buf))
+            .await
+            .expect("the stranger's connection is closed, not kept");
+        assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
+        let _own = from("127.0.0.1").await.unwrap();
+        let (peer, last) = accepted.await.unwrap();
+        assert_eq!(peer.ip().to_string(), "127.0.0.1");
+        assert_eq!(last, Some("127.0.0.1".parse().unwrap()));
     }
 
     #[tokio::test]

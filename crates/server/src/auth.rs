@@ -1,4 +1,4 @@
-//! Logins: anonymous and password (argon2 hashes in a `user:hash` file).
+//! Logins: anonymous and password (argon2 hashes in a `user:hash[:account]` file).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -13,7 +13,14 @@ pub const ANONYMOUS_NAMES: &[&str] = &["anonymous", "ftp"];
 /// Password entries loaded from a file.
 #[derive(Debug, Default, Clone)]
 pub struct PasswordDb {
-    entries: HashMap<String, String>,
+    entries: HashMap<String, Entry>,
+}
+
+/// One password user: the argon2 hash, and the local account the user works as.
+#[derive(Debug, Clone)]
+struct Entry {
+    hash: String,
+    account: Option<String>,
 }
 
 /// Password-file problems.
@@ -28,8 +35,8 @@ pub enum AuthError {
         /// Why.
         source: std::io::Error,
     },
-    /// A line is not `user:$argon2...`.
-    #[error("{path}:{line}: expected 'user:$argon2id$...' (write entries with 'ferry passwd')")]
+    /// A line is not `user:$argon2...[:account]`.
+    #[error("{path}:{line}: expected 'user:$argon2id$...' or 'user:$argon2id$...:account' (write entries with 'ferry passwd')")]
     Malformed {
         /// File.
         path: String,
@@ -45,7 +52,7 @@ pub enum AuthError {
 }
 
 impl PasswordDb {
-    /// Loads `user:hash` lines; `#` starts a comment. Plain-text passwords are refused.
+    /// Loads `user:hash[:account]` lines; `#` starts a comment. Plain-text passwords are refused.
     pub fn load(path: &Path) -> Result<PasswordDb, AuthError> {
         let p = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| AuthError::Io {
@@ -55,7 +62,7 @@ impl PasswordDb {
         Self::parse(&text, &p)
     }
 
-    fn parse(text: &str, path: &str) -> Result<PasswordDb, AuthError> {
+    pub(crate) fn parse(text: &str, path: &str) -> Result<PasswordDb, AuthError> {
         let mut entries = HashMap::new();
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -66,14 +73,25 @@ impl PasswordDb {
                 path: path.into(),
                 line: i + 1,
             };
-            let (user, hash) = line.split_once(':').ok_or_else(malformed)?;
+            // An argon2 PHC string has no ':', so a third field is the account.
+            let mut fields = line.splitn(3, ':');
+            let user = fields.next().unwrap_or_default();
+            let hash = fields.next().ok_or_else(malformed)?;
+            let account = fields.next().map(str::trim);
             if !valid_user_name(user)
                 || PasswordHash::new(hash).is_err()
                 || !hash.starts_with("$argon2")
+                || account.is_some_and(|a| !valid_user_name(a))
             {
                 return Err(malformed());
             }
-            entries.insert(user.to_string(), hash.to_string());
+            entries.insert(
+                user.to_string(),
+                Entry {
+                    hash: hash.to_string(),
+                    account: account.map(str::to_string),
+                },
+            );
         }
         Ok(PasswordDb { entries })
     }
@@ -82,7 +100,7 @@ impl PasswordDb {
     pub fn verify(&self, user: &str, password: &str) -> bool {
         const DUMMY: &str = "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$2d6cdvVv3DWKaO7e6kzE0YKpAdl0m6Qw0nX7bgaRHzk";
         let (hash, known) = match self.entries.get(user) {
-            Some(h) => (h.as_str(), true),
+            Some(e) => (e.hash.as_str(), true),
             None => (DUMMY, false),
         };
         let ok = PasswordHash::new(hash).map(|h| {
@@ -91,6 +109,16 @@ impl PasswordDb {
                 .is_ok()
         });
         known && ok.unwrap_or(false)
+    }
+
+    /// The local account `user`'s line names, if it names one.
+    pub fn account_of(&self, user: &str) -> Option<&str> {
+        self.entries.get(user).and_then(|e| e.account.as_deref())
+    }
+
+    /// The users, in no particular order.
+    pub fn users(&self) -> impl Iterator<Item = &str> {
+        self.entries.keys().map(String::as_str)
     }
 
     /// Number of users.
@@ -107,17 +135,36 @@ impl PasswordDb {
 /// `storage` as seen by `account`: on a root server its file operations then run on that
 /// account's identity thread (`ferry_storage::identity`); without an account, or where the
 /// process cannot switch users, `storage` itself.
+/// A root server refuses a session that would work as root (no account, or one with uid 0)
+/// unless `allow_root`.
 pub(crate) async fn storage_as(
     storage: std::sync::Arc<dyn ferry_storage::Storage>,
     account: Option<String>,
+    allow_root: bool,
 ) -> Result<std::sync::Arc<dyn ferry_storage::Storage>, ferry_storage::StorageError> {
-    let Some(account) = account.filter(|_| ferry_storage::Identity::can_switch()) else {
+    if !ferry_storage::Identity::can_switch() {
         return Ok(storage);
+    }
+    let as_root = || {
+        ferry_storage::StorageError::PermissionDenied(
+            "sessions do not work as root on this server (allow-root-sessions is off)".into(),
+        )
+    };
+    let Some(account) = account else {
+        return if allow_root {
+            Ok(storage)
+        } else {
+            Err(as_root())
+        };
     };
     tokio::task::spawn_blocking(move || {
         let id = ferry_storage::Identity::lookup(&account)?;
         if id.uid == 0 {
-            return Ok(storage);
+            return if allow_root {
+                Ok(storage)
+            } else {
+                Err(as_root())
+            };
         }
         let s: std::sync::Arc<dyn ferry_storage::Storage> =
             std::sync::Arc::new(ferry_storage::AsUser::new(storage, id)?);
@@ -149,10 +196,19 @@ pub fn hash_password(password: &str) -> Result<String, AuthError> {
 }
 
 /// Adds or replaces `user`'s entry in the password file at `path` (created if missing),
-/// keeping other lines and comments.
-pub fn set_password(path: &Path, user: &str, password: &str) -> Result<(), AuthError> {
+/// keeping other lines and comments. `account` names the local account the user works as;
+/// `None` keeps the one the old line named, if any.
+pub fn set_password(
+    path: &Path,
+    user: &str,
+    password: &str,
+    account: Option<&str>,
+) -> Result<(), AuthError> {
     if !valid_user_name(user) {
         return Err(AuthError::BadUserName(user.into()));
+    }
+    if let Some(a) = account.filter(|a| !valid_user_name(a)) {
+        return Err(AuthError::BadUserName(a.into()));
     }
     let p = path.display().to_string();
     let old = match std::fs::read_to_string(path) {
@@ -163,9 +219,15 @@ pub fn set_password(path: &Path, user: &str, password: &str) -> Result<(), AuthE
     let hash = hash_password(password)?;
     let mut out = String::new();
     let mut replaced = false;
+    let entry = |account: Option<&str>| match account {
+        Some(a) => format!("{user}:{hash}:{a}\n"),
+        None => format!("{user}:{hash}\n"),
+    };
     for line in old.lines() {
-        if line.split_once(':').map(|(u, _)| u) == Some(user) {
-            out.push_str(&format!("{user}:{hash}\n"));
+        let mut fields = line.splitn(3, ':');
+        if fields.next() == Some(user) {
+            let kept = fields.nth(1).map(str::trim);
+            out.push_str(&entry(account.or(kept)));
             replaced = true;
         } else {
             out.push_str(line);
@@ -173,7 +235,7 @@ pub fn set_password(path: &Path, user: &str, password: &str) -> Result<(), AuthE
         }
     }
     if !replaced {
-        out.push_str(&format!("{user}:{hash}\n"));
+        out.push_str(&entry(account));
     }
     let tmp = path.with_extension("tmp");
     write_private(&tmp, out.as_bytes()).map_err(|source| AuthError::Io {
@@ -204,9 +266,9 @@ mod tests {
     fn password_file_round_trip_verifies_only_the_right_password() {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("passwd");
-        set_password(&f, "alice", "s3cret").unwrap();
-        set_password(&f, "bob", "other").unwrap();
-        set_password(&f, "alice", "new").unwrap();
+        set_password(&f, "alice", "s3cret", None).unwrap();
+        set_password(&f, "bob", "other", None).unwrap();
+        set_password(&f, "alice", "new", None).unwrap();
         let db = PasswordDb::load(&f).unwrap();
         assert_eq!(db.len(), 2);
         assert!(db.verify("alice", "new"));
@@ -217,6 +279,21 @@ mod tests {
             !text.contains("new") && !text.contains("other"),
             "no plain text in the file"
         );
+    }
+
+    #[test]
+    fn a_line_may_name_the_account_and_a_new_password_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("passwd");
+        set_password(&f, "alice", "one", Some("data")).unwrap();
+        set_password(&f, "bob", "two", None).unwrap();
+        set_password(&f, "alice", "three", None).unwrap();
+        let db = PasswordDb::load(&f).unwrap();
+        assert!(db.verify("alice", "three"));
+        assert_eq!(db.account_of("alice"), Some("data"));
+        assert_eq!(db.account_of("bob"), None);
+        assert!(set_password(&f, "carol", "x", Some("bad:name")).is_err());
+        assert!(PasswordDb::parse("alice:$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$2d6cdvVv3DWKaO7e6kzE0YKpAdl0m6Qw0nX7bgaRHzk:a b\n", "f").is_err());
     }
 
     #[test]

@@ -80,8 +80,29 @@ pub struct ServerConfig {
     /// server's own user (a service account that owns all the data).
     pub run_as_user: bool,
     /// Started as root: the account anonymous sessions work as (Globus' `-anonymous-user`).
-    /// `None` serves them as the server's own user.
+    /// `None`: `ftp`, else `nobody`; a root server with neither refuses anonymous service.
     pub anonymous_user: Option<String>,
+    /// Started as root: the account password users work as when their line names none.
+    pub password_account: Option<String>,
+    /// Started as root, let sessions work as root. Off, a start that would serve any kind of
+    /// login as root is refused, and so is a GSI login mapped to root.
+    pub allow_root_sessions: bool,
+    /// Let anonymous users see the whole file system. Off, anonymous service needs a root
+    /// other than `/`.
+    pub anonymous_whole_fs: bool,
+    /// Sessions whose data channels are not authenticated that may still be one end of a
+    /// third-party copy (name another host in PORT/EPRT/SPOR, take data connections from
+    /// another host than their own): `anonymous`, `password`, `dcau-none` (GSI sessions that
+    /// turned data-channel authentication off). GSI sessions with DCAU A or S always may.
+    pub allow_third_party: Vec<String>,
+    /// Networks (`10.0.0.0/8`) or addresses where `gridftp_multicast` children may be: the
+    /// forwarder logs in and sends data only there. Empty: it forwards nowhere.
+    pub multicast_allow_to: Vec<String>,
+    /// Most data connections one receiving transfer takes (the client chooses how many it
+    /// opens); more are closed as they come.
+    pub data_streams_max: u32,
+    /// Most data connections the whole server reads from at once.
+    pub data_connections_max: usize,
     /// Run as a data node of a striped server: take transfer descriptions from frontends over
     /// the authenticated IPC link instead of serving FTP clients.
     pub data_node: bool,
@@ -156,6 +177,13 @@ impl Default for ServerConfig {
             gridmap: None,
             run_as_user: true,
             anonymous_user: None,
+            password_account: None,
+            allow_root_sessions: false,
+            anonymous_whole_fs: false,
+            allow_third_party: Vec::new(),
+            multicast_allow_to: Vec::new(),
+            data_streams_max: ferry_dtp::STREAMS_PER_TRANSFER,
+            data_connections_max: 16_384,
             data_node: false,
             remote_nodes: Vec::new(),
             ipc_secret_file: None,
@@ -221,7 +249,12 @@ impl ServerConfig {
             ));
         }
         for a in &self.ipc_allow_from {
-            crate::striped::AllowFrom::parse(a).map_err(ConfigError::Invalid)?;
+            crate::striped::AllowFrom::parse(a)
+                .map_err(|e| ConfigError::Invalid(format!("--ipc-allow-from: {e}")))?;
+        }
+        for a in &self.multicast_allow_to {
+            crate::striped::AllowFrom::parse(a)
+                .map_err(|e| ConfigError::Invalid(format!("--multicast-allow-to: {e}")))?;
         }
         if self.data_node {
             return Ok(());
@@ -234,6 +267,21 @@ impl ServerConfig {
         if self.anonymous_write && !self.anonymous {
             return Err(ConfigError::Invalid(
                 "--anonymous-write needs --anonymous".into(),
+            ));
+        }
+        for kind in &self.allow_third_party {
+            if !THIRD_PARTY_KINDS.contains(&kind.as_str()) {
+                return Err(ConfigError::Invalid(format!(
+                    "--allow-third-party {kind}: expected one of {}",
+                    THIRD_PARTY_KINDS.join(", ")
+                )));
+            }
+        }
+        if self.anonymous && !self.anonymous_whole_fs && serves_whole_fs(&self.root) {
+            return Err(ConfigError::Invalid(
+                "anonymous service needs --root DIR, the directory anonymous users see (not /); \
+                 pass --anonymous-whole-fs as well to serve them the whole file system"
+                    .into(),
             ));
         }
         if let Some(cc) = &self.data_congestion {
@@ -252,6 +300,11 @@ impl ServerConfig {
                 )));
             }
         }
+        if self.data_streams_max == 0 || self.data_connections_max == 0 {
+            return Err(ConfigError::Invalid(
+                "--data-streams-max and --data-connections-max must be at least 1".into(),
+            ));
+        }
         if self.connections_max == 0 {
             return Err(ConfigError::Invalid(
                 "--connections-max must be at least 1".into(),
@@ -259,6 +312,17 @@ impl ServerConfig {
         }
         Ok(())
     }
+}
+
+/// The kinds of session `allow_third_party` may name.
+pub const THIRD_PARTY_KINDS: &[&str] = &["anonymous", "password", "dcau-none"];
+
+/// Whether `root` is `/` (spelled `/`, `//`, `/.` or through a link to it).
+fn serves_whole_fs(root: &std::path::Path) -> bool {
+    use std::path::Component;
+    root.components()
+        .all(|c| matches!(c, Component::RootDir | Component::CurDir))
+        || std::fs::canonicalize(root).is_ok_and(|p| p == std::path::Path::new("/"))
 }
 
 mod port_range_serde {
@@ -286,6 +350,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn anonymous_service_of_the_whole_file_system_needs_saying_so() {
+        for root in ["/", "//", "/.", "/tmp/.."] {
+            let c = ServerConfig {
+                anonymous: true,
+                root: root.into(),
+                ..ServerConfig::default()
+            };
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains("anonymous service needs --root"), "{root}: {e}");
+            let forced = ServerConfig {
+                anonymous_whole_fs: true,
+                ..c
+            };
+            forced.validate().unwrap();
+        }
+        let c = ServerConfig {
+            anonymous: true,
+            root: "/srv/ftp".into(),
+            ..ServerConfig::default()
+        };
+        c.validate().unwrap();
+    }
+
+    #[test]
     fn toml_with_every_key_parses() {
         let cfg: ServerConfig = toml::from_str(
             r#"
@@ -294,6 +382,13 @@ mod tests {
             anonymous = true
             anonymous-write = true
             password-file = "/etc/ferry/passwd"
+            password-account = "ferrydata"
+            allow-root-sessions = false
+            anonymous-whole-fs = false
+            allow-third-party = ["password"]
+            multicast-allow-to = ["10.0.0.0/8"]
+            data-streams-max = 64
+            data-connections-max = 4096
             port-range = "50000-50100"
             connections-max = 100
             control-idle-timeout = 30

@@ -33,11 +33,14 @@ pub(crate) struct Shared {
     pub(crate) translog: TransferLog,
     /// This host's name (the Globus transfer log's HOST).
     pub(crate) host: String,
+    /// One permit per data connection being read, server-wide (`data_connections_max`).
+    pub(crate) data_permits: Arc<tokio::sync::Semaphore>,
 }
 
 impl Shared {
-    fn new(metrics: ServerMetrics, translog: TransferLog) -> Arc<Shared> {
+    fn new(metrics: ServerMetrics, translog: TransferLog, data_connections: usize) -> Arc<Shared> {
         Arc::new(Shared {
+            data_permits: Arc::new(tokio::sync::Semaphore::new(data_connections)),
             connections: AtomicUsize::new(0),
             next_transfer: AtomicU64::new(1),
             transfers_running: AtomicUsize::new(0),
@@ -57,6 +60,8 @@ pub(crate) struct ServerContext {
     pub(crate) storage_rw: Arc<dyn Storage>,
     pub(crate) storage_ro: Arc<dyn Storage>,
     pub(crate) passwords: PasswordDb,
+    /// The account each kind of login works as.
+    pub(crate) accounts: crate::accounts::Accounts,
     pub(crate) pool: Arc<BufferPool>,
     /// Lone receiving streams (uploads) that may poll their sockets at once.
     pub(crate) poll_budget: Arc<PollBudget>,
@@ -85,14 +90,19 @@ impl ServerContext {
             storage_rw: open(false),
             storage_ro: open(true),
             passwords: PasswordDb::default(),
+            accounts: crate::accounts::Accounts::default(),
             pool: BufferPool::new(ferry_dtp::IO_CHUNK, 4),
             poll_budget: PollBudget::new(1),
             modules: ModuleRegistry::with_builtins(),
-            disk_stacks: Arc::new(Drivers::default().disk_stacks),
+            disk_stacks: Arc::new(
+                configured_disk_stacks(Drivers::default().disk_stacks, &config)
+                    .expect("test multicast networks"),
+            ),
             transports: Arc::new(ferry_net::Transports::default()),
             shared: Shared::new(
                 ServerMetrics::new(&mut Registry::default()),
                 TransferLog::default(),
+                config.data_connections_max,
             ),
             gsi: config
                 .gsi
@@ -188,9 +198,22 @@ impl Default for Drivers {
         Drivers {
             transports: ferry_net::Transports::default(),
             disk_stacks: ferry_dtp::disk_stack::DiskStacks::standard()
-                .with(Arc::new(crate::multicast::Multicast)),
+                .with(Arc::new(crate::multicast::Multicast::default())),
         }
     }
+}
+
+/// `disk_stacks` with the multicast forwarder bound to the networks `config` allows children in.
+fn configured_disk_stacks(
+    disk_stacks: ferry_dtp::disk_stack::DiskStacks,
+    config: &ServerConfig,
+) -> Result<ferry_dtp::disk_stack::DiskStacks, StartError> {
+    if !disk_stacks.exists(crate::multicast::NAME) {
+        return Ok(disk_stacks);
+    }
+    let networks = crate::striped::AllowFrom::parse_all(&config.multicast_allow_to)
+        .map_err(|e| StartError::Config(ConfigError::Invalid(e)))?;
+    Ok(disk_stacks.with(Arc::new(crate::multicast::Multicast::allowing(networks))))
 }
 
 impl Server {
@@ -202,14 +225,19 @@ impl Server {
     /// [`Server::bind`], offering `drivers` instead of this build's standard set.
     pub async fn bind_with(config: ServerConfig, drivers: Drivers) -> Result<Server, StartError> {
         let prepared = Prepared::load(&config)?;
+        if !config.data_node {
+            for line in prepared.accounts.report(&config, &prepared.passwords) {
+                tracing::info!("{line}");
+            }
+        }
         let transports = Arc::new(drivers.transports);
-        let disk_stacks = Arc::new(drivers.disk_stacks);
+        let disk_stacks = Arc::new(configured_disk_stacks(drivers.disk_stacks, &config)?);
         let translog = TransferLog::default();
         translog.open(config.log_transfer.as_deref(), config.log_transfer_format)?;
         let mut registry = Registry::default();
         let metrics = ServerMetrics::new(&mut registry);
         registry.register_collector(Box::new(ferry_metrics::ProcessCollector));
-        let shared = Shared::new(metrics, translog);
+        let shared = Shared::new(metrics, translog, config.data_connections_max);
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -243,6 +271,7 @@ impl Server {
                 storage_rw: prepared.storage_rw,
                 storage_ro: prepared.storage_ro,
                 passwords: prepared.passwords,
+                accounts: prepared.accounts,
                 pool,
                 poll_budget,
                 modules: ModuleRegistry::with_builtins(),

@@ -3,6 +3,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+mod accounts;
 pub mod auth;
 pub mod config;
 mod daemon;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use ferry_gsi::{Credential, TrustStore};
 use ferry_storage::{ChecksumCache, PosixStorage, Storage};
 
+use crate::accounts::Accounts;
 use crate::auth::PasswordDb;
 use crate::config::ServerConfig;
 use crate::daemon::{Drivers, Server, StartError};
@@ -20,6 +21,8 @@ pub(crate) struct Prepared {
     pub(crate) storage_rw: Arc<dyn Storage>,
     pub(crate) storage_ro: Arc<dyn Storage>,
     pub(crate) passwords: PasswordDb,
+    /// The account each kind of login works as.
+    pub(crate) accounts: Accounts,
     /// GSI logins (not on a data node).
     pub(crate) gsi: Option<crate::gsi::GsiServer>,
     /// The link between a frontend and its data nodes.
@@ -52,6 +55,11 @@ impl Prepared {
             Some(p) => PasswordDb::load(p)?,
             None => PasswordDb::default(),
         };
+        let accounts = if config.data_node {
+            Accounts::default()
+        } else {
+            Accounts::resolve(config, &passwords)?
+        };
         let gsi = if config.gsi && !config.data_node {
             Some(crate::gsi::GsiServer::load(config)?)
         } else {
@@ -77,6 +85,7 @@ impl Prepared {
             storage_rw,
             storage_ro,
             passwords,
+            accounts,
             gsi,
             ipc,
             host,
@@ -122,6 +131,7 @@ impl Server {
             };
             r.checked.push(format!("anonymous logins, {how}"));
         }
+        r.checked.extend(p.accounts.report(config, &p.passwords));
         if let Some(f) = &config.password_file {
             let n = p.passwords.len();
             r.checked

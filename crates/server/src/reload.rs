@@ -91,6 +91,7 @@ impl Reloader {
                     storage_rw: p.storage_rw,
                     storage_ro: p.storage_ro,
                     passwords: p.passwords,
+                    accounts: p.accounts,
                     gsi: p.gsi,
                     pool: Arc::clone(&old.pool),
                     poll_budget: Arc::clone(&old.poll_budget),

@@ -127,7 +127,14 @@ impl DataMover for Dtp {
     ) -> MoverFuture<'_, Result<Vec<SocketAddr>, DtpError>> {
         let opened = self
             .channel
-            .open_passive(&self.transports, &req.stack, req.ip, req.ports, req.tuning)
+            .open_passive(
+                &self.transports,
+                &req.stack,
+                req.ip,
+                req.ports,
+                req.tuning,
+                req.admit_only,
+            )
             .map(|a| vec![a])
             .map_err(DtpError::Listen);
         Box::pin(std::future::ready(opened))

@@ -274,6 +274,7 @@ impl Dtp {
             readers: AtomicUsize::new(0),
             digest: digest.clone(),
             data_rtt_us: Arc::new(AtomicU32::new(0)),
+            limits: self.stream_limits.clone(),
         });
         let data_rtt = Arc::clone(&job.data_rtt_us);
         let total_bytes = {

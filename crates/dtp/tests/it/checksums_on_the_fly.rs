@@ -31,6 +31,7 @@ async fn listen(receiver: &mut Dtp, ip: std::net::IpAddr) -> Vec<std::net::Socke
             tuning: Default::default(),
             striped: false,
             stack: StackSpec::default_net(),
+            admit_only: None,
         })
         .await
         .expect("passive")

@@ -32,6 +32,8 @@ pub(super) struct Forwarding {
     pub(super) channel: ChannelSecurity,
     /// The credential the user delegated to the session, for gsiftp:// children.
     pub(super) delegated: Option<Arc<DataSecurity>>,
+    /// The networks children (and their data listeners) may be in.
+    pub(super) children_in: Arc<Vec<ipnet::IpNet>>,
 }
 
 impl Forwarding {
@@ -39,6 +41,7 @@ impl Forwarding {
         o: &MulticastOptions,
         channel: &ChannelSecurity,
         delegated: Option<Arc<DataSecurity>>,
+        children_in: Arc<Vec<ipnet::IpNet>>,
     ) -> Forwarding {
         Forwarding {
             parallelism: o.parallelism.min(MAX_STREAMS),
@@ -46,7 +49,14 @@ impl Forwarding {
             subject: o.subject.clone(),
             channel: channel.clone(),
             delegated,
+            children_in,
         }
+    }
+
+    /// Refuses a child address outside the admin's networks.
+    fn admits(&self, ip: std::net::IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.children_in.iter().any(|n| n.contains(&ip))
     }
 }
 
@@ -288,10 +298,36 @@ async fn connect(child: &Child, how: &Forwarding) -> Result<RemoteSession, Strin
         }
         _ => GsiSetup::new(options),
     };
-    tokio::time::timeout(LOGIN_TIMEOUT, RemoteSession::connect(&url, &gsi))
+    let outside = |ip| {
+        format!("{ip} is outside the networks this server forwards to (its --multicast-allow-to)")
+    };
+    let port = url.port;
+    let resolved = tokio::time::timeout(
+        LOGIN_TIMEOUT,
+        tokio::net::lookup_host((url.host.as_str(), port)),
+    )
+    .await
+    .map_err(|_| format!("cannot resolve {} in time", url.host))?
+    .map_err(|e| format!("cannot resolve {}: {e}", url.host))?
+    .collect::<Vec<_>>();
+    if resolved.is_empty() {
+        return Err(format!("{} has no address", url.host));
+    }
+    if let Some(a) = resolved.iter().find(|a| !how.admits(a.ip())) {
+        return Err(outside(a.ip()));
+    }
+    let mut session = tokio::time::timeout(LOGIN_TIMEOUT, RemoteSession::connect(&url, &gsi))
         .await
         .map_err(|_| format!("no login within {} s", LOGIN_TIMEOUT.as_secs()))?
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    // The name may resolve elsewhere by the time it is connected to.
+    let peer = session.peer();
+    if !how.admits(peer.ip()) {
+        return Err(outside(peer.ip()));
+    }
+    // The child itself takes the data: a reply naming another host is refused.
+    session.require_data_at_peer();
+    Ok(session)
 }
 
 /// The put to `child`, skipping `restart`.

@@ -35,7 +35,21 @@ pub(crate) const NAME: &str = "gridftp_multicast";
 
 /// The multicast forwarder.
 #[derive(Debug, Default)]
-pub(crate) struct Multicast;
+pub(crate) struct Multicast {
+    /// The networks children may be in (`--multicast-allow-to`); empty: none, so a server
+    /// forwards nowhere until its admin says where (a client names the children, and the
+    /// server logs in and sends data wherever they are).
+    children_in: Arc<Vec<ipnet::IpNet>>,
+}
+
+impl Multicast {
+    /// A forwarder whose children must be in `networks`.
+    pub(crate) fn allowing(networks: Vec<ipnet::IpNet>) -> Multicast {
+        Multicast {
+            children_in: Arc::new(networks),
+        }
+    }
+}
 
 impl DiskDriver for Multicast {
     fn name(&self) -> &'static str {
@@ -43,12 +57,19 @@ impl DiskDriver for Multicast {
     }
 
     fn accept(&self, options: &str) -> Result<(), DiskStackError> {
-        MulticastOptions::parse(options)
-            .map(drop)
-            .map_err(|e| DiskStackError::Options {
+        let o = MulticastOptions::parse(options).map_err(|e| DiskStackError::Options {
+            name: NAME.into(),
+            why: e.to_string(),
+        })?;
+        if self.children_in.is_empty() && !o.children().is_empty() {
+            return Err(DiskStackError::Options {
                 name: NAME.into(),
-                why: e.to_string(),
-            })
+                why: "this server forwards to no network: its admin names the networks \
+                      children may be in with --multicast-allow-to"
+                    .into(),
+            });
+        }
+        Ok(())
     }
 
     fn stores(&self, options: &str) -> bool {
@@ -68,14 +89,24 @@ impl DiskDriver for Multicast {
         let o = MulticastOptions::parse(options)
             .map_err(|e| StorageError::Invalid(format!("{NAME}: {e}")))?;
         check(&access)?;
-        let how = forward::Forwarding::new(&o, access.channel, access.delegated.cloned());
+        let how = forward::Forwarding::new(
+            &o,
+            access.channel,
+            access.delegated.cloned(),
+            Arc::clone(&self.children_in),
+        );
         let started = start_children(o.children(), &how)?;
         Ok(forwarding(below, &access, &o, started))
     }
 
     fn prepare(&self, options: &str, how: Preparing<'_>) -> Option<Prepared> {
         let o = MulticastOptions::parse(options).ok()?;
-        let forwarding = forward::Forwarding::new(&o, how.channel, how.delegated.cloned());
+        let forwarding = forward::Forwarding::new(
+            &o,
+            how.channel,
+            how.delegated.cloned(),
+            Arc::clone(&self.children_in),
+        );
         match start_children(o.children(), &forwarding) {
             Ok(mut started) if !started.is_empty() => {
                 tracing::debug!(
@@ -114,7 +145,12 @@ impl DiskDriver for Multicast {
         };
         let o = MulticastOptions::parse(options)
             .map_err(|e| StorageError::Invalid(format!("{NAME}: {e}")))?;
-        let how = forward::Forwarding::new(&o, access.channel, access.delegated.cloned());
+        let how = forward::Forwarding::new(
+            &o,
+            access.channel,
+            access.delegated.cloned(),
+            Arc::clone(&self.children_in),
+        );
         if !ready.how.same_login(&how) || check(&access).is_err() {
             // Logged in for other data channels (DCAU/PROT changed since), or a transfer
             // that cannot be forwarded: the prepared children go, and wrap decides afresh.

@@ -236,9 +236,10 @@ impl Driver {
                     tokio::time::sleep(Duration::from_millis(500)).await;
                     return Err(Reply::new(530, "Login incorrect."));
                 }
-                (false, None, None)
+                let account = self.ctx.accounts.password(&self.ctx.passwords, &name);
+                (false, account, None)
             }
-            LoginKind::Anonymous => (!cfg.anonymous_write, cfg.anonymous_user.clone(), None),
+            LoginKind::Anonymous => (!cfg.anonymous_write, self.ctx.accounts.anonymous(), None),
             // On a root server a GSI session works as its mapped account from here on: every
             // file operation runs on that account's identity thread (ferry_storage::identity).
             LoginKind::Gsi {
@@ -258,7 +259,8 @@ impl Driver {
         } else {
             Arc::clone(&self.ctx.storage_rw)
         };
-        let storage = match crate::auth::storage_as(storage, account.clone()).await {
+        let allow_root = self.ctx.accounts.allow_root();
+        let storage = match crate::auth::storage_as(storage, account.clone(), allow_root).await {
             Ok(s) => s,
             Err(e) => {
                 metrics.login_failed(auth);
@@ -296,6 +298,10 @@ impl Driver {
             None => {
                 let mut dtp = Dtp::new(Arc::clone(&storage), Arc::clone(&self.ctx.pool), read_only);
                 dtp.poll_lone_streams(Some(Arc::clone(&self.ctx.poll_budget)));
+                dtp.limit_streams(ferry_dtp::StreamLimits {
+                    per_transfer: cfg.data_streams_max,
+                    server: Some(Arc::clone(&self.ctx.shared.data_permits)),
+                });
                 dtp.use_disk_stacks(Arc::clone(&self.ctx.disk_stacks));
                 dtp.use_transports(Arc::clone(&self.ctx.transports));
                 if let Some(delegated) = gsi {

@@ -60,6 +60,9 @@ pub(crate) enum ToNode {
         tuning: SocketTuning,
         /// The session's net stack.
         stack: StackSpec,
+        /// The only host whose data connections the node takes (`None`: any).
+        #[serde(default)]
+        admit_only: Option<std::net::IpAddr>,
     },
     /// `set_active`: the endpoints come with each description; no answer.
     SetActive,

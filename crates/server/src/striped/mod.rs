@@ -28,16 +28,17 @@ impl AllowFrom {
         }
         IpAddr::from_str(e)
             .map(ipnet::IpNet::from)
-            .map_err(|_| format!("--ipc-allow-from: {entry:?} is neither an address nor a network"))
+            .map_err(|_| format!("{entry:?} is neither an address nor a network"))
     }
 
     /// The list; an empty list allows everyone (the link's authentication still applies).
     pub(crate) fn new(entries: &[String]) -> Result<AllowFrom, String> {
-        entries
-            .iter()
-            .map(|e| AllowFrom::parse(e))
-            .collect::<Result<_, _>>()
-            .map(AllowFrom)
+        AllowFrom::parse_all(entries).map(AllowFrom)
+    }
+
+    /// Every entry as a network.
+    pub(crate) fn parse_all(entries: &[String]) -> Result<Vec<ipnet::IpNet>, String> {
+        entries.iter().map(|e| AllowFrom::parse(e)).collect()
     }
 
     /// Whether `ip` may connect.

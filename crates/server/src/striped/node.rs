@@ -139,16 +139,21 @@ async fn session(link: Link, ctx: &NodeContext) -> std::io::Result<()> {
     } else {
         Arc::clone(&ctx.storage_rw)
     };
-    let storage = match crate::auth::storage_as(base, account.clone()).await {
+    let allow_root = ctx.config.allow_root_sessions;
+    let storage = match crate::auth::storage_as(base, account.clone(), allow_root).await {
         Ok(s) => s,
         Err(e) => {
-            let who = account.unwrap_or_default();
+            let who = account.unwrap_or_else(|| "this node's own account".into());
             wr.send(&FromNode::Refused(format!("cannot run as {who}: {e}")))
                 .await?;
             return Ok(());
         }
     };
     let mut dtp = Dtp::new(storage, Arc::clone(&ctx.pool), read_only);
+    dtp.limit_streams(ferry_dtp::StreamLimits {
+        per_transfer: ctx.config.data_streams_max,
+        server: None,
+    });
     dtp.use_transports(Arc::clone(&ctx.transports));
     dtp.use_disk_stacks(Arc::clone(&ctx.disk_stacks));
     match data_security(ctx, delegated_pem.as_deref()) {
@@ -177,13 +182,18 @@ async fn serve_mover(
 ) -> std::io::Result<()> {
     while let Some(msg) = rd.recv::<ToNode>().await? {
         match msg {
-            ToNode::OpenPassive { tuning, stack } => {
+            ToNode::OpenPassive {
+                tuning,
+                stack,
+                admit_only,
+            } => {
                 let req = PassiveRequest {
                     ip: data_ip,
                     ports: ctx.config.port_range,
                     tuning,
                     striped: false,
                     stack,
+                    admit_only,
                 };
                 let reply = match mover.open_passive(req).await {
                     Ok(a) => FromNode::Passive(a),

@@ -32,10 +32,13 @@ block-size = 65536
 net-stack-whitelist = ["tcp"]
 fs-whitelist = ["file"]
 banner = "Welcome to the ferry test server"
+allow-root-sessions = true
+anonymous-user = "{me}"
 "#,
         root = root.display(),
         passwd = passwd.display(),
         log = log.display(),
+        me = ferry_storage::Identity::of_process().unwrap().name,
     );
     let file = base.path().join("ferry.toml");
     std::fs::write(&file, toml).unwrap();

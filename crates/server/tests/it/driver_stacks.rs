@@ -178,6 +178,7 @@ async fn the_admin_sets_the_servers_congestion_control_and_an_unknown_one_stops_
 
     let bad = ferry_server::ServerConfig {
         anonymous: true,
+        root: std::env::temp_dir(),
         data_congestion: Some(ferry_net::Congestion::new("nosuchcc").unwrap()),
         ..Default::default()
     };

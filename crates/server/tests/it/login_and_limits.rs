@@ -243,3 +243,42 @@ async fn site_status_counts_the_sessions_and_transfers_of_the_whole_server() {
     assert!(r.text().contains("transfers 0 running"), "{r}");
     assert!(r.text().contains("transfers 1 started"), "{r}");
 }
+
+/// One upload takes at most `data_streams_max` data connections; the rest are closed as they
+/// come (the reviewer's 19 983 idle connections held a descriptor and a buffer each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_takes_no_more_data_connections_than_its_bound() {
+    use tokio::io::AsyncReadExt;
+    let srv = TestServer::start_with(|c| c.data_streams_max = 4).await;
+    let mut c = srv.login().await;
+    expect(&mut c, "TYPE I", 200).await;
+    expect(&mut c, "MODE E", 200).await;
+    let addr = pasv(&mut c).await;
+    let mut reads = tokio::task::JoinSet::new();
+    for _ in 0..10 {
+        let mut conn = data_connect(addr).await;
+        reads.spawn(async move {
+            let mut b = [0u8; 1];
+            let _ = conn.read(&mut b).await;
+            conn
+        });
+    }
+    start_transfer(&mut c, "STOR many.bin").await;
+    for closed in 0..6 {
+        within(
+            &format!("connection {closed} past the bound to close"),
+            reads.join_next(),
+        )
+        .await
+        .expect("a reader")
+        .expect("reader task");
+    }
+    // The four taken are still held for the upload; nothing else closed.
+    assert_eq!(reads.len(), 4);
+    assert!(
+        reads.try_join_next().is_none(),
+        "a fifth connection was closed"
+    );
+    let r = cmd(&mut c, "ABOR").await;
+    assert!(r.code == 426 || r.code == 226 || r.code == 225, "{r}");
+}

@@ -5,6 +5,7 @@
 
 mod common;
 
+mod bounce;
 mod checksum_cache;
 mod checksums;
 mod config_file;

@@ -166,6 +166,7 @@ async fn stor_to_a_full_device_fails_with_452_and_the_session_survives() {
     }
     let srv = TestServer::start_with(|c| {
         c.root = "/".into();
+        c.anonymous_whole_fs = true;
         c.anonymous_write = true;
     })
     .await;
@@ -206,7 +207,11 @@ async fn abor_during_a_transfer_answers_426_then_226() {
         eprintln!("skipping: /dev/zero is missing");
         return;
     }
-    let srv = TestServer::start_with(|c| c.root = "/".into()).await;
+    let srv = TestServer::start_with(|c| {
+        c.root = "/".into();
+        c.anonymous_whole_fs = true;
+    })
+    .await;
     let mut c = srv.login_anonymous().await;
     expect(&mut c, "TYPE I", 200).await;
     let addr = pasv(&mut c).await;
@@ -237,7 +242,11 @@ async fn abor_preceded_by_telnet_ip_and_synch_aborts_the_transfer() {
         eprintln!("skipping: /dev/zero is missing");
         return;
     }
-    let srv = TestServer::start_with(|c| c.root = "/".into()).await;
+    let srv = TestServer::start_with(|c| {
+        c.root = "/".into();
+        c.anonymous_whole_fs = true;
+    })
+    .await;
     let mut raw = RawControl::connect(srv.addr).await;
     for line in ["USER anonymous", "PASS x@y", "TYPE I"] {
         let r = raw.command(line).await;

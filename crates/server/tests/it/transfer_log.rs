@@ -91,6 +91,7 @@ async fn an_aborted_transfer_is_logged_as_failed_with_the_bytes_it_moved() {
     let log_cfg = log.clone();
     let srv = TestServer::start_with(move |c| {
         c.root = "/".into();
+        c.anonymous_whole_fs = true;
         c.log_transfer = Some(log_cfg);
     })
     .await;

@@ -18,7 +18,29 @@ pub(super) enum PassiveKind {
     Spas { v6: bool },
 }
 
+/// An IPv4 address carried as IPv6 (`::ffff:a.b.c.d`) as the IPv4 address it is.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
 impl Pi {
+    /// Whether this session may be one end of a third-party copy: name another host for its
+    /// data, or take data connections from one. GSI sessions with data-channel authentication
+    /// may (the data channel proves who is at the other end); others only as the admin allows.
+    pub(super) fn may_be_third_party(&self) -> bool {
+        let allowed = |kind: &str| self.ctx.config.allow_third_party.iter().any(|k| k == kind);
+        if self.is_gsi() {
+            return self.settings.dcau != ferry_proto::command::Dcau::None || allowed("dcau-none");
+        }
+        if self.is_anonymous() {
+            return allowed("anonymous");
+        }
+        allowed("password")
+    }
+
     pub(super) fn cmd_data_setup(&mut self, cmd: Command) {
         if self.settings.epsv_all && !matches!(cmd, Command::Epsv(_)) {
             return self.reply(
@@ -62,6 +84,7 @@ impl Pi {
             tuning: self.data_tuning(),
             striped: matches!(kind, PassiveKind::Spas { .. }),
             stack: self.settings.net_stack.clone(),
+            admit_only: (!self.may_be_third_party()).then(|| self.peer.ip()),
         };
         self.pending = Some(Pending::Passive(kind, ip));
         self.request(Request::OpenPassive(req));
@@ -126,6 +149,26 @@ impl Pi {
             return self.reply(501, "Illegal PORT command.");
         }
         let endpoints: Vec<SocketAddr> = list.iter().map(|h| h.0).collect();
+        // FTP bounce (RFC 2577): no data connection to a service port, and none to another
+        // host unless this session may be one end of a third-party copy.
+        if let Some(a) = endpoints.iter().find(|a| a.port() < 1024) {
+            return self.reply(
+                504,
+                format!("PORT to {a} refused: ports below 1024 are never data ports."),
+            );
+        }
+        let own = canonical(self.peer.ip());
+        if !self.may_be_third_party() {
+            if let Some(a) = endpoints.iter().find(|a| canonical(a.ip()) != own) {
+                return self.reply(
+                    504,
+                    format!(
+                        "PORT to {a} refused: this session may only name its own address {own} \
+                         (the server's --allow-third-party admits third-party copies)."
+                    ),
+                );
+            }
+        }
         self.pending = Some(Pending::Active(endpoints.clone()));
         self.request(Request::SetActive(endpoints));
     }

@@ -185,4 +185,14 @@ impl Pi {
     fn anonymous(&self, name: &str) -> bool {
         self.ctx.config.anonymous && ANONYMOUS_NAMES.contains(&name)
     }
+
+    /// Whether the session logged in with GSI.
+    pub(super) fn is_gsi(&self) -> bool {
+        self.gsi_identity.is_some()
+    }
+
+    /// Whether the session logged in anonymously.
+    pub(super) fn is_anonymous(&self) -> bool {
+        !self.is_gsi() && matches!(&self.login, LoginState::In { name, .. } if self.anonymous(name))
+    }
 }

@@ -110,10 +110,21 @@ impl Pi {
             }
             Command::Opts(o) => self.cmd_opts(o),
             Command::Dcau(Dcau::None) => {
-                if s.dcau != Dcau::None {
+                let could = self.may_be_third_party();
+                if self.settings.dcau != Dcau::None {
                     self.forget_cached_channel();
                 }
                 self.settings.dcau = Dcau::None;
+                if could && !self.may_be_third_party() {
+                    // A listener opened under DCAU A takes any host; unauthenticated, it must
+                    // take only this client's: the next transfer needs a new PASV.
+                    if matches!(
+                        self.settings.channel,
+                        Some(ferry_dtp::ChannelSetup::Passive)
+                    ) {
+                        self.settings.channel = None;
+                    }
+                }
                 self.reply(200, "DCAU N.");
             }
             Command::Dcau(d) if self.gsi_identity.is_some() => {

@@ -78,6 +78,7 @@ impl RemoteDtp {
             striped,
             tuning,
             stack,
+            admit_only,
             ..
         } = req;
         self.cached = None;
@@ -93,6 +94,7 @@ impl RemoteDtp {
             let msg = ToNode::OpenPassive {
                 tuning,
                 stack: stack.clone(),
+                admit_only,
             };
             match self.tell(i, &msg).await {
                 Ok(()) => asked.push(i),

@@ -44,7 +44,7 @@ fn password_file_text() -> &'static str {
     TEXT.get_or_init(|| {
         let dir = tempfile::tempdir().expect("tempdir");
         let f = dir.path().join("passwd");
-        ferry_server::auth::set_password(&f, USER, PASSWORD).expect("set_password");
+        ferry_server::auth::set_password(&f, USER, PASSWORD, None).expect("set_password");
         std::fs::read_to_string(&f).expect("read password file")
     })
 }
@@ -82,6 +82,11 @@ pub fn base_config(base: &Path) -> ServerConfig {
         anonymous_write: false,
         password_file: Some(passwd),
         block_size: Some(64 * 1024),
+        // The tests' files belong to whoever runs them (root in CI): sessions work as that
+        // user, which a root server allows only when told so. The account rules themselves
+        // are tested in the server's unit tests and the CLI's run_as tests.
+        allow_root_sessions: true,
+        anonymous_user: ferry_storage::Identity::of_process().ok().map(|id| id.name),
         ..ServerConfig::default()
     }
 }

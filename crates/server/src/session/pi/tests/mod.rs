@@ -116,8 +116,9 @@ fn a_mode_e_put_with_rest_ranges_keeps_them_and_asks_for_restart_markers() {
     p.expect("TYPE I", 200);
     p.expect("MODE E", 200);
     p.expect("TREV RESTART 1", 200);
-    p.expect("PORT 192,0,2,9,4,1", 200);
-    assert_eq!(p.active, [vec!["192.0.2.9:1025".parse().unwrap()]]);
+    // The client's own host (192.0.2.7): a password session may not name another.
+    p.expect("PORT 192,0,2,7,4,1", 200);
+    assert_eq!(p.active, [vec!["192.0.2.7:1025".parse().unwrap()]]);
     p.expect("REST 0-1000,2000-3000", 350);
     let mut ranges = RangeSet::new();
     ranges.insert(0, 1000);
@@ -154,7 +155,7 @@ fn eret_and_esto_describe_sections_and_bad_modules_are_refused() {
 
 #[test]
 fn spas_lists_every_stripe_and_spor_takes_every_endpoint() {
-    let mut p = Pair::logged_in();
+    let mut p = Pair::logged_in_with(|c| c.allow_third_party = vec!["password".into()]);
     p.passive = vec![
         "192.0.2.21:50000".parse().unwrap(),
         "192.0.2.22:50001".parse().unwrap(),
@@ -253,6 +254,7 @@ fn transfers_without_a_data_channel_or_login_and_bad_lines_get_their_errors() {
 fn a_chosen_disk_stack_is_prepared_at_setdiskstack_and_the_default_or_a_refused_one_is_not() {
     let mut p = Pair::with(|c| {
         c.fs_whitelist = vec!["file".into(), "gridftp_multicast".into()];
+        c.multicast_allow_to = vec!["192.0.2.0/24".into()];
     });
     p.expect("USER alice", 331);
     p.expect("PASS right", 230);

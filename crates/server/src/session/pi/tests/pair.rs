@@ -96,7 +96,12 @@ impl Pair {
     }
 
     pub(super) fn logged_in() -> Pair {
-        let mut p = Pair::new();
+        Pair::logged_in_with(|_| {})
+    }
+
+    /// [`Pair::logged_in`] on a server whose configuration `adjust` changes.
+    pub(super) fn logged_in_with(adjust: impl FnOnce(&mut ServerConfig)) -> Pair {
+        let mut p = Pair::with(adjust);
         p.expect("USER alice", 331);
         p.expect("PASS right", 230);
         p
