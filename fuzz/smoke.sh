@@ -19,6 +19,8 @@ for target in $(cargo fuzz list); do
     extra=()
     # Long enough to reach MAX_COMMAND_LINE (8192) and the TooLong path.
     [ "$target" = command_parse ] && extra+=(-max_len=9000)
+    # FTS3's field names and values, so that bodies get past the JSON into the checks.
+    [ "$target" = submit_parse ] && extra+=(-dict=submit_parse.dict)
     echo "smoke.sh: $target for ${secs}s"
     cargo fuzz run "$target" -- -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
         -print_final_stats=1 ${extra[@]+"${extra[@]}"}

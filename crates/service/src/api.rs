@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, FromRequestParts, State};
 
-pub use crate::extract::{Body, Path, Query};
+pub use crate::extract::{Body, JsonBody, Path, Query};
 use axum::http::{header, request::Parts, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -62,6 +62,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/dashboard/session", post(crate::dashboard::session))
         .route("/dashboard/state", get(crate::dashboard::state))
         .route("/dashboard/events", get(crate::dashboard::events))
+        .layer(axum::middleware::from_fn(crate::cross_site::guard))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
 }
@@ -76,6 +77,7 @@ impl IntoResponse for ServiceError {
             ServiceError::NotFound(_) => StatusCode::NOT_FOUND,
             ServiceError::Conflict(_) => StatusCode::CONFLICT,
             ServiceError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ServiceError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         if status == StatusCode::INTERNAL_SERVER_ERROR {
@@ -102,8 +104,15 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
         if let Peer::Verified(id) = &peer {
             return Ok(Caller(id.clone()));
         }
+        // A connection whose request proves who it is leaves the share of those that have not.
+        let proven = |id: Identity| {
+            if let Some(a) = parts.extensions.get::<Arc<crate::Admission>>() {
+                a.authenticated();
+            }
+            Caller(id)
+        };
         if let Some(id) = session_cookie(parts).and_then(|c| auth.as_ref()?.session(&c)) {
-            return Ok(Caller(id));
+            return Ok(proven(id));
         }
         if let Some(value) = parts.headers.get(header::AUTHORIZATION) {
             let token = value
@@ -118,7 +127,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
                     ServiceError::Unauthorized("Authorization must be 'Bearer TOKEN'".into())
                 })?;
             return match auth.and_then(|a| a.token(token)) {
-                Some(id) => Ok(Caller(id)),
+                Some(id) => Ok(proven(id)),
                 None => Err(ServiceError::Unauthorized(
                     "the bearer token is not known".into(),
                 )),
@@ -237,11 +246,9 @@ async fn delegation_credential(
 async fn submit(
     State(st): Shared,
     Caller(caller): Caller,
-    Body(body): Body,
+    JsonBody(body): JsonBody,
 ) -> Result<Json<Value>, ServiceError> {
-    let value: Value = serde_json::from_slice(&body)
-        .map_err(|e| ServiceError::BadRequest(format!("the body is not JSON: {e}")))?;
-    let (job, _) = crate::submit::parse(&value, &caller.dn, st.defaults, st.allow_local)?;
+    let (job, _) = crate::submit::parse_body(&body, &caller.dn, st.defaults, st.allow_local)?;
     let id = job.job_id.clone();
     let files = job.files.len();
     let new = st.db.insert_job(job, now()).await?;
@@ -383,15 +390,20 @@ async fn file_retries(
     Path((id, file_id)): Path<(String, i64)>,
 ) -> Result<Json<Value>, ServiceError> {
     visible_job(&st, &caller, &id).await?;
-    match st.db.file(file_id).await? {
-        Some(f) if f.job_id == id => {}
+    let file = match st.db.file(file_id).await? {
+        Some(f) if f.job_id == id => f,
         _ => {
             return Err(ServiceError::NotFound(format!(
                 "no file {file_id} in job {id}"
             )))
         }
+    };
+    let mut attempts = st.db.attempts(file_id).await?;
+    for a in &mut attempts {
+        if let Some(e) = &a.error {
+            a.error = Some(crate::redact::text(e, &[&file.source, &file.dest]));
+        }
     }
-    let attempts = st.db.attempts(file_id).await?;
     Ok(Json(serde_json::to_value(attempts).unwrap_or(Value::Null)))
 }
 
@@ -447,35 +459,21 @@ pub fn job_json(j: &JobRow) -> Value {
     })
 }
 
-/// A URL as shown: a password in it (`ftp://user:secret@host/…`, kept for the transfer) is
-/// shown as `***`, to its owner as to admins.
-pub fn without_password(url: &str) -> String {
-    let Some(start) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
-    };
-    let end = url[start..].find('/').map_or(url.len(), |i| start + i);
-    match url[start..end].rfind('@') {
-        Some(at) => match url[start..start + at].find(':') {
-            Some(colon) => format!("{}***{}", &url[..start + colon + 1], &url[start + at..]),
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
-    }
-}
-
-/// A file as FTS3 shows it (`throughput` in MB/s), with ferry's stored ranges and attempts.
+/// A file as FTS3 shows it (`throughput` in MB/s), with ferry's stored ranges and attempts; the
+/// passwords of `ftp://user:pw@` URLs (kept for the transfer) as `***`, to its owner as to
+/// admins, in its URLs and in its reason.
 pub fn file_json(f: &FileRow, live: Option<&crate::scheduler::Live>) -> Value {
     json!({
         "file_id": f.file_id,
         "job_id": f.job_id,
         "file_index": f.file_index,
         "file_state": f.file_state,
-        "source_surl": without_password(&f.source),
-        "dest_surl": without_password(&f.dest),
+        "source_surl": crate::redact::url(&f.source),
+        "dest_surl": crate::redact::url(&f.dest),
         "link": f.link,
         "filesize": f.filesize,
         "checksum": f.checksum,
-        "reason": f.reason,
+        "reason": f.reason.as_deref().map(|r| crate::redact::text(r, &[&f.source, &f.dest])),
         "retry": f.failures,
         "attempts": f.attempts,
         "start_time": f.start_time.map(timestamp),
@@ -487,9 +485,19 @@ pub fn file_json(f: &FileRow, live: Option<&crate::scheduler::Live>) -> Value {
     })
 }
 
-/// Makes [`Extension`] usable from `lib.rs` without naming axum there.
-pub fn with_peer(router: Router, peer: Peer, auth: Arc<Auth>) -> Router {
-    router.layer(Extension(peer)).layer(Extension(auth))
+/// Makes [`Extension`] usable from `lib.rs` without naming axum there: what the connection's
+/// handshake proved, the rules, and the connection's place at the gate (which a request that
+/// authenticates moves out of the unauthenticated share).
+pub fn with_peer(
+    router: Router,
+    peer: Peer,
+    auth: Arc<Auth>,
+    admission: Arc<crate::Admission>,
+) -> Router {
+    router
+        .layer(Extension(peer))
+        .layer(Extension(auth))
+        .layer(Extension(admission))
 }
 
 /// FTS3's client asks for `endpoint + "/" + "/whoami"`: repeated slashes in a path count as one.
@@ -521,23 +529,6 @@ pub fn collapse_slashes<B>(mut req: axum::http::Request<B>) -> axum::http::Reque
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn passwords_in_urls_are_not_shown() {
-        assert_eq!(
-            without_password("ftp://alice:s3cret@host:21/a/b"),
-            "ftp://alice:***@host:21/a/b"
-        );
-        assert_eq!(
-            without_password("ftp://alice@host/a@b"),
-            "ftp://alice@host/a@b"
-        );
-        assert_eq!(
-            without_password("gsiftp://host/x:y@z"),
-            "gsiftp://host/x:y@z"
-        );
-        assert_eq!(without_password("/local/path"), "/local/path");
-    }
 
     #[test]
     fn repeated_slashes_in_a_path_count_as_one() {

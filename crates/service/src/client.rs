@@ -126,6 +126,17 @@ impl ServiceClient {
         path: &str,
         body: Option<(Vec<u8>, &str)>,
     ) -> Result<(u16, Vec<u8>), ServiceError> {
+        self.request_with_headers(method, path, body, &[]).await
+    }
+
+    /// [`ServiceClient::request`] with more headers (what a browser would add, say).
+    pub async fn request_with_headers(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<(Vec<u8>, &str)>,
+        headers: &[(&str, &str)],
+    ) -> Result<(u16, Vec<u8>), ServiceError> {
         let body = body.map(|(b, ct)| (Bytes::from(b), ct.to_owned()));
         let build = || {
             let mut req = Request::builder()
@@ -135,6 +146,9 @@ impl ServiceClient {
                 .header(hyper::header::ACCEPT, "application/json");
             if let Some(t) = &self.token {
                 req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
+            }
+            for (name, value) in headers {
+                req = req.header(*name, *value);
             }
             let full = match &body {
                 Some((b, ct)) => {
@@ -258,6 +272,7 @@ fn check(status: u16, body: &[u8]) -> Result<(), ServiceError> {
         404 => ServiceError::NotFound(message),
         409 => ServiceError::Conflict(message),
         413 => ServiceError::TooLarge(message),
+        415 => ServiceError::UnsupportedMediaType(message),
         _ => ServiceError::Http(format!("the service answered {status}: {message}")),
     })
 }

@@ -82,11 +82,21 @@ pub(crate) async fn events(
     Sse::new(stream).keep_alive(KeepAlive::default())
 }
 
+/// How many of a user's newest jobs their dashboard shows (with their links).
+const JOBS_SHOWN: i64 = 50;
+
+/// What `who` may see: everything for an admin; for anyone else their own jobs, files and
+/// links (those their files take, with their files' counts), and the optimizer's decisions on
+/// those links only. A link's concurrency target and throughput are the link's, shared by all
+/// who use it.
 async fn picture(st: &Arc<AppState>, who: &crate::auth::Identity) -> Result<Value, ServiceError> {
     let user = (!who.admin).then(|| who.dn.clone());
     let snapshot = st.scheduler.snapshot();
     let live = st.scheduler.live();
-    let counts = st.db.link_counts().await?;
+    let counts = match &user {
+        None => st.db.link_counts().await?,
+        Some(u) => st.db.link_counts_of(u.clone(), JOBS_SHOWN).await?,
+    };
     let mut links: BTreeMap<String, BTreeMap<&str, Value>> = BTreeMap::new();
     for (link, state, n) in &counts {
         let row = links.entry(link.clone()).or_default();
@@ -100,17 +110,24 @@ async fn picture(st: &Arc<AppState>, who: &crate::auth::Identity) -> Result<Valu
         let sum = row.get(key).and_then(Value::as_i64).unwrap_or(0) + n;
         row.insert(key, json!(sum));
     }
+    let seen: Vec<String> = links.keys().cloned().collect();
     let links: Vec<Value> = links
         .into_iter()
         .map(|(link, row)| {
             let n = |k: &str| row.get(k).and_then(Value::as_i64).unwrap_or(0);
             let (running, target, throughput) =
                 snapshot.links.get(&link).copied().unwrap_or((0, 0, 0.0));
+            // Everyone's transfers on the link for an admin; a user's own are in their counts.
+            let active = if user.is_none() {
+                n("active").max(running as i64)
+            } else {
+                n("active")
+            };
             let ended = n("finished") + n("failed");
             json!({
                 "link": link,
                 "queued": n("queued"),
-                "active": n("active").max(running as i64),
+                "active": active,
                 "target": target,
                 "finished": n("finished"),
                 "failed": n("failed"),
@@ -122,7 +139,7 @@ async fn picture(st: &Arc<AppState>, who: &crate::auth::Identity) -> Result<Valu
         .collect();
     let jobs: Vec<Value> = st
         .db
-        .job_summaries(user.clone(), 50)
+        .job_summaries(user.clone(), JOBS_SHOWN)
         .await?
         .into_iter()
         .map(|(j, c)| {
@@ -142,12 +159,12 @@ async fn picture(st: &Arc<AppState>, who: &crate::auth::Identity) -> Result<Valu
         .collect();
     let files: Vec<Value> = st
         .db
-        .recent_files(user, 100)
+        .recent_files(user.clone(), 100)
         .await?
         .iter()
         .map(|f| file_json(f, live.get(&f.file_id)))
         .collect();
-    let decisions = st.db.decisions(20).await?;
+    let decisions = st.db.decisions(user.map(|_| seen), 20).await?;
     Ok(json!({
         "now": crate::now(),
         "user": who.dn,

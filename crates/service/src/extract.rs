@@ -40,6 +40,40 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequestParts<S> for Que
 /// answer instead of a reset connection.
 pub struct Body(pub axum::body::Bytes);
 
+/// A JSON request body: [`Body`] sent as `application/json`, anything else a JSON 415. A
+/// browser's form may post `text/plain` to another site with the user's client certificate,
+/// but it cannot send `application/json` there without the site's consent (CORS), so a JSON
+/// endpoint that takes only JSON cannot be posted to from another site's page.
+pub struct JsonBody(pub axum::body::Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody {
+    type Rejection = ServiceError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
+        let declared = req
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        if !declared.as_deref().is_some_and(is_json) {
+            return Err(ServiceError::UnsupportedMediaType(format!(
+                "the body must be sent as Content-Type: application/json, not {}",
+                declared.as_deref().unwrap_or("without one")
+            )));
+        }
+        Body::from_request(req, state)
+            .await
+            .map(|Body(b)| JsonBody(b))
+    }
+}
+
+/// Whether a `Content-Type` is `application/json`, parameters (`; charset=utf-8`) aside.
+fn is_json(content_type: &str) -> bool {
+    content_type
+        .split(';')
+        .next()
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
+}
+
 /// How much of an oversized body is read before the 413 (more is cut off).
 const DRAIN: usize = 64 << 20;
 
@@ -68,5 +102,31 @@ impl<S: Send + Sync> FromRequest<S> for Body {
             )));
         }
         Ok(Body(buf.into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_application_json_is_json() {
+        for yes in [
+            "application/json",
+            "Application/JSON",
+            "application/json; charset=utf-8",
+        ] {
+            assert!(is_json(yes), "{yes}");
+        }
+        for no in [
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/jsonp",
+            "text/plain; application/json",
+            "",
+        ] {
+            assert!(!is_json(no), "{no}");
+        }
     }
 }

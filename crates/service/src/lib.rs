@@ -5,15 +5,18 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+mod admission;
 pub mod api;
 pub mod auth;
 pub mod client;
+mod cross_site;
 pub mod dashboard;
 pub mod db;
 pub mod delegation;
 pub mod extract;
 pub mod metrics;
 pub mod optimizer;
+pub mod redact;
 pub mod scheduler;
 pub mod states;
 pub mod submit;
@@ -28,6 +31,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+pub use admission::{Admission, ConnectionLimits};
 pub use scheduler::Limits;
 pub use submit::Defaults;
 
@@ -55,6 +59,9 @@ pub enum ServiceError {
     /// A request body over the limit (413).
     #[error("{0}")]
     TooLarge(String),
+    /// A request body of a type the endpoint does not take (415).
+    #[error("{0}")]
+    UnsupportedMediaType(String),
     /// The database.
     #[error("database: {0}")]
     Database(String),
@@ -113,6 +120,7 @@ pub struct Service {
     metrics_endpoint: Option<ferry_metrics::Endpoint>,
     state: Arc<api::AppState>,
     acceptor: openssl::ssl::SslAcceptor,
+    connections: ConnectionLimits,
 }
 
 impl Service {
@@ -167,6 +175,7 @@ impl Service {
         Ok(Service {
             listener,
             acceptor,
+            connections: ConnectionLimits::default(),
             metrics_endpoint,
             state: Arc::new(api::AppState {
                 db,
@@ -176,6 +185,12 @@ impl Service {
                 allow_local: config.allow_local,
             }),
         })
+    }
+
+    /// The same service with other connection limits than [`ConnectionLimits::default`].
+    pub fn with_connection_limits(mut self, limits: ConnectionLimits) -> Service {
+        self.connections = limits;
+        self
     }
 
     /// Where it listens.
@@ -199,12 +214,11 @@ impl Service {
         let sched_task = tokio::spawn(Arc::clone(&scheduler).run());
         let router = api::router(Arc::clone(&self.state));
         let acceptor = Arc::new(self.acceptor);
-        // Bounded: each connection holds a TLS session; a flood waits at accept.
-        let slots = Arc::new(tokio::sync::Semaphore::new(1024));
+        let gate = admission::Gate::new(self.connections);
         loop {
-            let permit = tokio::select! {
+            let slot = tokio::select! {
                 _ = stop.cancelled() => break,
-                p = Arc::clone(&slots).acquire_owned() => p.map_err(|e| ServiceError::Config(e.to_string()))?,
+                s = gate.slot() => s.map_err(|e| ServiceError::Config(e.to_string()))?,
             };
             let (tcp, from) = tokio::select! {
                 _ = stop.cancelled() => break,
@@ -217,14 +231,24 @@ impl Service {
                     }
                 },
             };
-            let (acceptor, router, auth) = (
+            // Dropped, and so closed, at once: a flood from one address costs an accept.
+            let Some(admission) = gate.admit(from.ip(), slot) else {
+                tracing::debug!(%from, "connection closed: its address holds its share");
+                continue;
+            };
+            let (acceptor, router, auth, limits) = (
                 Arc::clone(&acceptor),
                 router.clone(),
                 Arc::clone(&self.state.auth),
+                gate.limits(),
             );
             tokio::spawn(async move {
-                let _permit = permit;
-                if let Err(e) = connection(tcp, &acceptor, router, auth).await {
+                let closed = admission.closed();
+                let served = tokio::select! {
+                    r = connection(tcp, &acceptor, router, auth, admission, limits) => r,
+                    _ = closed.cancelled() => Err("closed to make room: it had not authenticated".into()),
+                };
+                if let Err(e) = served {
                     tracing::debug!(%from, error = %e, "connection ended");
                 }
             });
@@ -237,30 +261,56 @@ impl Service {
     }
 }
 
+/// One connection: the TLS handshake, then HTTP/1.1 until the client is done. Until its client
+/// has authenticated, each step has a few seconds ([`ConnectionLimits`]).
 async fn connection(
     tcp: tokio::net::TcpStream,
     acceptor: &openssl::ssl::SslAcceptor,
     router: axum::Router,
     auth: Arc<auth::Auth>,
+    admission: Arc<Admission>,
+    limits: ConnectionLimits,
 ) -> Result<(), String> {
     let _ = tcp.set_nodelay(true);
     let ssl = openssl::ssl::Ssl::new(acceptor.context()).map_err(|e| e.to_string())?;
     let mut tls = tokio_openssl::SslStream::new(ssl, tcp).map_err(|e| e.to_string())?;
-    tokio::time::timeout(
-        Duration::from_secs(20),
-        std::pin::Pin::new(&mut tls).accept(),
-    )
-    .await
-    .map_err(|_| "TLS handshake timed out".to_owned())?
-    .map_err(|e| format!("TLS handshake: {e}"))?;
-    let peer = auth.peer_of(tls.ssl());
-    let app =
-        tower::ServiceExt::map_request(api::with_peer(router, peer, auth), api::collapse_slashes);
-    let service = hyper_util::service::TowerToHyperService::new(app);
-    hyper::server::conn::http1::Builder::new()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(30))
-        .serve_connection(TokioIo::new(tls), service)
+    tokio::time::timeout(limits.handshake, std::pin::Pin::new(&mut tls).accept())
         .await
-        .map_err(|e| e.to_string())
+        .map_err(|_| "TLS handshake timed out".to_owned())?
+        .map_err(|e| format!("TLS handshake: {e}"))?;
+    let peer = auth.peer_of(tls.ssl());
+    if matches!(peer, auth::Peer::Verified(_)) {
+        admission.authenticated();
+    }
+    let head_within = if admission.is_authenticated() {
+        limits.idle
+    } else {
+        limits.first_request
+    };
+    let app = tower::ServiceExt::map_request(
+        api::with_peer(router, peer, auth, Arc::clone(&admission)),
+        api::collapse_slashes,
+    );
+    let service = hyper_util::service::TowerToHyperService::new(app);
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(head_within)
+        .serve_connection(TokioIo::new(tls), service);
+    let mut conn = std::pin::pin!(conn);
+    if !admission.is_authenticated() {
+        // A token or a session cookie in a request may still authenticate it; if none has
+        // by then, the connection ends once its request in flight is answered.
+        tokio::select! {
+            r = conn.as_mut() => return r.map_err(|e| e.to_string()),
+            _ = tokio::time::sleep(limits.unauthenticated_for) => {}
+        }
+        if !admission.is_authenticated() {
+            conn.as_mut().graceful_shutdown();
+            return match tokio::time::timeout(limits.first_request, conn).await {
+                Ok(r) => r.map_err(|e| e.to_string()),
+                Err(_) => Err("not authenticated in time".into()),
+            };
+        }
+    }
+    conn.await.map_err(|e| e.to_string())
 }

@@ -16,7 +16,7 @@ pub const MAX_FILES: usize = 50_000;
 /// Largest file size a job may state (2^53 bytes, 8 PiB: exact in every JSON parser).
 const MAX_FILESIZE: i64 = 1 << 53;
 /// Longest URL accepted.
-const MAX_URL: usize = 4096;
+pub const MAX_URL: usize = 4096;
 
 /// File fields acted on.
 const FILE_FIELDS: &[&str] = &[
@@ -77,6 +77,19 @@ pub struct JobOptions {
     pub buffer_size: Option<u32>,
     /// Seconds an attempt may take before it counts as a transient failure.
     pub timeout: Option<u64>,
+}
+
+/// Turns the bytes of a submission (`POST /jobs`) into a job for `user`: JSON, then
+/// [`parse`]. What the REST API runs on every body it is sent (and what `fuzz/` feeds).
+pub fn parse_body(
+    body: &[u8],
+    user: &str,
+    defaults: Defaults,
+    allow_local: bool,
+) -> Result<(NewJob, JobOptions), ServiceError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ServiceError::BadRequest(format!("the body is not JSON: {e}")))?;
+    parse(&value, user, defaults, allow_local)
 }
 
 /// Turns a submission body into a job for `user`. `allow_local`: whether local paths and
@@ -339,7 +352,13 @@ fn url_list(f: &Map<String, Value>, key: &str, i: usize) -> Result<Vec<String>, 
 }
 
 fn location(url: &str, i: usize, allow_local: bool) -> Result<Location, ServiceError> {
-    let loc = Location::parse(url).map_err(|e| bad(&format!("files[{i}]: {e}")))?;
+    // Refusals go back to the submitter and may be logged: without the URL's password.
+    let loc = Location::parse(url).map_err(|e| {
+        bad(&format!(
+            "files[{i}]: {}",
+            crate::redact::text(&e.to_string(), &[url])
+        ))
+    })?;
     if let Location::Remote(r) = &loc {
         let name_ok = |c: char| c.is_ascii_alphanumeric() || c == '.' || c == '-';
         let v6_ok = |c: char| c.is_ascii_hexdigit() || c == ':' || c == '.';
@@ -347,7 +366,8 @@ fn location(url: &str, i: usize, allow_local: bool) -> Result<Location, ServiceE
             r.host.chars().all(name_ok) || (r.host.contains(':') && r.host.chars().all(v6_ok));
         if r.host.is_empty() || !host_ok || r.port == 0 {
             return Err(bad(&format!(
-                "files[{i}]: '{url}' does not name a host (letters, digits, '.' and '-', or [IPv6]) and a port from 1"
+                "files[{i}]: '{}' does not name a host (letters, digits, '.' and '-', or [IPv6]) and a port from 1",
+                crate::redact::url(url)
             )));
         }
     }
@@ -531,6 +551,22 @@ mod tests {
             match job(body.clone()) {
                 Err(ServiceError::BadRequest(m)) => assert!(m.contains(want), "{body}: {m}"),
                 other => panic!("{body}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_refused_url_is_not_echoed_with_its_password() {
+        for url in [
+            "ftp://bob:hunter22@host:port/x",
+            "ftp://bob:hunter22@bad_host/x",
+        ] {
+            let body = json!({"files": [{"sources": [url], "destinations": ["gsiftp://b/y"]}]});
+            match job(body) {
+                Err(ServiceError::BadRequest(m)) => {
+                    assert!(!m.contains("hunter22") && m.contains("bob:***@"), "{m}")
+                }
+                other => panic!("{url}: {other:?}"),
             }
         }
     }

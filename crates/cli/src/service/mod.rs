@@ -300,7 +300,8 @@ fn code_of(e: &ServiceError) -> u8 {
         ServiceError::BadRequest(_)
         | ServiceError::Config(_)
         | ServiceError::Conflict(_)
-        | ServiceError::TooLarge(_) => exit::USAGE,
+        | ServiceError::TooLarge(_)
+        | ServiceError::UnsupportedMediaType(_) => exit::USAGE,
         ServiceError::Unauthorized(_) | ServiceError::Forbidden(_) | ServiceError::Tls(_) => 3,
         ServiceError::NotFound(_) => 4,
         ServiceError::Http(_) => 5,

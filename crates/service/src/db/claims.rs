@@ -106,6 +106,30 @@ impl Db {
         .await
     }
 
+    /// Records that these files' destinations were found absent, before their copies begin
+    /// (see [`FileRow::dest_own`]); the ones recorded, those this host still holds.
+    pub async fn own_destinations(&self, file_ids: Vec<i64>) -> Result<Vec<i64>, ServiceError> {
+        self.tx(false, move |tx, _, host| {
+            let mut out = Vec::with_capacity(file_ids.len());
+            for chunk in file_ids.chunks(CLAIM_CHUNK) {
+                let mut args = vec![V::from(host)];
+                args.extend(chunk.iter().map(|&id| V::from(id)));
+                for r in tx.rows(
+                    &format!(
+                        "UPDATE files SET dest_own = 1 WHERE file_id IN ({}) AND claimed_by = ?1 \
+                         RETURNING file_id",
+                        marks(2, chunk.len())
+                    ),
+                    &args,
+                )? {
+                    out.push(r.i(0)?);
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
     /// Ends this host's running attempt of a file and moves the file (and its job) on. An
     /// attempt whose claim was taken back (this host was taken for dead) is not recorded:
     /// `Conflict`.

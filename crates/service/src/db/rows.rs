@@ -126,6 +126,9 @@ pub struct FileRow {
     pub bytes: i64,
     /// Bytes per second of the last attempt.
     pub throughput: Option<f64>,
+    /// Whether an attempt found the destination absent before its copy began: what is there
+    /// now is this file's own, so a job that must not overwrite resumes into it.
+    pub dest_own: bool,
 }
 
 /// One attempt of a file.
@@ -232,7 +235,7 @@ pub(super) const JOB_COLUMNS: &str =
 pub(super) const FILE_COLUMNS: &str =
     "file_id, job_id, file_index, source, dest, link, state, filesize, \
      checksum, metadata, reason, failures, attempts, stored, next_try, start_time, finish_time, \
-     bytes, throughput";
+     bytes, throughput, dest_own";
 
 /// [`FILE_COLUMNS`] of the table aliased `f`.
 pub(super) fn file_columns_of_f() -> String {
@@ -286,6 +289,7 @@ pub(super) fn file_row(r: &Row) -> Result<FileRow, ServiceError> {
         finish_time: r.oi(16)?,
         bytes: r.i(17)?,
         throughput: r.or(18)?,
+        dest_own: r.i(19)? != 0,
     })
 }
 

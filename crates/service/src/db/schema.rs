@@ -95,6 +95,13 @@ CREATE TRIGGER files_counted_move AFTER UPDATE OF state ON files
 "#
 );
 
+/// Version 8, the same in both dialects: whether a file's destination was found absent before
+/// a copy of it began (a job that must not overwrite then resumes into what is there, its own,
+/// and asks again only while no attempt has had that answer).
+const DEST_OWN: &str = r#"
+ALTER TABLE files ADD COLUMN dest_own BIGINT NOT NULL DEFAULT 0;
+"#;
+
 /// SQLite: index N takes a database from version N to N + 1.
 const SQLITE: &[&str] = &[
     r#"
@@ -182,6 +189,7 @@ CREATE TABLE hosts (
     INDEX_JOB_STATE_LINK,
     SLOTS,
     SQLITE_COUNTS,
+    DEST_OWN,
 ];
 
 /// PostgreSQL: the same versions in its types.
@@ -271,6 +279,7 @@ CREATE TABLE hosts (
     INDEX_JOB_STATE_LINK,
     SLOTS,
     POSTGRES_COUNTS,
+    DEST_OWN,
 ];
 
 /// The newest version this ferry knows.

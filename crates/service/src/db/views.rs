@@ -22,6 +22,30 @@ impl Db {
         .await
     }
 
+    /// [`Db::link_counts`] of one user's files: those of their unfinished jobs and of their
+    /// `recent` newest ones (what their dashboard shows), counted through the
+    /// `(job_id, state, link)` index.
+    pub async fn link_counts_of(
+        &self,
+        user: String,
+        recent: i64,
+    ) -> Result<Vec<(String, String, i64)>, ServiceError> {
+        self.tx(false, move |tx, _, _| {
+            tx.rows(
+                "SELECT link, state, COUNT(*) FROM files WHERE job_id IN ( \
+                     SELECT job_id FROM jobs WHERE user_dn = ?1 AND state IN ('SUBMITTED', 'ACTIVE') \
+                     UNION SELECT job_id FROM (SELECT job_id FROM jobs WHERE user_dn = ?1 \
+                         ORDER BY submit_time DESC, job_id DESC LIMIT ?2) newest) \
+                 GROUP BY link, state",
+                vals![user, recent],
+            )?
+            .iter()
+            .map(|r| Ok((r.t(0)?, r.t(1)?, r.i(2)?)))
+            .collect()
+        })
+        .await
+    }
+
     /// Keeps a decision of the optimizer.
     pub async fn insert_decision(&self, d: DecisionRow) -> Result<(), ServiceError> {
         self.tx(false, move |tx, _, _| {
@@ -35,13 +59,28 @@ impl Db {
         .await
     }
 
-    /// The newest decisions, newest first.
-    pub async fn decisions(&self, limit: i64) -> Result<Vec<DecisionRow>, ServiceError> {
+    /// The newest decisions, newest first: on every link (`None`), or on these.
+    pub async fn decisions(
+        &self,
+        links: Option<Vec<String>>,
+        limit: i64,
+    ) -> Result<Vec<DecisionRow>, ServiceError> {
         self.tx(false, move |tx, _, _| {
+            let (which, mut args) = match &links {
+                None => (String::new(), Vec::new()),
+                Some(l) if l.is_empty() => return Ok(Vec::new()),
+                Some(l) => (
+                    format!("WHERE link IN ({})", marks(2, l.len())),
+                    l.iter().map(|x| V::from(x.as_str())).collect(),
+                ),
+            };
+            args.insert(0, V::from(limit));
             tx.rows(
-                "SELECT link, time, from_active, to_active, throughput, reason FROM decisions \
-                 ORDER BY id DESC LIMIT ?1",
-                vals![limit],
+                &format!(
+                    "SELECT link, time, from_active, to_active, throughput, reason FROM decisions \
+                     {which} ORDER BY id DESC LIMIT ?1"
+                ),
+                &args,
             )?
             .iter()
             .map(|r| {

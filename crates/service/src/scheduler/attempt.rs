@@ -1,5 +1,6 @@
 //! One attempt of a file, or a pipeline of small ones, and how it ended.
 
+use super::destination::MayWrite;
 use super::*;
 
 impl Scheduler {
@@ -36,48 +37,48 @@ impl Scheduler {
             _ => (Sessions::new(), i64::MAX),
         };
         let rows = self.learn_sizes(job, rows, &mut sessions).await;
-        let existing = self.existing(job, &rows, &mut sessions).await;
+        let known = self.existing(job, &rows, &mut sessions).await;
+        let mut parsed = Vec::with_capacity(rows.len());
+        let mut refused = Vec::new();
         for row in rows {
             match (Location::parse(&row.source), Location::parse(&row.dest)) {
-                (Ok(src), Ok(dst)) => {
-                    if !job.overwrite && row.attempts == 1 {
-                        let known = existing.as_ref().and_then(|e| e.get(&row.file_id).copied());
-                        let there = match known {
-                            Some(b) => Ok(b),
-                            None => exists(&mut sessions, &dst).await,
-                        };
-                        match there {
-                            Ok(true) => {
-                                let failed = Outcome::Ended(Ending::Failed {
-                                    error: format!("the destination {} exists; submit with overwrite to replace it", row.dest),
-                                    retryable: false,
-                                });
-                                self.conclude(&row, job, failed).await;
-                                continue;
-                            }
-                            Ok(false) => {}
-                            // The single attempt below says what is wrong.
-                            Err(_) => {}
-                        }
-                    }
-                    copies.push(self.copy_of(
-                        &row,
-                        job,
-                        &options,
-                        src,
-                        dst,
-                        row.filesize.map(|n| n as u64),
-                    ));
-                    kept.push(row);
-                }
+                (Ok(src), Ok(dst)) => parsed.push((row, src, dst)),
                 (Err(e), _) | (_, Err(e)) => {
                     let failed = Outcome::Ended(Ending::Failed {
                         error: e.to_string(),
                         retryable: false,
                     });
-                    self.conclude(&row, job, failed).await;
+                    refused.push((row, failed));
                 }
             }
+        }
+        let cleared = {
+            let asked: Vec<(&FileRow, &Location)> =
+                parsed.iter().map(|(row, _, dst)| (row, dst)).collect();
+            self.clearances(job, &asked, &known, &mut sessions).await
+        };
+        for ((mut row, src, dst), may) in parsed.into_iter().zip(cleared) {
+            match may {
+                Ok(may) => {
+                    // Found absent and recorded: the files the pipeline leaves run alone in
+                    // this same attempt, into what it may have begun.
+                    if Self::must_ask(job, &row) {
+                        row.dest_own = true;
+                    }
+                    let size = row.filesize.map(|n| n as u64);
+                    copies.push(self.copy_of(&row, job, &options, src, dst, size, may));
+                    kept.push(row);
+                }
+                Err(refusal) => {
+                    let outcome = self.refused(job, &row, refusal);
+                    refused.push((row, outcome));
+                }
+            }
+        }
+        if !refused.is_empty() {
+            let (rows, outcomes): (Vec<FileRow>, Vec<Outcome>) = refused.into_iter().unzip();
+            self.conclude_many_then(job, rows.iter().zip(outcomes).collect(), None)
+                .await;
         }
         let mut results = Vec::new();
         let settled = ferry_client::run_pipelined(&copies, &mut sessions, token, &mut |k, r| {
@@ -159,8 +160,11 @@ impl Scheduler {
                     counted: false,
                 },
             };
+            // Kept and logged without the passwords of `ftp://user:pw@` URLs, wherever an
+            // error holds one.
+            let ending = masked(ending, row);
             if let Ending::Failed { error, .. } | Ending::Retry { error, .. } = &ending {
-                tracing::warn!(job = %job.job_id, file = file_id, source = %row.source, error = %error, "transfer failed");
+                tracing::warn!(job = %job.job_id, file = file_id, source = %crate::redact::url(&row.source), error = %error, "transfer failed");
             }
             let result = match &ending {
                 Ending::Finished { bytes, moved, .. } => {
@@ -236,20 +240,11 @@ impl Scheduler {
             Err(e) => return failed(e),
         };
 
-        // FTS3's overwrite = false: a destination that is there before the first attempt
-        // stays untouched. Later attempts resume into what earlier ones wrote.
-        if !job.overwrite && row.attempts == 1 && stored.is_empty() {
-            match exists(&mut sessions, &dst).await {
-                Ok(true) => {
-                    return failed(format!(
-                        "the destination {} exists; submit with overwrite to replace it",
-                        row.dest
-                    ))
-                }
-                Ok(false) => {}
-                Err(e) => return self.after_error(job, row, e, RangeSet::new()),
-            }
-        }
+        // FTS3's overwrite = false, asked on every attempt until one had a clear answer.
+        let may = match self.clearance(job, row, &mut sessions, &dst).await {
+            Ok(may) => may,
+            Err(refusal) => return self.refused(job, row, refusal),
+        };
 
         // The size chooses the streams and says how much is there at the end (a third-party
         // copy moves nothing through the service to count).
@@ -267,7 +262,7 @@ impl Scheduler {
         };
         let resumed = stored.total();
         let started = Instant::now();
-        let copy = self.copy_of(row, job, &options, src, dst, size);
+        let copy = self.copy_of(row, job, &options, src, dst, size, may);
 
         // Checkpoints go to the database in order, off the transfer's path.
         let (tx, mut rx) = mpsc::unbounded_channel::<String>();
@@ -360,9 +355,20 @@ impl Scheduler {
                 retryable: false,
             });
         }
+        self.transient(job, row, error.to_string(), stored)
+    }
+
+    /// A failure worth another attempt: again after the job's delay while retries remain.
+    pub(super) fn transient(
+        &self,
+        job: &JobRow,
+        row: &FileRow,
+        error: String,
+        stored: RangeSet,
+    ) -> Outcome {
         if row.failures < job.retry {
             Outcome::Ended(Ending::Retry {
-                error: error.to_string(),
+                error,
                 stored: stored.to_string(),
                 delay: job.retry_delay,
                 counted: true,
@@ -370,7 +376,7 @@ impl Scheduler {
         } else {
             Outcome::Ended(Ending::Failed {
                 error: match job.retry {
-                    0 => error.to_string(),
+                    0 => error,
                     n => format!("{error} (after {n} retries)"),
                 },
                 retryable: true,
@@ -380,8 +386,9 @@ impl Scheduler {
 }
 
 impl Scheduler {
-    /// The copy of a file as its job asks.
-    fn copy_of(
+    /// The copy of a file as its job asks, once its destination may be written.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn copy_of(
         &self,
         row: &FileRow,
         job: &JobRow,
@@ -389,6 +396,7 @@ impl Scheduler {
         src: Location,
         dst: Location,
         size: Option<u64>,
+        _may: MayWrite,
     ) -> FileCopy {
         let mut copy = FileCopy::new(src, dst);
         copy.size = size;
@@ -397,6 +405,29 @@ impl Scheduler {
         copy.request.tcp_buffer = options.buffer_size;
         copy.verify = verify_for(&job.verify, row.checksum.as_deref());
         copy
+    }
+}
+
+/// `ending` with the passwords of the file's URLs, and of any URL in its error, masked.
+fn masked(ending: Ending, row: &FileRow) -> Ending {
+    let mask = |error: String| crate::redact::text(&error, &[&row.source, &row.dest]);
+    match ending {
+        Ending::Failed { error, retryable } => Ending::Failed {
+            error: mask(error),
+            retryable,
+        },
+        Ending::Retry {
+            error,
+            stored,
+            delay,
+            counted,
+        } => Ending::Retry {
+            error: mask(error),
+            stored,
+            delay,
+            counted,
+        },
+        other => other,
     }
 }
 
@@ -455,17 +486,5 @@ async fn size_of(sessions: &mut Sessions, src: &Location) -> Option<u64> {
     match src {
         Location::Local(p) => std::fs::metadata(p).ok().map(|m| m.len()),
         Location::Remote(r) => sessions.get(r).await.ok()?.size(&r.path).await.ok(),
-    }
-}
-
-/// Whether the destination is there.
-async fn exists(sessions: &mut Sessions, dst: &Location) -> Result<bool, ClientError> {
-    match dst {
-        Location::Local(p) => Ok(p.exists()),
-        Location::Remote(r) => match sessions.get(r).await?.stat(&r.path).await {
-            Ok(_) => Ok(true),
-            Err(e) if e.class() == ferry_client::ErrorClass::NotFound => Ok(false),
-            Err(e) => Err(e),
-        },
     }
 }

@@ -26,6 +26,7 @@ use crate::submit::JobOptions;
 use crate::{now, ServiceError};
 
 mod attempt;
+mod destination;
 mod measure;
 mod sessions;
 mod sizing;

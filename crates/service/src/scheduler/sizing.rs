@@ -1,6 +1,7 @@
 //! What pipelines learn from directory listings: their sources' sizes and which
 //! destinations are already there.
 
+use super::destination::{says_absent, Presence};
 use super::*;
 
 impl Scheduler {
@@ -55,24 +56,23 @@ impl Scheduler {
         rows
     }
 
-    /// For the files whose destination must not be replaced (first attempt, no overwrite),
-    /// whether it is there, from one listing per destination directory; `None` where a
-    /// directory could not be listed (each file is then asked on its own). A directory that
-    /// does not exist holds nothing.
+    /// For the files that must ask whether their destination is there
+    /// ([`Scheduler::must_ask`]), what one listing per destination directory says. A file
+    /// whose directory could not be listed, or whose destination is not on a server, is left
+    /// out (it is asked on its own); a directory that clearly does not exist holds nothing.
     pub(super) async fn existing(
         &self,
         job: &JobRow,
         rows: &[FileRow],
         sessions: &mut Sessions,
-    ) -> Option<HashMap<i64, bool>> {
-        if job.overwrite {
-            return None;
-        }
+    ) -> HashMap<i64, Presence> {
         let mut out = HashMap::new();
-        let mut listed: HashMap<String, Arc<std::collections::HashSet<String>>> = HashMap::new();
-        for row in rows.iter().filter(|r| r.attempts == 1) {
+        // Per directory: its names, or `None` where the listing gave no clear answer.
+        let mut listed: HashMap<String, Option<Arc<std::collections::HashSet<String>>>> =
+            HashMap::new();
+        for row in rows.iter().filter(|r| Self::must_ask(job, r)) {
             let Ok(Location::Remote(dst)) = Location::parse(&row.dest) else {
-                return None;
+                continue;
             };
             let dir = parent_of(&dst.path);
             let key = (job.job_id.clone(), format!("{}{dir}", dst.authority()));
@@ -83,34 +83,46 @@ impl Scheduler {
                         .map(|(_, names)| Arc::clone(names))
                 });
                 if let Some(names) = cached {
-                    listed.insert(dir.clone(), names);
+                    listed.insert(dir.clone(), Some(names));
                 }
             }
             if !listed.contains_key(&dir) {
-                let names: std::collections::HashSet<String> = match sessions.get(&dst).await {
+                let names = match sessions.get(&dst).await {
                     Ok(s) => match s.list(&dir).await {
-                        Ok(entries) => entries
-                            .into_iter()
-                            .map(|e| e.name.rsplit('/').next().unwrap_or(&e.name).to_owned())
-                            .collect(),
-                        Err(e) if e.class() == ferry_client::ErrorClass::NotFound => {
-                            Default::default()
-                        }
-                        Err(_) => return None,
+                        Ok(entries) => Some(
+                            entries
+                                .into_iter()
+                                .map(|e| e.name.rsplit('/').next().unwrap_or(&e.name).to_owned())
+                                .collect(),
+                        ),
+                        Err(e) if says_absent(&e) => Some(Default::default()),
+                        Err(_) => None,
                     },
-                    Err(_) => return None,
+                    Err(_) => None,
                 };
-                let names = Arc::new(names);
-                if let Ok(mut m) = self.listed.lock() {
-                    m.retain(|_, (t, _)| t.elapsed() < LISTED_FOR);
-                    m.insert(key, (Instant::now(), Arc::clone(&names)));
+                let names = names.map(Arc::new);
+                if let Some(names) = &names {
+                    if let Ok(mut m) = self.listed.lock() {
+                        m.retain(|_, (t, _)| t.elapsed() < LISTED_FOR);
+                        m.insert(key, (Instant::now(), Arc::clone(names)));
+                    }
+                } else {
+                    // The files are asked one by one, on a session that starts afresh.
+                    sessions.drop_server(&dst);
                 }
                 listed.insert(dir.clone(), names);
             }
-            let name = dst.path.rsplit('/').next().unwrap_or("");
-            out.insert(row.file_id, listed[&dir].contains(name));
+            if let Some(Some(names)) = listed.get(&dir) {
+                let name = dst.path.rsplit('/').next().unwrap_or("");
+                let presence = if names.contains(name) {
+                    Presence::Present
+                } else {
+                    Presence::Absent
+                };
+                out.insert(row.file_id, presence);
+            }
         }
-        Some(out)
+        out
     }
 }
 

@@ -13,16 +13,17 @@ use openssl::rsa::Rsa;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-const ADMIN_TOKEN: &str = "admin-token-0123456789abcdef";
-const BOB_TOKEN: &str = "bob-token-0123456789abcdef";
+pub(crate) const ADMIN_TOKEN: &str = "admin-token-0123456789abcdef";
+pub(crate) const BOB_TOKEN: &str = "bob-token-0123456789abcdef";
 
-struct Site {
-    _dir: tempfile::TempDir,
-    url: String,
-    trust: TrustStore,
+pub(crate) struct Site {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) url: String,
+    pub(crate) port: u16,
+    pub(crate) trust: TrustStore,
     ca: CertificateAuthority,
-    alice: Credential,
-    bob: Credential,
+    pub(crate) alice: Credential,
+    pub(crate) bob: Credential,
     stop: CancellationToken,
 }
 
@@ -42,6 +43,15 @@ fn proxy_of(user: &Credential) -> Credential {
 }
 
 async fn site() -> Site {
+    site_with(false, None).await
+}
+
+/// A service; `allow_local`: jobs may name its host's files; `connections`: other limits than
+/// the default ones.
+pub(crate) async fn site_with(
+    allow_local: bool,
+    connections: Option<ferry_service::ConnectionLimits>,
+) -> Site {
     let dir = tempfile::tempdir().unwrap();
     let ca = CertificateAuthority::create("/O=Test/CN=Test CA", 2, 2048).unwrap();
     let certs = dir.path().join("certificates");
@@ -73,17 +83,21 @@ async fn site() -> Site {
         admins: vec!["admin-robot".into()],
         limits: Limits::default(),
         defaults: Defaults::default(),
-        allow_local: false,
+        allow_local,
         metrics: Some("127.0.0.1:0".parse().unwrap()),
     };
-    let service = Service::bind(&config).await.unwrap();
+    let mut service = Service::bind(&config).await.unwrap();
+    if let Some(limits) = connections {
+        service = service.with_connection_limits(limits);
+    }
     let port = service.local_addr().unwrap().port();
     let stop = CancellationToken::new();
     tokio::spawn(service.serve(stop.clone()));
     Site {
         url: format!("https://localhost:{port}"),
+        port,
         trust: TrustStore::load(&certs).unwrap(),
-        _dir: dir,
+        dir,
         ca,
         alice,
         bob,
@@ -92,13 +106,13 @@ async fn site() -> Site {
 }
 
 impl Site {
-    fn as_user(&self, cred: &Credential) -> ServiceClient {
+    pub(crate) fn as_user(&self, cred: &Credential) -> ServiceClient {
         ServiceClient::new(&self.url, &self.trust, Some(proxy_of(cred)), None).unwrap()
     }
-    fn with_token(&self, token: &str) -> ServiceClient {
+    pub(crate) fn with_token(&self, token: &str) -> ServiceClient {
         ServiceClient::new(&self.url, &self.trust, None, Some(token.into())).unwrap()
     }
-    fn anonymous(&self) -> ServiceClient {
+    pub(crate) fn anonymous(&self) -> ServiceClient {
         ServiceClient::new(&self.url, &self.trust, None, None).unwrap()
     }
 }
@@ -110,7 +124,7 @@ fn doomed(retry: i32, delay: u32) -> Value {
            "params": {"retry": retry, "retry_delay": delay}})
 }
 
-async fn wait_state(c: &ServiceClient, id: &str, want: &str) -> Value {
+pub(crate) async fn wait_state(c: &ServiceClient, id: &str, want: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let j = c
@@ -518,4 +532,240 @@ async fn schemathesis_finds_no_server_error_and_no_answer_outside_the_openapi_do
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(text.contains("passed"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_sites_page_cannot_submit_or_reset_a_delegation_and_fts3s_calls_still_work() {
+    let s = site().await;
+    let alice = s.as_user(&s.alice);
+    let own = format!("https://localhost:{}", s.port);
+    let body = || Some((doomed(-1, 0).to_string().into_bytes(), "application/json"));
+    // A page elsewhere, through Alice's browser (which presents her certificate): refused,
+    // whichever way the browser says so.
+    for browser in [
+        vec![
+            ("origin", "https://evil.example"),
+            ("sec-fetch-site", "cross-site"),
+        ],
+        vec![("sec-fetch-site", "cross-site")],
+        vec![("sec-fetch-site", "same-site")],
+        vec![("origin", "https://evil.example")],
+        vec![("origin", "null")],
+    ] {
+        let (status, answer) = alice
+            .request_with_headers(Method::POST, "/jobs", body(), &browser)
+            .await
+            .unwrap();
+        assert_eq!(
+            status,
+            403,
+            "{browser:?}: {}",
+            String::from_utf8_lossy(&answer)
+        );
+    }
+    // A form posts text/plain (no CORS preflight): not JSON to this API, whatever it holds.
+    for content_type in ["text/plain", "application/x-www-form-urlencoded"] {
+        let (status, answer) = alice
+            .request(
+                Method::POST,
+                "/jobs",
+                Some((doomed(-1, 0).to_string().into_bytes(), content_type)),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            status,
+            415,
+            "{content_type}: {}",
+            String::from_utf8_lossy(&answer)
+        );
+    }
+    let jobs = alice
+        .json(Method::GET, "/jobs?state_in=SUBMITTED,ACTIVE,FAILED", None)
+        .await
+        .unwrap();
+    assert_eq!(jobs, json!([]), "nothing was queued");
+
+    // The delegation request (GET, as FTS3 asks it) replaces the pending key: not for
+    // another site's page either, and the key stays as it was.
+    let id = alice.json(Method::GET, "/whoami", None).await.unwrap()["delegation_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let request = format!("/delegation/{id}/request");
+    let (status, _) = alice
+        .request_with_headers(
+            Method::GET,
+            &request,
+            None,
+            &[("sec-fetch-site", "cross-site")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 403);
+    let (status, _) = alice
+        .request_with_headers(
+            Method::GET,
+            &request,
+            None,
+            &[("origin", "https://evil.example")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 403);
+    let (status, _) = alice
+        .request(
+            Method::PUT,
+            &format!("/delegation/{id}/credential"),
+            Some((b"x".to_vec(), "text/plain")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        status, 400,
+        "no request outstanding: the refused ones made none"
+    );
+
+    // FTS3's client as it calls (no browser headers; its own Content-Type on submissions;
+    // the signed proxy sent without one) and the service's own pages are served.
+    assert!(alice.delegate_if_needed().await.unwrap());
+    let (status, answer) = alice
+        .request_with_headers(
+            Method::POST,
+            "/jobs",
+            body(),
+            &[("origin", own.as_str()), ("sec-fetch-site", "same-origin")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+    let (status, answer) = alice
+        .request(
+            Method::POST,
+            "/jobs",
+            Some((
+                doomed(-1, 0).to_string().into_bytes(),
+                "application/json; charset=utf-8",
+            )),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+    let (status, _) = alice.request(Method::GET, &request, None).await.unwrap();
+    assert_eq!(status, 200);
+    // A link from elsewhere to the dashboard still opens it (reading changes nothing).
+    let (status, _) = alice
+        .request_with_headers(
+            Method::GET,
+            "/dashboard",
+            None,
+            &[("sec-fetch-site", "cross-site")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_each_user_only_their_own_links_and_decisions() {
+    let s = site().await;
+    let alice = s.as_user(&s.alice);
+    let bob = s.with_token(BOB_TOKEN);
+    let admin = s.with_token(ADMIN_TOKEN);
+    let to = |host: &str| {
+        json!({"files": [{"sources": [format!("ftp://{host}:1/x")], "destinations": [format!("ftp://{host}:1/y")]}],
+               "params": {"retry": -1, "overwrite": true}})
+    };
+    for (c, host) in [(&alice, "127.0.0.1"), (&bob, "127.0.0.2")] {
+        let job = c
+            .json(Method::POST, "/jobs", Some(&to(host)))
+            .await
+            .unwrap();
+        wait_state(c, job["job_id"].as_str().unwrap(), "FAILED").await;
+    }
+    let alices = "ftp://127.0.0.1:1 → ftp://127.0.0.1:1";
+    let bobs = "ftp://127.0.0.2:1 → ftp://127.0.0.2:1";
+    // The optimizer's decisions on each link, as the scheduler keeps them.
+    let db_path = s.dir.path().join("db/queue.db");
+    let db = tokio::task::spawn_blocking(move || {
+        ferry_service::db::Db::open(db_path.to_str().unwrap(), "dashboard-test")
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    for link in [alices, bobs] {
+        db.insert_decision(ferry_service::db::DecisionRow {
+            link: link.into(),
+            time: 1,
+            from: 4,
+            to: 5,
+            throughput: 1.0,
+            reason: "more pays".into(),
+        })
+        .await
+        .unwrap();
+    }
+    let links_of = |state: &Value, key: &str| -> Vec<String> {
+        let mut l: Vec<String> = state[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["link"].as_str().unwrap().to_owned())
+            .collect();
+        l.sort();
+        l.dedup();
+        l
+    };
+    // The counts the dashboard reads are folded once a second.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let all = loop {
+        let all = admin
+            .json(Method::GET, "/dashboard/state", None)
+            .await
+            .unwrap();
+        if links_of(&all, "links").len() == 2 || Instant::now() > deadline {
+            break all;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(links_of(&all, "links"), vec![alices, bobs], "{all}");
+    assert_eq!(links_of(&all, "decisions"), vec![alices, bobs], "{all}");
+    for (c, own) in [(&alice, alices), (&bob, bobs)] {
+        let mine = c.json(Method::GET, "/dashboard/state", None).await.unwrap();
+        assert_eq!(links_of(&mine, "links"), vec![own], "{mine}");
+        assert_eq!(links_of(&mine, "decisions"), vec![own], "{mine}");
+        assert_eq!(mine["links"][0]["failed"], 1, "{mine}");
+        let files = mine["files"].as_array().unwrap();
+        assert!(files.iter().all(|f| f["link"] == own), "{mine}");
+    }
+}
+
+#[test]
+fn the_submission_fuzzers_seeds_are_read_as_the_api_reads_them() {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/submit_parse");
+    let mut seeds: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    seeds.sort();
+    assert!(seeds.len() >= 4, "{seeds:?}");
+    for seed in seeds {
+        let body = std::fs::read(&seed).unwrap();
+        let name = seed.file_name().unwrap().to_string_lossy().into_owned();
+        let parsed = ferry_service::submit::parse_body(&body, "/CN=u", Defaults::default(), true);
+        match parsed {
+            Ok((job, _)) => {
+                assert!(!name.contains("refused"), "{name} was accepted");
+                for f in &job.files {
+                    let (src, dst) = (
+                        ferry_client::Location::parse(&f.source).unwrap(),
+                        ferry_client::Location::parse(&f.dest).unwrap(),
+                    );
+                    assert_eq!(f.link, ferry_service::submit::link(&src, &dst), "{name}");
+                }
+            }
+            Err(e) => assert!(name.contains("refused"), "{name}: {e}"),
+        }
+    }
 }

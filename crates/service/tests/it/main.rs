@@ -2,7 +2,10 @@
 //! test binary links the whole program with LTO, so one binary builds in a fraction of the time
 //! of one per file). `cargo test --release -p ferry-service --test it MODULE::` runs one module.
 
+mod fake_ftp;
 mod pg;
 
 mod api;
+mod connections;
+mod destinations;
 mod queue;

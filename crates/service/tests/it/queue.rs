@@ -368,6 +368,50 @@ async fn postgres_pipelines_claim_their_successors_with_their_ends() {
     successor_pipelines(db).await;
 }
 
+/// A destination found absent before a copy began stays the file's own across its attempts
+/// (a job that must not overwrite resumes into it); only a file this host runs is marked.
+async fn destinations_found_absent_stay_the_files_own(db: Db) {
+    db.heartbeat(100).await.unwrap();
+    db.insert_job(job("own", 2), 100).await.unwrap();
+    let ready = db.ready_files(100, 10).await.unwrap();
+    let (running, waiting) = (ready[0].file_id, ready[1].file_id);
+    let f = db.start_attempt(running, 101).await.unwrap().unwrap();
+    assert!(!f.dest_own, "not before an attempt asked");
+    let owned = db.own_destinations(vec![running, waiting]).await.unwrap();
+    assert_eq!(owned, vec![running], "only the file this host runs");
+    db.end_attempt(
+        running,
+        Ending::Retry {
+            error: "lost".into(),
+            stored: String::new(),
+            delay: 0,
+            counted: true,
+        },
+        102,
+    )
+    .await
+    .unwrap();
+    assert!(db.file(running).await.unwrap().unwrap().dest_own);
+    db.ready_files(103, 10).await.unwrap();
+    let again = db.start_attempt(running, 103).await.unwrap().unwrap();
+    assert!(again.dest_own, "the next attempt knows");
+    assert!(!db.file(waiting).await.unwrap().unwrap().dest_own);
+}
+
+#[tokio::test]
+async fn sqlite_keeps_a_destination_found_absent_as_the_files_own() {
+    destinations_found_absent_stay_the_files_own(Db::in_memory().unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_keeps_a_destination_found_absent_as_the_files_own() {
+    let Some(pg) = blocking(pg::or_skip) else {
+        return;
+    };
+    let (_, db) = pg_db(&pg, "dest_own", "h1");
+    destinations_found_absent_stay_the_files_own(db).await;
+}
+
 #[tokio::test]
 async fn sqlite_runs_retries_resumes_and_cancels() {
     retry_and_resume(Db::in_memory().unwrap()).await;
