@@ -146,11 +146,13 @@ _LISTENING = re.compile(rb"listening on (?:\[[^\]]*\]|[^\s:]+):(\d+)")
 def start_ferry(binary: str, workdir: str, port: int = 0, out_name: str = "ferry.out",
                 logins: tuple[str, ...] = ("--anonymous", "--anonymous-write"),
                 extra: tuple[str, ...] = ()) -> Server:
-    """`ferry serve` with --root / and `logins` (default anonymous with writes) and `extra`
-    options, on a port it picks and prints (or on `port`)."""
+    """`ferry serve` with --root / (--anonymous-whole-fs: the bench's files lie anywhere) and
+    `logins` (default anonymous with writes, which a root ferry serves as ftp or nobody, as
+    Globus' anchor is served as nobody) and `extra` options, on a port it picks and prints (or on
+    `port`)."""
     if not os.access(binary, os.X_OK):
         raise BenchError(f"{binary} not found: build it first with `cargo build --release` (or pass --servers globus)")
-    cmd = [binary, "serve", "--listen", f"127.0.0.1:{port}", "--root", "/", *logins, *extra]
+    cmd = [binary, "serve", "--listen", f"127.0.0.1:{port}", "--root", "/", "--anonymous-whole-fs", *logins, *extra]
     out_path = os.path.join(workdir, out_name)
     with open(out_path, "wb") as out:
         proc = processes.spawn(cmd, stdout=out, stderr=subprocess.STDOUT)

@@ -32,7 +32,7 @@ METHOD = (
     "hosts d1–d8, each on its own 100 Mbit/s link to one router, 5 ms each way, MTU 9000 (100 Mbit/s "
     "so the userspace emulator carries a whole tree on two cores; the topology file says why). "
     "Hosts' TCP congestion control: CC. Every destination runs `ferry serve --fs-whitelist "
-    "file,gridftp_multicast` and `globus-gridftp-server -fs-whitelist file,gridftp_multicast` "
+    "file,gridftp_multicast --multicast-allow-to NETS` (the lab's networks) and `globus-gridftp-server -fs-whitelist file,gridftp_multicast` "
     "(anonymous), each writing to its own tmpfs directory. The client runs on the source host and "
     "sends one file of SIZE random bytes from tmpfs (file to file) to the first N destinations: "
     "**ferry serial** one `ferry copy` after another; **ferry parallel** N `ferry copy` at once; "
@@ -164,7 +164,8 @@ def _kill_run(ctx, lab, addr, servers, size, src):
     log = open(os.path.join(os.path.dirname(src), "d2-restarted.log"), "ab")
     servers["d2"] = _spawn_in(lab, "d2", [ctx.options.ferry, "serve", "--listen", f"{addr['d2']}:{FERRY_PORT}",
                                           "--root", f"{DATA}/ferry-d2", "--anonymous", "--anonymous-write",
-                                          "--fs-whitelist", "file,gridftp_multicast"], log)
+                                          "--fs-whitelist", "file,gridftp_multicast",
+                                          "--multicast-allow-to", "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16"], log)
     _wait_port(lab, "d2", FERRY_PORT, servers["d2"], "ferry serve in d2 (again)")
     p.wait(timeout=900)
     for t in readers:
@@ -228,7 +229,8 @@ def _part(ctx, result, size, runs, cc, queue):
                 log = open(os.path.join(work, f"{h}.log"), "ab")
                 procs.append(_spawn_in(lab, h, [ctx.options.ferry, "serve", "--listen", f"{a}:{FERRY_PORT}",
                                                 "--root", f"{DATA}/ferry-{h}", "--anonymous", "--anonymous-write",
-                                                "--fs-whitelist", "file,gridftp_multicast"], log))
+                                                "--fs-whitelist", "file,gridftp_multicast",
+                                          "--multicast-allow-to", "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16"], log))
                 _wait_port(lab, h, FERRY_PORT, procs[-1], f"ferry serve in {h}")
                 procs.append(_spawn_in(lab, h, ["globus-gridftp-server", "-c", empty, "-aa", "-anonymous-user",
                                                 "nobody", "-p", str(GLOBUS_PORT), "-fs-whitelist",

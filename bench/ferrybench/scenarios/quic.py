@@ -104,7 +104,7 @@ def beside_tcp(ctx, result, transport, label, whitelist, subject):
         os.chmod(tmp, 0o755)
         with _lab(_topology_file(tmp, "wan-60ms", "cubic"), "wan") as lab:
             out = open(os.path.join(tmp, "ferry.out"), "ab")
-            server = _spawn_in(lab, "b", [FERRY, "serve", "--listen", "10.77.0.2:2811", "--root", "/",
+            server = _spawn_in(lab, "b", [FERRY, "serve", "--listen", "10.77.0.2:2811", "--root", "/", "--anonymous-whole-fs",
                                           "--anonymous", *whitelist], out)
             out.close()
             try:
@@ -270,7 +270,7 @@ def _wan(ctx, result, name):
             ctx.log(f"quic: {topo} with {cc} hosts")
             with _lab(_topology_file(tmp, topo, cc), "wan") as lab:
                 out = open(os.path.join(tmp, "ferry.out"), "ab")
-                server = _spawn_in(lab, "b", [FERRY, "serve", "--listen", "10.77.0.2:2811", "--root", "/",
+                server = _spawn_in(lab, "b", [FERRY, "serve", "--listen", "10.77.0.2:2811", "--root", "/", "--anonymous-whole-fs",
                                               "--anonymous", *WHITELIST], out)
                 out.close()
                 try:

@@ -250,11 +250,11 @@ def _wan(ctx, result, name, pki):
             ctx.log(f"udt: {topo} with {cc} hosts")
             with _lab(_topology_file(tmp, topo, cc), "wan") as lab:
                 out = open(os.path.join(tmp, "servers.out"), "ab")
-                ferry = _spawn_in(lab, "b", [FERRY, "serve", "--listen", "10.77.0.2:2811", "--root", "/",
+                ferry = _spawn_in(lab, "b", [FERRY, "serve", "--listen", "10.77.0.2:2811", "--root", "/", "--anonymous-whole-fs",
                                              "--anonymous", *WHITELIST], out)
                 # The same globus-url-copy -udt against ferry's sender: ferry's controller feeding
                 # libudt's receiver across the path.
-                ferry_gsi = _spawn_in(lab, "b", [FERRY, "serve", "--listen", "10.77.0.2:2813", "--root", "/",
+                ferry_gsi = _spawn_in(lab, "b", [FERRY, "serve", "--listen", "10.77.0.2:2813", "--root", "/", "--anonymous-whole-fs",
                                                  "--gsi", "--host-cert", pki["hostcert"], "--host-key",
                                                  pki["hostkey"], "--cert-dir", pki["certs"], "--gridmap",
                                                  pki["gridmap"], *WHITELIST], out)

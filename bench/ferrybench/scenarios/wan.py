@@ -240,7 +240,7 @@ def _start_servers(lab, tmp):
     conf = os.path.join(tmp, "empty.conf")
     open(conf, "w").close()
     logs = [open(os.path.join(tmp, n), "ab") for n in ("ferry.out", "globus.out")]
-    ferry = _spawn_in(lab, "b", [o_ferry, "serve", "--listen", f"10.77.0.2:{PORT_FERRY}", "--root", "/",
+    ferry = _spawn_in(lab, "b", [o_ferry, "serve", "--listen", f"10.77.0.2:{PORT_FERRY}", "--root", "/", "--anonymous-whole-fs",
                                  "--anonymous"], logs[0])
     gcmd = ["globus-gridftp-server", "-c", conf, "-aa"]
     user = anonymous_user()
