@@ -90,10 +90,10 @@ class Cluster:
             nodes = ",".join(f"{self.addr[h]}:{FERRY_NODE}" for h in hosts)
             write = ["--anonymous-write"] if side == "d" else []
             self._start(front, [f, "serve", "--listen", f"{self.addr[front]}:{FERRY_FRONT}", "--root", root,
-                                "--anonymous", *write, "--remote-nodes", nodes, "--ipc-secret-file", self.secret],
+                                "--anonymous", *write, "--allow-third-party", "anonymous", "--remote-nodes", nodes, "--ipc-secret-file", self.secret],
                         FERRY_FRONT, "ferry frontend")
             self._start(front, [f, "serve", "--listen", f"{self.addr[front]}:{FERRY_SINGLE}", "--root", root,
-                                "--anonymous", *write], FERRY_SINGLE, "ferry single node")
+                                "--anonymous", *write, "--allow-third-party", "anonymous"], FERRY_SINGLE, "ferry single node")
             gnodes = ",".join(f"{self.addr[h]}:{GLOBUS_NODE}" for h in hosts)
             self._start(front, ["globus-gridftp-server", "-c", self.empty, "-aa", "-anonymous-user", "nobody",
                                 "-hostname", self.addr[front], "-p", str(GLOBUS_FRONT), "-r", gnodes],
@@ -255,9 +255,9 @@ def _loopback_part(ctx, result, size, runs):
         [f, "serve", "--data-node", "--listen", f"127.0.0.3:{ports['node-dst']}", "--root", dst_root,
          "--ipc-secret-file", secret],
         [f, "serve", "--listen", f"127.0.0.1:{ports['front-src']}", "--root", src_root, "--anonymous",
-         "--remote-nodes", f"127.0.0.2:{ports['node-src']}", "--ipc-secret-file", secret],
+         "--allow-third-party", "anonymous", "--remote-nodes", f"127.0.0.2:{ports['node-src']}", "--ipc-secret-file", secret],
         [f, "serve", "--listen", f"127.0.0.1:{ports['front-dst']}", "--root", dst_root, "--anonymous",
-         "--anonymous-write", "--remote-nodes", f"127.0.0.3:{ports['node-dst']}", "--ipc-secret-file", secret],
+         "--anonymous-write", "--allow-third-party", "anonymous", "--remote-nodes", f"127.0.0.3:{ports['node-dst']}", "--ipc-secret-file", secret],
     ]
     procs = [processes.spawn(c, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for c in cmds]
     rates = {"unstriped": [], "striped, 1 node each": []}

@@ -265,7 +265,8 @@ fn streams_held_by_their_windows_double_after_the_first_seconds_and_resume_where
     }
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
-    std::fs::create_dir(&root).unwrap();
+    // World-writable: a root server serves anonymous users as ftp or nobody.
+    common::files::make_dir(&root);
     let size = 320 * MIB;
     let bytes = random_bytes(size, 93);
     std::fs::write(root.join("big.bin"), &bytes).unwrap();
@@ -410,7 +411,8 @@ fn a_third_party_copy_is_judged_by_the_round_trip_of_the_servers_own_data_connec
     let dir = tempfile::tempdir().unwrap();
     let (from, to) = (dir.path().join("b"), dir.path().join("c"));
     for d in [&from, &to] {
-        std::fs::create_dir(d).unwrap();
+        // World-writable: a root server serves anonymous users as ftp or nobody.
+        common::files::make_dir(d);
     }
     // Enough that more than 20 s are left at the first seconds' rate (the rule restarts no
     // shorter rest).
@@ -458,7 +460,8 @@ fn a_copy_that_tries_cubic_on_a_lossy_path_goes_back_to_bbr_after_its_first_seco
     }
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
-    std::fs::create_dir(&root).unwrap();
+    // World-writable: a root server serves anonymous users as ftp or nobody.
+    common::files::make_dir(&root);
     let size = 256 * MIB;
     let bytes = random_bytes(size, 95);
     std::fs::write(root.join("big.bin"), &bytes).unwrap();

@@ -293,7 +293,7 @@ fn a_root_server_serves_anonymous_users_as_an_unprivileged_account() {
         "x@y",
         &[&format!("SITE CHMOD 4755 {remote}")],
     );
-    assert!(replies[2].starts_with("200"), "{replies:?}");
+    assert!(replies[2].starts_with('2'), "{replies:?}");
     let meta = std::fs::metadata(open.join("sh")).unwrap();
     assert_ne!(meta.uid(), 0, "the upload belongs to root");
     assert_eq!(

@@ -52,6 +52,8 @@ fn json_logs_have_a_line_per_login_and_transfer_and_never_the_password() {
         .arg(&root)
         .arg("--password-file")
         .arg(&passwd)
+        // Its user works as whoever runs the test (root in CI), which root must be told.
+        .arg("--allow-root-sessions")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -33,6 +33,10 @@ impl Served {
                 "127.0.0.1:0",
                 "--metrics",
                 "127.0.0.1:0",
+                // Sessions work as whoever runs the test (root in CI), which root must be told.
+                "--allow-root-sessions",
+                "--anonymous-user",
+                &me(),
             ])
             .args(args)
             .stdout(Stdio::piped())
@@ -619,4 +623,10 @@ fn sighup_reloads_the_gridmap_and_crls_without_dropping_a_transfer() {
         value(&m, "ferry_gsi_failures_total{reason=\"not_authorized\"}"),
         1.0
     );
+}
+
+/// The account running the test.
+fn me() -> String {
+    let out = Command::new("id").arg("-un").output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }

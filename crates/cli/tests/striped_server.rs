@@ -215,6 +215,12 @@ fn third_party_striped_between_ferry_clusters_of_three_and_two_nodes() {
     let len = 17 * (1 << 20) + 99;
     let (_dir, a_root, bytes) = source_dir(len);
     let b_dir = tempfile::tempdir().unwrap();
+    // World-writable: root servers serve anonymous users as ftp or nobody.
+    std::fs::set_permissions(
+        b_dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
     let a = FerryCluster::start(&a_root, &["127.0.0.2", "127.0.0.3", "127.0.0.4"]);
     let b = FerryCluster::start(b_dir.path(), &["127.0.0.5", "127.0.0.6"]);
     for (sbs, layout) in [
@@ -304,6 +310,12 @@ fn third_party_striped_between_ferry_and_a_striped_globus_server() {
     let (dir, data, bytes) = source_dir(len);
     let (_globus, gport) = globus_striped(dir.path());
     let ferry_root = tempfile::tempdir().unwrap();
+    // World-writable: root servers serve anonymous users as ftp or nobody.
+    std::fs::set_permissions(
+        ferry_root.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
     let f = FerryCluster::start(ferry_root.path(), &["127.0.0.5", "127.0.0.6", "127.0.0.7"]);
     let globus_url = |p: &Path| format!("ftp://127.0.0.1:{gport}{}", p.display());
     for sbs in ["1048576", "0"] {
@@ -422,7 +434,8 @@ fn a_data_node_lost_mid_transfer_fails_it_by_name_and_the_retry_resumes() {
     let len = 400 * (1 << 20);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    std::fs::create_dir(&data).unwrap();
+    // World-writable: root servers serve anonymous users as ftp or nobody.
+    common::files::make_dir(&data);
     let bytes = pattern(len);
     std::fs::write(data.join("src.bin"), &bytes).unwrap();
     let mut cluster = FerryCluster::start(&data, &["127.0.0.2", "127.0.0.3", "127.0.0.4"]);
@@ -623,7 +636,8 @@ fn nodes_refuse_frontends_without_the_secret_or_from_other_addresses() {
     .unwrap();
     std::fs::write(dir.path().join("short"), "too short").unwrap();
     let root = dir.path().join("root");
-    std::fs::create_dir(&root).unwrap();
+    // World-writable: a root server serves anonymous users as ftp or nobody.
+    common::files::make_dir(&root);
     let secret = |f: &str| dir.path().join(f).to_str().unwrap().to_string();
 
     // A node that only takes frontends from 127.0.0.9, and one with the good secret whose data

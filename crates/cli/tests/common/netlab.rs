@@ -128,10 +128,14 @@ impl Lab {
     }
 
     /// Starts `ferry serve ARGS` in `host` and waits for it to listen on `port`; returns its
-    /// index in `procs`.
+    /// index in `procs`. The lab's servers are ends of third-party copies between its hosts,
+    /// which anonymous and password sessions may be only where the admin says so.
     pub fn serve(&mut self, host: &str, port: u16, args: &[String], log: &Path) -> usize {
         let mut full = vec![env!("CARGO_BIN_EXE_ferry").to_string(), "serve".to_string()];
         full.extend(args.iter().cloned());
+        if !args.iter().any(|a| a == "--data-node") {
+            full.extend(["--allow-third-party".into(), "anonymous,password".into()]);
+        }
         self.spawn(host, port, &full, log)
     }
 }

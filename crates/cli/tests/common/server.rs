@@ -106,9 +106,12 @@ impl ServerUnderTest {
     /// Starts `ferry serve` on a free port, serving `root` to the users in `password_file`
     /// (written by `ferry passwd`) and to no one else.
     pub fn start_ferry_with_password_file(root: &Path, password_file: &Path) -> Self {
+        // Started as root, password users work as an account: the one anonymous Globus uses.
         let login = vec![
             "--password-file".to_owned(),
             password_file.display().to_string(),
+            "--password-account".to_owned(),
+            anonymous_user(),
         ];
         Self::start_with_login(ServerKind::Ferry, root, login)
     }

@@ -109,7 +109,13 @@ pub fn ferry_server(root: &Path) -> (Procs, u16) {
     let child = Command::new(env!("CARGO_BIN_EXE_ferry"))
         .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--root"])
         .arg(root)
-        .args(["--anonymous", "--anonymous-write"])
+        // Third-party copies with the clusters' nodes on other loopback addresses.
+        .args([
+            "--anonymous",
+            "--anonymous-write",
+            "--allow-third-party",
+            "anonymous",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -194,6 +200,8 @@ impl FerryCluster {
             .args([
                 "--anonymous",
                 "--anonymous-write",
+                "--allow-third-party",
+                "anonymous",
                 "--remote-nodes",
                 &list.join(","),
                 "--dc-whitelist",
