@@ -1906,7 +1906,8 @@ fn ferry_cp_translates_host_path_names_by_the_site_rules_and_explains() {
         let m = fs::metadata(p).expect("stat");
         (m.mtime(), m.mode() & 0o7777)
     };
-    stamp(&server.path_of("in.bin"), 1_577_934_245, 0o640);
+    // Readable by all: a root server serves anonymous users as ftp or nobody.
+    stamp(&server.path_of("in.bin"), 1_577_934_245, 0o644);
     let pulled = local.join("pulled.bin");
     let out = run_ferry(&[
         "cp",
@@ -1918,7 +1919,7 @@ fn ferry_cp_translates_host_path_names_by_the_site_rules_and_explains() {
         &pulled.display().to_string(),
     ]);
     out.assert_bytes(&bytes, &pulled);
-    assert_eq!(kept(&pulled), (1_577_934_245, 0o640), "get with -p");
+    assert_eq!(kept(&pulled), (1_577_934_245, 0o644), "get with -p");
     stamp(&pulled, 1_600_000_000, 0o600);
     let out = run_ferry(&[
         "cp",

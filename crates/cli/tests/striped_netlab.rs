@@ -22,8 +22,9 @@ fn striped_copy_between_clusters_of_emulated_hosts_survives_a_killed_node() {
     }
     let dir = tempfile::tempdir().unwrap();
     let (src_root, dst_root) = (dir.path().join("src"), dir.path().join("dst"));
-    std::fs::create_dir(&src_root).unwrap();
-    std::fs::create_dir(&dst_root).unwrap();
+    // World-writable: root servers serve anonymous users as ftp or nobody.
+    common::files::make_dir(&src_root);
+    common::files::make_dir(&dst_root);
     let bytes = common::striping::pattern(48 << 20);
     std::fs::write(src_root.join("src.bin"), &bytes).unwrap();
     let secret = dir.path().join("secret");

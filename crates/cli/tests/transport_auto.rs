@@ -67,7 +67,8 @@ fn serve(mut cmd: Command, port: u16, log: &Path, listening: impl Fn() -> bool) 
 fn on_loopback_auto_stays_on_tcp_and_says_why() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
-    std::fs::create_dir(&root).unwrap();
+    // World-writable: a root server serves anonymous users as ftp or nobody.
+    common::files::make_dir(&root);
     let bytes = common::striping::pattern(20 * MIB);
     std::fs::write(root.join("big.bin"), &bytes).unwrap();
     let log = dir.path().join("transfers.log");
@@ -112,7 +113,8 @@ fn across_a_60_ms_wan_auto_picks_quic_or_udt_for_large_files_where_both_ends_off
     }
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
-    std::fs::create_dir(&root).unwrap();
+    // World-writable: a root server serves anonymous users as ftp or nobody.
+    common::files::make_dir(&root);
     let big = common::striping::pattern(24 * MIB);
     let small = common::striping::pattern(MIB);
     std::fs::write(root.join("big.bin"), &big).unwrap();
@@ -249,7 +251,7 @@ fn on_a_short_lossy_path_the_first_file_s_loss_sends_the_next_over_quic() {
     }
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
-    std::fs::create_dir_all(root.join("set")).unwrap();
+    common::files::make_dir(&root.join("set"));
     let files = [
         ("set/1.bin", common::striping::pattern(24 * MIB)),
         ("set/2.bin", common::striping::pattern(20 * MIB)),
