@@ -109,7 +109,7 @@ fn days_in_month(year: i64, month: u32) -> u32 {
 }
 
 /// Howard Hinnant's `days_from_civil`: (year, month, day) to days since 1970-01-01.
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+pub(crate) fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
     let y = if month <= 2 { year - 1 } else { year };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;

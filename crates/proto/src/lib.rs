@@ -15,6 +15,7 @@ pub mod data_address;
 pub mod dirlist;
 pub mod frame;
 pub mod hostport;
+pub mod http;
 pub mod line;
 pub mod markers;
 pub mod mode_e;

@@ -12,7 +12,15 @@ use std::time::Duration;
 use ferry_proto::civil::Civil;
 use serde::{Deserialize, Serialize};
 
-use crate::daemon::StartError;
+/// The transfer log file cannot be opened.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot open the transfer log {path}: {source}")]
+pub struct TransferLogError {
+    /// The file.
+    pub path: String,
+    /// Why.
+    pub source: std::io::Error,
+}
 
 /// How transfer-log lines are written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,51 +35,60 @@ pub enum TransferLogFormat {
 
 /// One finished transfer.
 #[derive(Debug, Serialize)]
-pub(crate) struct TransferRecord<'a> {
+pub struct TransferRecord<'a> {
     /// End, seconds since the epoch.
-    pub(crate) time: f64,
-    pub(crate) user: &'a str,
-    pub(crate) peer: String,
-    pub(crate) command: &'a str,
-    pub(crate) path: &'a str,
-    pub(crate) bytes: u64,
-    pub(crate) streams: u32,
-    pub(crate) mode: &'a str,
+    pub time: f64,
+    /// Who: the login name or the mapped account.
+    pub user: &'a str,
+    /// The client's address.
+    pub peer: String,
+    /// What moved the bytes: `RETR`, `STOR`, `ERET`, `ESTO`, or the HTTP method (`GET`, `PUT`).
+    pub command: &'a str,
+    /// The file, as the client named it.
+    pub path: &'a str,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// Parallel data streams (connections).
+    pub streams: u32,
+    /// Transfer mode: `S`, `E`, or `HTTP`.
+    pub mode: &'a str,
     /// The data channel's transport, the bottom driver of the session's net stack (`tcp`,
     /// `quic`).
-    pub(crate) transport: &'a str,
-    pub(crate) duration_s: f64,
-    pub(crate) result: &'a str,
+    pub transport: &'a str,
+    /// How long it took, in seconds.
+    pub duration_s: f64,
+    /// `ok`, or why it failed.
+    pub result: &'a str,
     /// The reply code that ended it (226 when it succeeded).
-    pub(crate) code: u16,
+    pub code: u16,
     /// `SITE TASKID`, if the client named its task.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) task_id: Option<&'a str>,
+    pub task_id: Option<&'a str>,
     /// The checksums the transfer took while its bytes moved (`{"ADLER32": "0a1b2c3d"}`), for
     /// audits; absent when it took none.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub(crate) checksums: std::collections::BTreeMap<&'a str, &'a str>,
+    pub checksums: std::collections::BTreeMap<&'a str, &'a str>,
     /// What the kernel knew of the data connections at the end (`TCP_INFO` summed over them:
     /// congestion control, round trip, bytes sent and sent again, out-of-order arrivals), for
     /// finding slow or lossy paths; MODE E over TCP only.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) tcp: Option<&'a ferry_net::TcpStats>,
+    pub tcp: Option<&'a ferry_net::TcpStats>,
     /// Globus' `TYPE`: RETR, ERET (a part or a restart), STOR, ESTO (appending or resuming),
     /// LIST, NLST, MLSD.
     #[serde(skip)]
-    pub(crate) globus_type: &'a str,
+    pub globus_type: &'a str,
     /// TCP buffer size asked for (0: the system's).
     #[serde(skip)]
-    pub(crate) buffer: u32,
+    pub buffer: u32,
     /// MODE E block size.
     #[serde(skip)]
-    pub(crate) block: u32,
+    pub block: u32,
     /// Data nodes that moved it.
     #[serde(skip)]
-    pub(crate) stripes: usize,
+    pub stripes: usize,
     /// The host at the other end of the data channel (Globus' DEST), when known.
     #[serde(skip)]
-    pub(crate) data_peer: Option<std::net::IpAddr>,
+    pub data_peer: Option<std::net::IpAddr>,
 }
 
 #[derive(Debug)]
@@ -84,18 +101,18 @@ struct Open {
 /// An append-only log file shared by all sessions (one short write per transfer), reopened on
 /// reload so that logrotate can move it away.
 #[derive(Debug, Default)]
-pub(crate) struct TransferLog {
+pub struct TransferLog {
     open: Mutex<Option<Open>>,
 }
 
 impl TransferLog {
     /// Opens `path` (creating it) in place of the file written so far, or stops logging when
     /// `None`. On error the old file stays in use.
-    pub(crate) fn open(
+    pub fn open(
         &self,
         path: Option<&Path>,
         format: TransferLogFormat,
-    ) -> Result<(), StartError> {
+    ) -> Result<(), TransferLogError> {
         let next = match path {
             Some(p) => Some(Open {
                 path: p.to_path_buf(),
@@ -103,7 +120,7 @@ impl TransferLog {
                     .create(true)
                     .append(true)
                     .open(p)
-                    .map_err(|source| StartError::TransferLog {
+                    .map_err(|source| TransferLogError {
                         path: p.display().to_string(),
                         source,
                     })?,
@@ -116,7 +133,7 @@ impl TransferLog {
     }
 
     /// Opens the file in use again by its path (after logrotate moved it away).
-    pub(crate) fn reopen(&self) -> Result<(), StartError> {
+    pub fn reopen(&self) -> Result<(), TransferLogError> {
         let (path, format) = {
             let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
             match open.as_ref() {
@@ -128,13 +145,13 @@ impl TransferLog {
     }
 
     /// The file being written.
-    #[cfg(test)]
-    pub(crate) fn path(&self) -> Option<PathBuf> {
+    pub fn path(&self) -> Option<PathBuf> {
         let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         open.as_ref().map(|o| o.path.clone())
     }
 
-    pub(crate) fn write(&self, rec: &TransferRecord<'_>, host: &str) {
+    /// Appends one record (JSON, or a Globus line for a successful transfer).
+    pub fn write(&self, rec: &TransferRecord<'_>, host: &str) {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         let Some(o) = open.as_mut() else { return };
         let line = match o.format {
@@ -203,7 +220,7 @@ fn field(s: &str) -> String {
 }
 
 /// This host's name for Globus' HOST field.
-pub(crate) fn host_name() -> String {
+pub fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .ok()

@@ -4,15 +4,38 @@
 //! serves a session as root unless the admin said so (`allow-root-sessions`): a root process
 //! serving anonymous users as itself hands them `/etc/shadow`.
 
-use crate::auth::PasswordDb;
-use crate::config::{ConfigError, ServerConfig};
+use crate::passwords::PasswordDb;
 
 /// Accounts tried, in order, for anonymous sessions when the admin named none.
-pub(crate) const ANONYMOUS_DEFAULTS: &[&str] = &["ftp", "nobody"];
+pub const ANONYMOUS_DEFAULTS: &[&str] = &["ftp", "nobody"];
+
+/// The settings that decide who sessions work as (the same for both doors).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AccountPolicy {
+    /// Anonymous logins are on.
+    pub anonymous: bool,
+    /// The account anonymous sessions work as (`None`: `ftp`, else `nobody`).
+    pub anonymous_user: Option<String>,
+    /// A password file is configured.
+    pub password_file: bool,
+    /// The account password users without one of their own work as.
+    pub password_account: Option<String>,
+    /// X.509 (GSI) logins are on.
+    pub gsi: bool,
+    /// X.509 sessions work as their mapped account (else as this process).
+    pub run_as_user: bool,
+    /// Sessions may work as root.
+    pub allow_root_sessions: bool,
+}
+
+/// Why the accounts of a configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct AccountError(String);
 
 /// The accounts sessions work as, resolved once per configuration (start and reload).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Accounts {
+pub struct Accounts {
     /// The process is root and switches each session to its account.
     switching: bool,
     /// Sessions may work as root (the admin's `allow-root-sessions`).
@@ -34,18 +57,15 @@ fn describe(name: &str) -> String {
 impl Accounts {
     /// Resolves `config`'s accounts; started as root, every account must exist and none may be
     /// root unless `allow_root_sessions`.
-    pub(crate) fn resolve(
-        config: &ServerConfig,
-        passwords: &PasswordDb,
-    ) -> Result<Accounts, ConfigError> {
+    pub fn resolve(config: &AccountPolicy, passwords: &PasswordDb) -> Result<Accounts, AccountError> {
         Accounts::resolve_as(config, passwords, ferry_storage::Identity::can_switch())
     }
 
     fn resolve_as(
-        config: &ServerConfig,
+        config: &AccountPolicy,
         passwords: &PasswordDb,
         switching: bool,
-    ) -> Result<Accounts, ConfigError> {
+    ) -> Result<Accounts, AccountError> {
         let allow_root = config.allow_root_sessions;
         let anonymous = match (&config.anonymous_user, config.anonymous) {
             (_, false) => None,
@@ -64,11 +84,11 @@ impl Accounts {
         if !switching {
             return Ok(accounts);
         }
-        let check = |who: &str, account: &str| -> Result<(), ConfigError> {
+        let check = |who: &str, account: &str| -> Result<(), AccountError> {
             let id = ferry_storage::Identity::lookup(account)
-                .map_err(|e| ConfigError::Invalid(format!("{who} would run as {account}: {e}")))?;
+                .map_err(|e| AccountError(format!("{who} would run as {account}: {e}")))?;
             if id.uid == 0 && !allow_root {
-                return Err(ConfigError::Invalid(format!(
+                return Err(AccountError(format!(
                     "{who} would run as {account}, which is root: name an unprivileged account, \
                      or pass --allow-root-sessions to mean it"
                 )));
@@ -77,7 +97,7 @@ impl Accounts {
         };
         if config.anonymous {
             let Some(a) = &accounts.anonymous else {
-                return Err(ConfigError::Invalid(format!(
+                return Err(AccountError(format!(
                     "anonymous sessions need an unprivileged account to run as and none of {} \
                      exists: pass --anonymous-user ACCOUNT",
                     ANONYMOUS_DEFAULTS.join(", ")
@@ -91,7 +111,7 @@ impl Accounts {
                     // Works as this process, root, as the admin allowed.
                     continue;
                 }
-                return Err(ConfigError::Invalid(format!(
+                return Err(AccountError(format!(
                     "password user {user} has no account to run as: add one to its line \
                      (ferry passwd --account ACCOUNT), or set --password-account ACCOUNT for every \
                      password user"
@@ -100,7 +120,7 @@ impl Accounts {
             check(&format!("password user {user}"), &account)?;
         }
         if config.gsi && !config.run_as_user && !allow_root {
-            return Err(ConfigError::Invalid(
+            return Err(AccountError(
                 "run-as-user = false serves every GSI session as this process, which is root: \
                  pass --allow-root-sessions to mean it"
                     .into(),
@@ -118,22 +138,22 @@ impl Accounts {
     }
 
     /// The account an anonymous session works as (`None`: the process's own, not root).
-    pub(crate) fn anonymous(&self) -> Option<String> {
+    pub fn anonymous(&self) -> Option<String> {
         self.anonymous.clone()
     }
 
     /// The account password user `user` works as.
-    pub(crate) fn password(&self, passwords: &PasswordDb, user: &str) -> Option<String> {
+    pub fn password(&self, passwords: &PasswordDb, user: &str) -> Option<String> {
         self.password_account(passwords, user)
     }
 
     /// Whether a session may work as root.
-    pub(crate) fn allow_root(&self) -> bool {
+    pub fn allow_root(&self) -> bool {
         self.allow_root
     }
 
     /// A line per kind of login: the account it works as (`--check-config`, the start-up log).
-    pub(crate) fn report(&self, config: &ServerConfig, passwords: &PasswordDb) -> Vec<String> {
+    pub fn report(&self, config: &AccountPolicy, passwords: &PasswordDb) -> Vec<String> {
         let mut out = Vec::new();
         if !self.switching {
             let me = ferry_storage::Identity::of_process().map_or_else(
@@ -149,7 +169,7 @@ impl Accounts {
         if let Some(a) = self.anonymous.as_deref().filter(|_| config.anonymous) {
             out.push(format!("anonymous sessions work as {}", describe(a)));
         }
-        if config.password_file.is_some() {
+        if config.password_file {
             let mut users: Vec<&str> = passwords.users().collect();
             users.sort_unstable();
             let each: Vec<String> = users
@@ -179,10 +199,11 @@ impl Accounts {
 mod tests {
     use super::*;
 
-    fn config() -> ServerConfig {
-        ServerConfig {
+    fn config() -> AccountPolicy {
+        AccountPolicy {
             anonymous: true,
-            ..ServerConfig::default()
+            run_as_user: true,
+            ..AccountPolicy::default()
         }
     }
 
@@ -208,7 +229,7 @@ mod tests {
     fn a_root_server_refuses_password_users_without_an_account() {
         let mut c = config();
         c.anonymous = false;
-        c.password_file = Some("p".into());
+        c.password_file = true;
         let db = PasswordDb::parse(
             "alice:$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$2d6cdvVv3DWKaO7e6kzE0YKpAdl0m6Qw0nX7bgaRHzk\n",
             "p",
