@@ -107,6 +107,12 @@ pub(crate) struct ServeArgs {
     /// (200, or 503 while connections-max is reached), e.g. 127.0.0.1:9812.
     #[arg(long, value_name = "ADDR:PORT")]
     metrics: Option<SocketAddr>,
+    /// Serve the same storage over HTTPS/WebDAV on ADDR too (GET, PUT, PROPFIND, MKCOL, DELETE,
+    /// MOVE, COPY; digests), with the same logins, accounts and logs; e.g. 0.0.0.0:8443. The
+    /// host credential is the TLS certificate; X.509 client certificates and proxies log in
+    /// through the grid-mapfile when --gsi is on. [config: [https] listen]
+    #[arg(long, value_name = "ADDR:PORT")]
+    https_listen: Option<SocketAddr>,
     /// Where whole-file checksums are kept so CKSM answers at once: xattr (the files'
     /// user.XrdCks.* and user.ferry.checksums attributes, and memory), memory, or off (every
     /// CKSM reads the file). [default: xattr]
@@ -262,6 +268,9 @@ impl ServeArgs {
         if self.metrics.is_some() {
             c.metrics = self.metrics;
         }
+        if self.https_listen.is_some() {
+            c.https.listen = self.https_listen;
+        }
         if let Some(m) = self.checksum_cache {
             c.checksum_cache = match m {
                 ChecksumCacheArg::Xattr => ferry_storage::CacheMode::Xattr,
@@ -402,6 +411,9 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
         println!("listening on {addr}");
         if let Some(m) = server.metrics_addr() {
             println!("metrics on http://{m}/metrics");
+        }
+        if let Some(h) = server.https_addr() {
+            println!("https on https://{h}/");
         }
         std::io::stdout().flush()?;
         tokio::spawn(reload_on_hangup(hup, args, server.reloader()));

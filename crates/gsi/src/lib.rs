@@ -19,6 +19,7 @@ pub use der::fuzz_readers as fuzz_der_readers;
 pub mod dn;
 pub mod error;
 pub mod gridmap;
+pub mod https;
 pub mod protect;
 pub mod proxy;
 pub mod record;

@@ -34,7 +34,7 @@ pub struct ServerConfig {
     /// Append one line per transfer to this file (reopened on SIGHUP, for logrotate).
     pub log_transfer: Option<PathBuf>,
     /// How transfer-log lines are written: JSON, or Globus' own fields.
-    pub log_transfer_format: crate::translog::TransferLogFormat,
+    pub log_transfer_format: ferry_site::TransferLogFormat,
     /// Serve Prometheus metrics (`/metrics`) and a health answer (`/healthz`) on this address.
     pub metrics: Option<SocketAddr>,
     /// Where whole-file checksums are kept for `CKSM`: `xattr` (the files' extended attributes,
@@ -123,9 +123,25 @@ pub struct ServerConfig {
     /// address instead of the one the control connection or IPC link arrived on (Globus'
     /// `-data-interface`): for hosts whose data network is not their control network.
     pub data_interface: Option<std::net::IpAddr>,
+    /// The HTTPS/WebDAV door on the same storage, logins and logs (`[https]`; off unless
+    /// `listen` is set).
+    pub https: ferry_door::HttpsConfig,
 }
 
 impl ServerConfig {
+    /// The settings that decide who sessions of either door work as.
+    pub fn account_policy(&self) -> ferry_site::AccountPolicy {
+        ferry_site::AccountPolicy {
+            anonymous: self.anonymous,
+            anonymous_user: self.anonymous_user.clone(),
+            password_file: self.password_file.is_some(),
+            password_account: self.password_account.clone(),
+            gsi: self.gsi,
+            run_as_user: self.run_as_user,
+            allow_root_sessions: self.allow_root_sessions,
+        }
+    }
+
     /// The checksums each whole-file transfer takes (none when nothing would keep them).
     pub fn transfer_checksum_algorithms(&self) -> Vec<ferry_storage::ChecksumAlgorithm> {
         if self.checksum_cache == ferry_storage::CacheMode::Off {
@@ -159,7 +175,7 @@ impl Default for ServerConfig {
             control_preauth_timeout: 60,
             data_idle_timeout: 600,
             log_transfer: None,
-            log_transfer_format: crate::translog::TransferLogFormat::Json,
+            log_transfer_format: ferry_site::TransferLogFormat::Json,
             metrics: None,
             checksum_cache: ferry_storage::CacheMode::Xattr,
             transfer_checksums: vec!["ADLER32".into()],
@@ -191,6 +207,7 @@ impl Default for ServerConfig {
             ipc_allow_from: Vec::new(),
             ipc_connect_timeout: 5,
             data_interface: None,
+            https: ferry_door::HttpsConfig::default(),
         }
     }
 }
@@ -267,6 +284,11 @@ impl ServerConfig {
         if self.anonymous_write && !self.anonymous {
             return Err(ConfigError::Invalid(
                 "--anonymous-write needs --anonymous".into(),
+            ));
+        }
+        if self.https.listen.is_some() && self.https.connections_max == 0 {
+            return Err(ConfigError::Invalid(
+                "[https] connections-max must be at least 1".into(),
             ));
         }
         for kind in &self.allow_third_party {
@@ -415,7 +437,7 @@ mod tests {
         assert!(cfg.listen.is_ipv6());
         assert_eq!(
             cfg.log_transfer_format,
-            crate::translog::TransferLogFormat::Globus
+            ferry_site::TransferLogFormat::Globus
         );
         assert_eq!(cfg.metrics, Some("127.0.0.1:9812".parse().unwrap()));
         cfg.validate().unwrap();

@@ -16,7 +16,7 @@ use crate::metrics::ServerMetrics;
 use crate::prepare::Prepared;
 use crate::reload::{Live, Reloader};
 use crate::session;
-use crate::translog::TransferLog;
+use ferry_site::TransferLog;
 use prometheus_client::registry::Registry;
 
 /// What the server keeps across configuration reloads; every [`ServerContext`] points at it.
@@ -30,7 +30,7 @@ pub(crate) struct Shared {
     /// When the server started (`SITE STATUS`'s uptime).
     pub(crate) started: std::time::Instant,
     pub(crate) metrics: ServerMetrics,
-    pub(crate) translog: TransferLog,
+    pub(crate) translog: Arc<TransferLog>,
     /// This host's name (the Globus transfer log's HOST).
     pub(crate) host: String,
     /// One permit per data connection being read, server-wide (`data_connections_max`).
@@ -38,7 +38,11 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    fn new(metrics: ServerMetrics, translog: TransferLog, data_connections: usize) -> Arc<Shared> {
+    fn new(
+        metrics: ServerMetrics,
+        translog: Arc<TransferLog>,
+        data_connections: usize,
+    ) -> Arc<Shared> {
         Arc::new(Shared {
             data_permits: Arc::new(tokio::sync::Semaphore::new(data_connections)),
             connections: AtomicUsize::new(0),
@@ -47,7 +51,7 @@ impl Shared {
             started: std::time::Instant::now(),
             metrics,
             translog,
-            host: crate::translog::host_name(),
+            host: ferry_site::translog::host_name(),
         })
     }
 }
@@ -61,7 +65,7 @@ pub(crate) struct ServerContext {
     pub(crate) storage_ro: Arc<dyn Storage>,
     pub(crate) passwords: PasswordDb,
     /// The account each kind of login works as.
-    pub(crate) accounts: crate::accounts::Accounts,
+    pub(crate) accounts: ferry_site::Accounts,
     pub(crate) pool: Arc<BufferPool>,
     /// Lone receiving streams (uploads) that may poll their sockets at once.
     pub(crate) poll_budget: Arc<PollBudget>,
@@ -90,7 +94,7 @@ impl ServerContext {
             storage_rw: open(false),
             storage_ro: open(true),
             passwords: PasswordDb::default(),
-            accounts: crate::accounts::Accounts::default(),
+            accounts: ferry_site::Accounts::default(),
             pool: BufferPool::new(ferry_dtp::IO_CHUNK, 4),
             poll_budget: PollBudget::new(1),
             modules: ModuleRegistry::with_builtins(),
@@ -101,7 +105,7 @@ impl ServerContext {
             transports: Arc::new(ferry_net::Transports::default()),
             shared: Shared::new(
                 ServerMetrics::new(&mut Registry::default()),
-                TransferLog::default(),
+                Arc::new(TransferLog::default()),
                 config.data_connections_max,
             ),
             gsi: config
@@ -129,6 +133,8 @@ pub struct Server {
     role: Role,
     shared: Arc<Shared>,
     metrics: Option<ferry_metrics::Endpoint>,
+    /// The HTTPS door, when `[https] listen` is set.
+    door: Option<ferry_door::Door>,
 }
 
 /// Why a server cannot start.
@@ -150,13 +156,8 @@ pub enum StartError {
     #[error(transparent)]
     Passwords(#[from] crate::auth::AuthError),
     /// The transfer log cannot be opened.
-    #[error("cannot open transfer log {path}: {source}")]
-    TransferLog {
-        /// File.
-        path: String,
-        /// Why.
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    TransferLog(#[from] ferry_site::translog::TransferLogError),
     /// The GSI credential, CAs or grid-mapfile cannot be used.
     #[error("GSI: {0}")]
     Gsi(#[from] ferry_gsi::GsiError),
@@ -226,18 +227,33 @@ impl Server {
     pub async fn bind_with(config: ServerConfig, drivers: Drivers) -> Result<Server, StartError> {
         let prepared = Prepared::load(&config)?;
         if !config.data_node {
-            for line in prepared.accounts.report(&config, &prepared.passwords) {
+            for line in prepared
+                .accounts
+                .report(&config.account_policy(), &prepared.passwords)
+            {
                 tracing::info!("{line}");
             }
         }
         let transports = Arc::new(drivers.transports);
         let disk_stacks = Arc::new(configured_disk_stacks(drivers.disk_stacks, &config)?);
-        let translog = TransferLog::default();
+        let translog = Arc::new(TransferLog::default());
         translog.open(config.log_transfer.as_deref(), config.log_transfer_format)?;
         let mut registry = Registry::default();
         let metrics = ServerMetrics::new(&mut registry);
         registry.register_collector(Box::new(ferry_metrics::ProcessCollector));
         let shared = Shared::new(metrics, translog, config.data_connections_max);
+        let door = match config.https.listen.filter(|_| !config.data_node) {
+            Some(addr) => {
+                let door_metrics = ferry_door::DoorMetrics::new(&mut registry);
+                let ctx = crate::https::door_context(&config, &prepared, &shared, door_metrics)?;
+                let door = ferry_door::Door::bind(addr, ctx)
+                    .await
+                    .map_err(|source| StartError::Listen { addr, source })?;
+                tracing::info!(listen = %door.local_addr().unwrap_or(addr), "HTTPS door ready");
+                Some(door)
+            }
+            None => None,
+        };
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -296,12 +312,18 @@ impl Server {
             role,
             shared,
             metrics,
+            door,
         })
     }
 
     /// The bound control address.
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()
+    }
+
+    /// The bound HTTPS door address (`[https] listen`), if any.
+    pub fn https_addr(&self) -> Option<SocketAddr> {
+        self.door.as_ref().and_then(|d| d.local_addr().ok())
     }
 
     /// The bound metrics address (`--metrics`), if any.
@@ -311,7 +333,11 @@ impl Server {
 
     /// A handle that reloads this server's configuration while it runs (SIGHUP).
     pub fn reloader(&self) -> Reloader {
-        Reloader::new(self.role.clone(), Arc::clone(&self.shared))
+        Reloader::new(
+            self.role.clone(),
+            Arc::clone(&self.shared),
+            self.door.as_ref().map(ferry_door::Door::handle),
+        )
     }
 
     /// Accepts control connections until the task is dropped.
@@ -322,6 +348,9 @@ impl Server {
                     tracing::error!("metrics endpoint stopped: {e}");
                 }
             });
+        }
+        if let Some(door) = self.door {
+            tokio::spawn(door.run());
         }
         let live = match self.role {
             Role::Pi(live) => live,

@@ -80,6 +80,16 @@ impl GsiServer {
 /// The host credential (checked for expiry) and the trusted CAs `config` names: all a data
 /// node needs of GSI (it authorizes no users).
 pub(crate) fn load_host(config: &ServerConfig) -> Result<(Credential, Arc<TrustStore>), GsiError> {
+    let credential = load_host_credential(config)?;
+    let dir = config
+        .cert_dir
+        .clone()
+        .unwrap_or_else(|| TrustStore::default_dir(&process_env));
+    Ok((credential, Arc::new(TrustStore::load(&dir)?)))
+}
+
+/// The host credential `config` names (or the GSI environment's), checked for expiry.
+pub(crate) fn load_host_credential(config: &ServerConfig) -> Result<Credential, GsiError> {
     let credential = match (&config.host_cert, &config.host_key) {
         (Some(c), Some(k)) => Credential::load_cert_key(c, k, None)?,
         (Some(c), None) => Credential::load_cert_key(c, c, None)?,
@@ -91,11 +101,7 @@ pub(crate) fn load_host(config: &ServerConfig) -> Result<(Credential, Arc<TrustS
             credential.subject()
         )));
     }
-    let dir = config
-        .cert_dir
-        .clone()
-        .unwrap_or_else(|| TrustStore::default_dir(&process_env));
-    Ok((credential, Arc::new(TrustStore::load(&dir)?)))
+    Ok(credential)
 }
 
 /// An established security context, shared by the session's reading and writing halves.

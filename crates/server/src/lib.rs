@@ -3,24 +3,23 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
-mod accounts;
-pub mod auth;
 pub mod config;
 mod daemon;
 mod gsi;
+mod https;
 mod metrics;
 mod multicast;
 mod prepare;
 mod reload;
 mod session;
 mod striped;
-mod translog;
 
 pub use config::ServerConfig;
 pub use daemon::{Drivers, Server, StartError};
+pub use ferry_site::passwords as auth;
+pub use ferry_site::TransferLogFormat;
 pub use prepare::ConfigReport;
 pub use reload::{Reloaded, Reloader};
-pub use translog::TransferLogFormat;
 
 /// The version string shown in the banner and `SITE VERSION`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

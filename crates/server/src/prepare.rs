@@ -9,9 +9,10 @@ use std::sync::Arc;
 use ferry_gsi::{Credential, TrustStore};
 use ferry_storage::{ChecksumCache, PosixStorage, Storage};
 
-use crate::accounts::Accounts;
+use ferry_site::Accounts;
+
 use crate::auth::PasswordDb;
-use crate::config::ServerConfig;
+use crate::config::{ConfigError, ServerConfig};
 use crate::daemon::{Drivers, Server, StartError};
 use crate::striped::ipc::IpcAuth;
 use crate::striped::AllowFrom;
@@ -58,7 +59,8 @@ impl Prepared {
         let accounts = if config.data_node {
             Accounts::default()
         } else {
-            Accounts::resolve(config, &passwords)?
+            Accounts::resolve(&config.account_policy(), &passwords)
+                .map_err(|e| ConfigError::Invalid(e.to_string()))?
         };
         let gsi = if config.gsi && !config.data_node {
             Some(crate::gsi::GsiServer::load(config)?)
@@ -131,7 +133,8 @@ impl Server {
             };
             r.checked.push(format!("anonymous logins, {how}"));
         }
-        r.checked.extend(p.accounts.report(config, &p.passwords));
+        r.checked
+            .extend(p.accounts.report(&config.account_policy(), &p.passwords));
         if let Some(f) = &config.password_file {
             let n = p.passwords.len();
             r.checked
@@ -205,9 +208,11 @@ impl Server {
 
 /// Whether the transfer log could be appended to, without creating it.
 fn transfer_log_check(path: &Path) -> Result<String, StartError> {
-    let err = |source| StartError::TransferLog {
-        path: path.display().to_string(),
-        source,
+    let err = |source| {
+        StartError::TransferLog(ferry_site::translog::TransferLogError {
+            path: path.display().to_string(),
+            source,
+        })
     };
     if path.exists() {
         std::fs::OpenOptions::new()

@@ -43,11 +43,16 @@ pub struct Reloaded {
 pub struct Reloader {
     role: Role,
     shared: Arc<Shared>,
+    door: Option<ferry_door::DoorHandle>,
 }
 
 impl Reloader {
-    pub(crate) fn new(role: Role, shared: Arc<Shared>) -> Reloader {
-        Reloader { role, shared }
+    pub(crate) fn new(
+        role: Role,
+        shared: Arc<Shared>,
+        door: Option<ferry_door::DoorHandle>,
+    ) -> Reloader {
+        Reloader { role, shared, door }
     }
 
     /// Loads `config` and puts it in force for new connections. On error nothing changes.
@@ -82,11 +87,24 @@ impl Reloader {
                 let old = live.load();
                 keep_restart_only(&old.config, &mut config, &mut done.need_restart);
                 let p = Prepared::load(&config)?;
+                let door = match &self.door {
+                    Some(handle) => {
+                        let metrics = handle.load().metrics.clone();
+                        Some((
+                            handle,
+                            crate::https::door_context(&config, &p, &self.shared, metrics)?,
+                        ))
+                    }
+                    None => None,
+                };
                 // The transfer log is opened (or reopened, after logrotate moved it) last,
                 // once everything else loaded.
                 self.shared
                     .translog
                     .open(config.log_transfer.as_deref(), config.log_transfer_format)?;
+                if let Some((handle, ctx)) = door {
+                    handle.replace(ctx);
+                }
                 let ctx = ServerContext {
                     storage_rw: p.storage_rw,
                     storage_ro: p.storage_ro,
@@ -141,6 +159,10 @@ fn keep_restart_only(old: &ServerConfig, new: &mut ServerConfig, named: &mut Vec
         polling_streams => "polling-streams",
         metrics => "metrics",
     );
+    if new.https.listen != old.https.listen {
+        named.push("https.listen");
+        new.https.listen = old.https.listen;
+    }
 }
 
 #[cfg(test)]

@@ -6,8 +6,9 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use ferry_gsi::{Credential, TrustStore, VerifyOptions};
-use openssl::ssl::{SslAcceptor, SslMethod, SslRef, SslVerifyMode, SslVersion};
+use ferry_gsi::https::PeerCertificate;
+use ferry_gsi::{Credential, TrustStore};
+use openssl::ssl::{SslAcceptor, SslRef};
 use sha2::{Digest, Sha256};
 
 use crate::ServiceError;
@@ -118,21 +119,16 @@ impl Auth {
 
     /// What a finished handshake proved.
     pub fn peer_of(&self, ssl: &SslRef) -> Peer {
-        let Some(leaf) = ssl.peer_certificate() else {
-            return Peer::Anonymous;
-        };
-        // On the server side OpenSSL's peer chain leaves out the leaf.
-        let chain: Vec<openssl::x509::X509> = ssl
-            .peer_cert_chain()
-            .map(|s| s.iter().map(|c| c.to_owned()).collect())
-            .unwrap_or_default();
-        match self.trust.verify(&leaf, &chain, VerifyOptions::default()) {
-            Ok(v) => Peer::Verified(Identity {
+        match ferry_gsi::https::peer_certificate(&self.trust, ssl) {
+            PeerCertificate::None => Peer::Anonymous,
+            PeerCertificate::Verified(v) => Peer::Verified(Identity {
                 dn: v.identity().to_owned(),
                 admin: self.is_admin(v.identity()),
                 via: Via::Certificate,
             }),
-            Err(e) => Peer::Refused(format!("the client certificate is not accepted: {e}")),
+            PeerCertificate::Refused(e) => {
+                Peer::Refused(format!("the client certificate is not accepted: {e}"))
+            }
         }
     }
 
@@ -174,22 +170,9 @@ impl Auth {
 }
 
 /// The service's TLS: its host credential, TLS 1.2 or later, and a client certificate asked
-/// for but not required (token callers have none). OpenSSL's own check is bypassed so that
-/// legacy proxies get through the handshake; [`Auth::peer_of`] then verifies the chain.
+/// for but not required (token callers have none); [`Auth::peer_of`] then verifies the chain.
 pub fn acceptor(host: &Credential) -> Result<SslAcceptor, ServiceError> {
-    let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls())?;
-    b.set_min_proto_version(Some(SslVersion::TLS1_2))?;
-    b.set_certificate(&host.cert)?;
-    b.set_private_key(&host.key)?;
-    for c in &host.chain {
-        b.add_extra_chain_cert(c.clone())?;
-    }
-    b.check_private_key()?;
-    b.set_verify_callback(SslVerifyMode::PEER, |_, _| true);
-    // Resumed sessions would skip the certificate; every connection proves itself.
-    b.set_session_cache_mode(openssl::ssl::SslSessionCacheMode::OFF);
-    b.set_options(openssl::ssl::SslOptions::NO_TICKET);
-    Ok(b.build())
+    ferry_gsi::https::acceptor(host, &[]).map_err(|e| ServiceError::Tls(e.to_string()))
 }
 
 impl From<openssl::error::ErrorStack> for ServiceError {

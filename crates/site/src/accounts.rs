@@ -57,7 +57,10 @@ fn describe(name: &str) -> String {
 impl Accounts {
     /// Resolves `config`'s accounts; started as root, every account must exist and none may be
     /// root unless `allow_root_sessions`.
-    pub fn resolve(config: &AccountPolicy, passwords: &PasswordDb) -> Result<Accounts, AccountError> {
+    pub fn resolve(
+        config: &AccountPolicy,
+        passwords: &PasswordDb,
+    ) -> Result<Accounts, AccountError> {
         Accounts::resolve_as(config, passwords, ferry_storage::Identity::can_switch())
     }
 

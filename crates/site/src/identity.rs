@@ -44,4 +44,3 @@ pub async fn storage_as(
         source: std::io::Error::other(e.to_string()),
     })?
 }
-

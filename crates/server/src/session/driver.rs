@@ -25,7 +25,7 @@ use super::pi::{
 use super::{queue_line, strip_telnet, ControlReader, ControlWriter};
 use crate::daemon::ServerContext;
 use crate::metrics::AuthKind;
-use crate::translog::TransferRecord;
+use ferry_site::TransferRecord;
 
 /// The longest a reply is held back while a later pipelined command is carried out.
 const HOLD_REPLIES: Duration = Duration::from_millis(5);
@@ -260,7 +260,9 @@ impl Driver {
             Arc::clone(&self.ctx.storage_rw)
         };
         let allow_root = self.ctx.accounts.allow_root();
-        let storage = match crate::auth::storage_as(storage, account.clone(), allow_root).await {
+        let storage = match ferry_site::identity::storage_as(storage, account.clone(), allow_root)
+            .await
+        {
             Ok(s) => s,
             Err(e) => {
                 metrics.login_failed(auth);

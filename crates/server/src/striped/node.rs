@@ -140,7 +140,7 @@ async fn session(link: Link, ctx: &NodeContext) -> std::io::Result<()> {
         Arc::clone(&ctx.storage_rw)
     };
     let allow_root = ctx.config.allow_root_sessions;
-    let storage = match crate::auth::storage_as(base, account.clone(), allow_root).await {
+    let storage = match ferry_site::identity::storage_as(base, account.clone(), allow_root).await {
         Ok(s) => s,
         Err(e) => {
             let who = account.unwrap_or_else(|| "this node's own account".into());

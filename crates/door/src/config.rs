@@ -1,0 +1,35 @@
+//! The door's settings: the `[https]` table of `ferry.toml`, and `ferry serve --https-*`.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+/// The HTTPS door's settings. Logins, accounts, the root and checksums are the server's own
+/// (one setting governs both doors).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct HttpsConfig {
+    /// Address of the HTTPS listener (`None`: no HTTPS door). The field's ports: 443, 8443,
+    /// 2880 (dCache), 1094 (XRootD).
+    pub listen: Option<SocketAddr>,
+    /// Most HTTPS connections open at once; more are closed as they come.
+    pub connections_max: usize,
+    /// Seconds a connection has to finish its TLS handshake and each request's headers.
+    pub header_timeout: u64,
+    /// Largest request head (request line and headers) in bytes; a larger one gets 431.
+    pub max_header_bytes: usize,
+    /// Accept HTTP Basic logins checked against the password file.
+    pub basic_auth: bool,
+}
+
+impl Default for HttpsConfig {
+    fn default() -> HttpsConfig {
+        HttpsConfig {
+            listen: None,
+            connections_max: 16_384,
+            header_timeout: 20,
+            max_header_bytes: 64 * 1024,
+            basic_auth: true,
+        }
+    }
+}

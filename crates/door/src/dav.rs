@@ -1,0 +1,240 @@
+//! WebDAV's namespace methods within the door (RFC 4918 §9): OPTIONS, DELETE, MKCOL, and COPY
+//! and MOVE to a `Destination` on this server.
+
+use std::sync::Arc;
+
+use ferry_proto::http::dav::{self, Depth};
+use ferry_storage::{FileKind, Storage, StorageError, VirtualPath, WriteOptions};
+use http::{header, HeaderValue, StatusCode};
+use hyper::body::Incoming;
+
+use crate::reply::{self, blocking, Reply};
+use crate::request::{Req, ALLOW};
+
+/// OPTIONS: WebDAV class 1 (no locks), the methods, byte ranges.
+pub(crate) fn options() -> Reply {
+    let mut r = reply::empty(StatusCode::OK);
+    let h = r.headers_mut();
+    h.insert("dav", HeaderValue::from_static("1"));
+    h.insert(header::ALLOW, HeaderValue::from_static(ALLOW));
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+    r
+}
+
+/// DELETE: a file, or a collection and everything in it.
+pub(crate) async fn delete(r: &Req) -> Result<Reply, Reply> {
+    r.writable()?;
+    match dav::depth(r.header("depth")) {
+        Ok(None | Some(Depth::Infinity)) => {}
+        _ => {
+            return Err(reply::status(
+                StatusCode::BAD_REQUEST,
+                "DELETE takes Depth: infinity or none",
+            ))
+        }
+    }
+    if r.path.is_root() {
+        return Err(reply::status(
+            StatusCode::FORBIDDEN,
+            "the root is not deleted",
+        ));
+    }
+    let (s, p) = (Arc::clone(&r.principal.storage), r.path.clone());
+    blocking(move || {
+        let m = s.symlink_metadata(&p)?;
+        if m.kind == FileKind::Dir {
+            s.remove_tree(&p)
+        } else {
+            s.remove_file(&p)
+        }
+    })
+    .await
+    .map_err(|e| reply::storage(&e))?;
+    Ok(reply::empty(StatusCode::NO_CONTENT))
+}
+
+/// MKCOL: one collection, whose parent must exist; no body.
+pub(crate) async fn mkcol(r: &Req, body: Incoming) -> Result<Reply, Reply> {
+    r.writable()?;
+    let has_body = r.headers.contains_key(header::TRANSFER_ENCODING)
+        || r.header(header::CONTENT_LENGTH)
+            .is_some_and(|l| l.trim() != "0");
+    if has_body {
+        // Read (a little of) it so the connection stays usable, then refuse.
+        let _ = crate::request::small_body(body, 64 * 1024).await;
+        return Err(reply::status(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "MKCOL with a body is not supported",
+        ));
+    }
+    let (s, p) = (Arc::clone(&r.principal.storage), r.path.clone());
+    blocking(move || {
+        if s.symlink_metadata(&p).is_ok() {
+            return Err(StorageError::AlreadyExists(p.to_string()));
+        }
+        let parent = p.parent().unwrap_or_else(VirtualPath::root);
+        match s.stat(&parent) {
+            Ok(m) if m.kind == FileKind::Dir => {}
+            Ok(_) | Err(StorageError::NotFound(_)) => {
+                return Err(StorageError::NotADirectory(format!(
+                    "{parent} (the parent collection does not exist)"
+                )))
+            }
+            Err(e) => return Err(e),
+        }
+        s.mkdir(&p)
+    })
+    .await
+    .map_err(|e| reply::storage(&e))?;
+    Ok(reply::empty(StatusCode::CREATED))
+}
+
+/// COPY (`is_move == false`) or MOVE to a `Destination` on this server.
+pub(crate) async fn copy_or_move(r: &Req, is_move: bool) -> Result<Reply, Reply> {
+    r.writable()?;
+    let method = if is_move { "MOVE" } else { "COPY" };
+    let dest = r
+        .header("destination")
+        .ok_or_else(|| {
+            reply::status(
+                StatusCode::BAD_REQUEST,
+                format!("{method} needs a Destination"),
+            )
+        })
+        .and_then(|d| {
+            dav::target(d)
+                .map_err(|e| reply::status(StatusCode::BAD_REQUEST, format!("Destination: {e}")))
+        })?;
+    if dest.authority.as_deref().is_some_and(|a| a != r.authority) {
+        return Err(reply::status(
+            StatusCode::BAD_GATEWAY,
+            format!(
+                "Destination {} is on another server: this server copies only within itself",
+                dest.authority.as_deref().unwrap_or_default()
+            ),
+        ));
+    }
+    let overwrite = dav::overwrite(r.header("overwrite"))
+        .map_err(|e| reply::status(StatusCode::BAD_REQUEST, e))?;
+    let depth = dav::depth(r.header("depth"))
+        .map_err(|e| reply::status(StatusCode::BAD_REQUEST, e))?
+        .unwrap_or(Depth::Infinity);
+    if is_move && depth != Depth::Infinity || depth == Depth::One {
+        return Err(reply::status(
+            StatusCode::BAD_REQUEST,
+            format!("{method} takes Depth: infinity (or 0 for a COPY)"),
+        ));
+    }
+    let to =
+        VirtualPath::resolve(&VirtualPath::root(), &dest.path).map_err(|e| reply::storage(&e))?;
+    let from = r.path.clone();
+    if to == from {
+        return Err(reply::status(
+            StatusCode::FORBIDDEN,
+            "the source and the destination are the same",
+        ));
+    }
+    if to.as_str().starts_with(&format!("{}/", from.as_str())) || from.is_root() {
+        return Err(reply::status(
+            StatusCode::FORBIDDEN,
+            "a collection cannot be copied or moved into itself",
+        ));
+    }
+    let s = Arc::clone(&r.principal.storage);
+    let replaced = blocking(move || {
+        let src = s.symlink_metadata(&from)?;
+        let parent = to.parent().unwrap_or_else(VirtualPath::root);
+        match s.stat(&parent) {
+            Ok(m) if m.kind == FileKind::Dir => {}
+            Ok(_) | Err(StorageError::NotFound(_)) => {
+                return Err(StorageError::NotADirectory(format!(
+                    "{parent} (the destination's parent collection does not exist)"
+                )))
+            }
+            Err(e) => return Err(e),
+        }
+        let replaced = match s.symlink_metadata(&to) {
+            Ok(m) => {
+                if !overwrite {
+                    return Err(StorageError::AlreadyExists(to.to_string()));
+                }
+                if m.kind == FileKind::Dir {
+                    s.remove_tree(&to)?;
+                } else {
+                    s.remove_file(&to)?;
+                }
+                true
+            }
+            Err(StorageError::NotFound(_)) => false,
+            Err(e) => return Err(e),
+        };
+        if is_move {
+            s.rename(&from, &to)?;
+        } else if src.kind == FileKind::Dir {
+            copy_tree(&*s, &from, &to, depth == Depth::Infinity)?;
+        } else {
+            copy_file(&*s, &from, &to)?;
+        }
+        Ok(replaced)
+    })
+    .await
+    .map_err(|e| match e {
+        // Overwrite: F onto something that exists.
+        StorageError::AlreadyExists(p) => reply::status(
+            StatusCode::PRECONDITION_FAILED,
+            format!("{p} exists and Overwrite is F"),
+        ),
+        e => reply::storage(&e),
+    })?;
+    Ok(reply::empty(if replaced {
+        StatusCode::NO_CONTENT
+    } else {
+        StatusCode::CREATED
+    }))
+}
+
+fn copy_file(s: &dyn Storage, from: &VirtualPath, to: &VirtualPath) -> Result<(), StorageError> {
+    let src = s.open_read(from)?;
+    let dst = s.open_write(
+        to,
+        WriteOptions {
+            create: true,
+            truncate: true,
+            create_new: false,
+        },
+    )?;
+    let mut buf = vec![0u8; crate::get::CHUNK];
+    let mut at = 0u64;
+    loop {
+        let n = src.read_at(&mut buf, at)?;
+        if n == 0 {
+            break;
+        }
+        dst.write_all_at(&buf[..n], at)?;
+        at += n as u64;
+    }
+    dst.sync()
+}
+
+fn copy_tree(
+    s: &dyn Storage,
+    from: &VirtualPath,
+    to: &VirtualPath,
+    members: bool,
+) -> Result<(), StorageError> {
+    s.mkdir(to)?;
+    if !members {
+        return Ok(());
+    }
+    for e in s.list(from)? {
+        let (f, t) = (from.join(&e.name)?, to.join(&e.name)?);
+        match e.metadata.kind {
+            FileKind::Dir => copy_tree(s, &f, &t, true)?,
+            FileKind::File => copy_file(s, &f, &t)?,
+            // Links and special files are not copied, as GridFTP's recursive copies skip them.
+            _ => {}
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,166 @@
+//! The accept loop: one small task per connection, TLS with the host credential (ALPN `h2`
+//! or `http/1.1`), then HTTP/1.1 or HTTP/2 on hyper with deadlines for slow handshakes and
+//! headers and a bound on header size.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::context::DoorContext;
+use crate::principal::ConnAuth;
+
+/// Protocols offered in ALPN, preferred first.
+pub const ALPN: &[&[u8]] = &[b"h2", b"http/1.1"];
+
+/// The configuration in force; `replace` swaps it (SIGHUP), connections keep theirs.
+#[derive(Debug, Clone)]
+pub struct DoorHandle {
+    ctx: Arc<RwLock<Arc<DoorContext>>>,
+    open: Arc<AtomicUsize>,
+}
+
+impl DoorHandle {
+    /// The configuration new connections get.
+    pub fn load(&self) -> Arc<DoorContext> {
+        Arc::clone(&self.ctx.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Puts `ctx` in force for new connections.
+    pub fn replace(&self, ctx: DoorContext) {
+        *self.ctx.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(ctx);
+    }
+
+    /// Connections open now.
+    pub fn connections(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+}
+
+/// A bound HTTPS door.
+#[derive(Debug)]
+pub struct Door {
+    listener: TcpListener,
+    handle: DoorHandle,
+}
+
+impl Door {
+    /// Binds `addr`.
+    pub async fn bind(addr: SocketAddr, ctx: DoorContext) -> std::io::Result<Door> {
+        let listener = TcpListener::bind(addr).await?;
+        Ok(Door {
+            listener,
+            handle: DoorHandle {
+                ctx: Arc::new(RwLock::new(Arc::new(ctx))),
+                open: Arc::new(AtomicUsize::new(0)),
+            },
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// A handle for reloads.
+    pub fn handle(&self) -> DoorHandle {
+        self.handle.clone()
+    }
+
+    /// Accepts connections until the task is dropped.
+    pub async fn run(self) {
+        loop {
+            let (stream, peer) = match self.listener.accept().await {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!("https accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let ctx = self.handle.load();
+            let open = Arc::clone(&self.handle.open);
+            if open.fetch_add(1, Ordering::AcqRel) >= ctx.https.connections_max {
+                open.fetch_sub(1, Ordering::AcqRel);
+                ctx.metrics.connection_refused();
+                tracing::warn!(%peer, connections_max = ctx.https.connections_max, "https connection refused: too many connections");
+                continue;
+            }
+            ctx.metrics.connection_opened();
+            tokio::spawn(async move {
+                serve(stream, peer, Arc::clone(&ctx)).await;
+                open.fetch_sub(1, Ordering::AcqRel);
+                ctx.metrics.connection_closed();
+            });
+        }
+    }
+}
+
+async fn serve(stream: TcpStream, peer: SocketAddr, ctx: Arc<DoorContext>) {
+    let _ = stream.set_nodelay(true);
+    let deadline = Duration::from_secs(ctx.https.header_timeout.max(1));
+    let tls = match tls_accept(&ctx, stream, deadline).await {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::debug!(%peer, "https handshake failed: {e}");
+            return;
+        }
+    };
+    let certificate = match &ctx.x509 {
+        Some(x) => ferry_gsi::https::peer_certificate(&x.trust, tls.ssl()),
+        None => ferry_gsi::https::PeerCertificate::None,
+    };
+    let conn = Arc::new(ConnAuth::new(certificate));
+    let h2 = tls.ssl().selected_alpn_protocol() == Some(b"h2".as_slice());
+    let service = {
+        let ctx = Arc::clone(&ctx);
+        hyper::service::service_fn(move |req| {
+            let (ctx, conn) = (Arc::clone(&ctx), Arc::clone(&conn));
+            async move {
+                Ok::<_, std::convert::Infallible>(
+                    crate::request::handle(ctx, conn, peer, req).await,
+                )
+            }
+        })
+    };
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(deadline)
+        .max_buf_size(ctx.https.max_header_bytes.max(8192))
+        .keep_alive(true);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(ctx.https.max_header_bytes).unwrap_or(u32::MAX));
+    let io = TokioIo::new(tls);
+    let result = if h2 {
+        builder.http2_only().serve_connection(io, service).await
+    } else {
+        builder.http1_only().serve_connection(io, service).await
+    };
+    if let Err(e) = result {
+        tracing::debug!(%peer, "https connection ended: {e}");
+    }
+}
+
+async fn tls_accept(
+    ctx: &DoorContext,
+    stream: TcpStream,
+    deadline: Duration,
+) -> std::io::Result<tokio_openssl::SslStream<TcpStream>> {
+    let ssl = openssl::ssl::Ssl::new(ctx.tls.context()).map_err(std::io::Error::other)?;
+    let mut tls = tokio_openssl::SslStream::new(ssl, stream).map_err(std::io::Error::other)?;
+    match tokio::time::timeout(deadline, std::pin::Pin::new(&mut tls).accept()).await {
+        Ok(Ok(())) => Ok(tls),
+        Ok(Err(e)) => Err(std::io::Error::other(e.to_string())),
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "TLS handshake took too long",
+        )),
+    }
+}

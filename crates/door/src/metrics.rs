@@ -1,0 +1,103 @@
+//! The door's Prometheus families, registered in the server's one registry beside the GridFTP
+//! door's: requests by method and status, bytes by direction, connections open.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry, Unit};
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RequestLabels {
+    method: String,
+    status: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct DirectionLabel {
+    direction: &'static str,
+}
+
+/// The door's counters (cheap to clone: they share their values).
+#[derive(Debug, Clone)]
+pub struct DoorMetrics {
+    requests: Family<RequestLabels, Counter>,
+    bytes: Family<DirectionLabel, Counter>,
+    connections: Gauge,
+    refused: Counter,
+}
+
+impl DoorMetrics {
+    /// Registers the families in `registry`.
+    pub fn new(registry: &mut Registry) -> DoorMetrics {
+        let m = DoorMetrics {
+            requests: Family::default(),
+            bytes: Family::default(),
+            connections: Gauge::default(),
+            refused: Counter::default(),
+        };
+        registry.register(
+            "ferry_http_requests",
+            "HTTP requests answered by the HTTPS door, by method and status",
+            m.requests.clone(),
+        );
+        registry.register_with_unit(
+            "ferry_http_data",
+            "File bytes the HTTPS door sent (GET) and received (PUT)",
+            Unit::Bytes,
+            m.bytes.clone(),
+        );
+        registry.register(
+            "ferry_http_connections",
+            "HTTPS connections open now",
+            m.connections.clone(),
+        );
+        registry.register(
+            "ferry_http_connections_refused",
+            "HTTPS connections closed at once because connections-max were open",
+            m.refused.clone(),
+        );
+        m
+    }
+
+    pub(crate) fn request(&self, method: &str, status: u16) {
+        // Only the methods the door knows get their own label; the rest share one.
+        let method = match method {
+            "GET" | "HEAD" | "PUT" | "DELETE" | "MKCOL" | "MOVE" | "COPY" | "OPTIONS"
+            | "PROPFIND" | "PROPPATCH" | "LOCK" | "UNLOCK" | "POST" => method,
+            _ => "other",
+        };
+        self.requests
+            .get_or_create(&RequestLabels {
+                method: method.to_string(),
+                status,
+            })
+            .inc();
+    }
+
+    pub(crate) fn sent(&self, n: u64) {
+        self.bytes
+            .get_or_create(&DirectionLabel { direction: "sent" })
+            .inc_by(n);
+    }
+
+    pub(crate) fn received(&self, n: u64) {
+        self.bytes
+            .get_or_create(&DirectionLabel {
+                direction: "received",
+            })
+            .inc_by(n);
+    }
+
+    pub(crate) fn connection_opened(&self) {
+        self.connections.inc();
+    }
+
+    pub(crate) fn connection_closed(&self) {
+        self.connections.dec();
+    }
+
+    pub(crate) fn connection_refused(&self) {
+        self.refused.inc();
+    }
+}

@@ -1,0 +1,211 @@
+//! Who is asking, and the storage they see: an X.509 client certificate or proxy mapped
+//! through the grid-mapfile, HTTP Basic checked against the password file, or anonymous;
+//! each works as the account the GridFTP door would give the same login
+//! (`ferry_site::accounts`). A connection remembers who it proved to be.
+
+use std::sync::{Arc, Mutex};
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
+use ferry_gsi::https::PeerCertificate;
+use ferry_storage::Storage;
+use http::{header, HeaderMap, StatusCode};
+use sha2::{Digest as _, Sha256};
+use tokio::sync::OnceCell;
+
+use crate::context::DoorContext;
+use crate::reply::{self, Reply};
+
+/// A login the door accepted.
+#[derive(Debug)]
+pub(crate) struct Principal {
+    /// The name the transfer log shows: the DN's account, the password user, `anonymous`.
+    pub(crate) user: String,
+    /// Writes are refused.
+    pub(crate) read_only: bool,
+    /// The root as this login sees it (on a root server, through its account's identity).
+    pub(crate) storage: Arc<dyn Storage>,
+}
+
+/// The last Basic login of a connection: user, SHA-256 of `user:password`, the login.
+type LastPassword = Option<(String, [u8; 32], Arc<Principal>)>;
+
+/// What one connection proved: its certificate once, its last Basic login.
+#[derive(Debug)]
+pub(crate) struct ConnAuth {
+    certificate: PeerCertificate,
+    by_certificate: OnceCell<Result<Arc<Principal>, (StatusCode, String)>>,
+    by_password: Mutex<LastPassword>,
+    anonymous: OnceCell<Result<Arc<Principal>, (StatusCode, String)>>,
+}
+
+impl ConnAuth {
+    pub(crate) fn new(certificate: PeerCertificate) -> ConnAuth {
+        ConnAuth {
+            certificate,
+            by_certificate: OnceCell::new(),
+            by_password: Mutex::new(None),
+            anonymous: OnceCell::new(),
+        }
+    }
+}
+
+fn unauthorized(ctx: &DoorContext, why: &str) -> Reply {
+    let mut r = reply::status(StatusCode::UNAUTHORIZED, why);
+    if ctx.https.basic_auth && !ctx.passwords.is_empty() {
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Basic realm=\"ferry\", charset=\"UTF-8\""),
+        );
+    }
+    r
+}
+
+/// The login of this request, or the 401/403 that refuses it.
+pub(crate) async fn principal(
+    ctx: &DoorContext,
+    conn: &ConnAuth,
+    headers: &HeaderMap,
+) -> Result<Arc<Principal>, Reply> {
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if let Some(value) = authorization {
+        let (scheme, rest) = value.split_once(' ').unwrap_or((value, ""));
+        if scheme.eq_ignore_ascii_case("basic") {
+            return basic(ctx, conn, rest.trim()).await;
+        }
+        if scheme.eq_ignore_ascii_case("bearer") {
+            return Err(unauthorized(
+                ctx,
+                "bearer tokens are not accepted by this server: use an X.509 certificate or proxy",
+            ));
+        }
+        return Err(unauthorized(
+            ctx,
+            &format!("authorization scheme '{scheme}' is not supported"),
+        ));
+    }
+    if let Some(x509) = &ctx.x509 {
+        match &conn.certificate {
+            PeerCertificate::None => {}
+            PeerCertificate::Refused(e) => {
+                return Err(reply::status(
+                    StatusCode::FORBIDDEN,
+                    format!("the client certificate is not accepted: {e}"),
+                ))
+            }
+            PeerCertificate::Verified(v) => {
+                let r = conn
+                    .by_certificate
+                    .get_or_init(|| async {
+                        let dn = v.identity().to_string();
+                        let account = x509
+                            .authorizer
+                            .authorize(&dn, None)
+                            .map_err(|e| (StatusCode::FORBIDDEN, format!("{dn}: {e}")))?;
+                        let as_account = ctx.run_as_user.then(|| account.clone());
+                        login(ctx, account, as_account, false).await
+                    })
+                    .await;
+                return r.clone().map_err(|(s, why)| reply::status(s, why));
+            }
+        }
+    }
+    if ctx.anonymous {
+        let r = conn
+            .anonymous
+            .get_or_init(|| async {
+                login(
+                    ctx,
+                    "anonymous".into(),
+                    ctx.accounts.anonymous(),
+                    !ctx.anonymous_write,
+                )
+                .await
+            })
+            .await;
+        return r.clone().map_err(|(s, why)| reply::status(s, why));
+    }
+    Err(unauthorized(
+        ctx,
+        "authentication required: an X.509 certificate or proxy, or a user name and password",
+    ))
+}
+
+async fn basic(ctx: &DoorContext, conn: &ConnAuth, encoded: &str) -> Result<Arc<Principal>, Reply> {
+    if !ctx.https.basic_auth || ctx.passwords.is_empty() {
+        return Err(unauthorized(ctx, "password logins are not accepted here"));
+    }
+    let decoded = B64
+        .decode(encoded)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .ok_or_else(|| unauthorized(ctx, "malformed Basic credentials"))?;
+    let (user, password) = decoded
+        .split_once(':')
+        .ok_or_else(|| unauthorized(ctx, "malformed Basic credentials"))?;
+    let digest: [u8; 32] = Sha256::digest(decoded.as_bytes()).into();
+    if let Ok(cached) = conn.by_password.lock() {
+        if let Some((u, d, p)) = cached.as_ref() {
+            if u == user && *d == digest {
+                return Ok(Arc::clone(p));
+            }
+        }
+    }
+    let (db, u, pw) = (
+        ctx.passwords.clone(),
+        user.to_string(),
+        password.to_string(),
+    );
+    let ok = tokio::task::spawn_blocking(move || db.verify(&u, &pw))
+        .await
+        .unwrap_or(false);
+    if !ok {
+        // As the GridFTP door: slow down guessing without holding a thread.
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        return Err(unauthorized(ctx, "login incorrect"));
+    }
+    let account = ctx.accounts.password(&ctx.passwords, user);
+    let p = login(ctx, user.to_string(), account, false)
+        .await
+        .map_err(|(s, why)| reply::status(s, why))?;
+    if let Ok(mut cached) = conn.by_password.lock() {
+        *cached = Some((user.to_string(), digest, Arc::clone(&p)));
+    }
+    Ok(p)
+}
+
+async fn login(
+    ctx: &DoorContext,
+    user: String,
+    account: Option<String>,
+    read_only: bool,
+) -> Result<Arc<Principal>, (StatusCode, String)> {
+    let base = if read_only {
+        Arc::clone(&ctx.storage_ro)
+    } else {
+        Arc::clone(&ctx.storage_rw)
+    };
+    let storage = ferry_site::identity::storage_as(
+        base,
+        account.clone(),
+        ctx.accounts.allow_root(),
+    )
+    .await
+    .map_err(|e| {
+        tracing::warn!(user = %user, account = ?account, error = %e, "cannot run as the account");
+        (
+            StatusCode::FORBIDDEN,
+            format!(
+                "cannot work as {}: {e}",
+                account.as_deref().unwrap_or("this server's account")
+            ),
+        )
+    })?;
+    Ok(Arc::new(Principal {
+        user,
+        read_only,
+        storage,
+    }))
+}

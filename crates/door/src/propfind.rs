@@ -1,0 +1,201 @@
+//! PROPFIND (depth 0 and 1; `infinity` refused with 403 as most servers refuse it) with the
+//! live properties clients read, the collection itself first, streamed as the members are
+//! described; and PROPPATCH, refused (no dead properties are stored).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use ferry_proto::http::dates;
+use ferry_proto::http::dav::{xml_escape, Depth};
+use ferry_proto::http::propfind::{
+    self, PropName, PropValue, Propfind, DAV, MULTISTATUS_END, MULTISTATUS_START,
+};
+use ferry_storage::{FileKind, Metadata, VirtualPath};
+use http::{header, HeaderValue, Response, StatusCode};
+use hyper::body::Incoming;
+
+use crate::body::Body;
+use crate::reply::{self, blocking, Reply};
+use crate::request::Req;
+
+/// Largest PROPFIND or PROPPATCH body read.
+pub(crate) const MAX_BODY: usize = 1 << 20;
+/// Bytes of XML gathered before they are handed to the connection.
+const FLUSH_AT: usize = 64 * 1024;
+
+/// The live properties, in the order `allprop` lists them.
+const LIVE: [&str; 7] = [
+    "resourcetype",
+    "getcontentlength",
+    "getlastmodified",
+    "creationdate",
+    "getetag",
+    "displayname",
+    "getcontenttype",
+];
+
+/// A live property's value for `m`, or `None` where it has none (a collection's length).
+fn live(name: &str, m: &Metadata, display: &str) -> Option<String> {
+    let file = m.kind != FileKind::Dir;
+    Some(match name {
+        "resourcetype" if file => String::new(),
+        "resourcetype" => "<D:collection/>".into(),
+        "getcontentlength" if file => m.size.to_string(),
+        "getlastmodified" => dates::http_date(m.mtime),
+        "creationdate" => dates::iso8601(m.mtime),
+        "getetag" if file => xml_escape(&crate::get::etag(m)),
+        "displayname" => xml_escape(display),
+        "getcontenttype" if file => "application/octet-stream".into(),
+        _ => return None,
+    })
+}
+
+/// One `D:response` for an entry.
+fn describe(href: &str, m: &Metadata, display: &str, want: &Propfind) -> String {
+    let mut found = Vec::new();
+    let mut missing = Vec::new();
+    match want {
+        Propfind::AllProp => {
+            for name in LIVE {
+                if let Some(xml) = live(name, m, display) {
+                    found.push(PropValue {
+                        name: PropName::dav(name),
+                        xml,
+                    });
+                }
+            }
+        }
+        Propfind::PropName => {
+            for name in LIVE {
+                if live(name, m, display).is_some() {
+                    found.push(PropValue {
+                        name: PropName::dav(name),
+                        xml: String::new(),
+                    });
+                }
+            }
+        }
+        Propfind::Props(names) => {
+            for name in names {
+                match (name.ns == DAV)
+                    .then(|| live(&name.local, m, display))
+                    .flatten()
+                {
+                    Some(xml) => found.push(PropValue {
+                        name: name.clone(),
+                        xml,
+                    }),
+                    None => missing.push(name.clone()),
+                }
+            }
+        }
+    }
+    propfind::response(href, &found, &missing)
+}
+
+/// PROPFIND.
+pub(crate) async fn propfind(r: &Req, body: Incoming) -> Result<Reply, Reply> {
+    let depth = ferry_proto::http::dav::depth(r.header("depth"))
+        .map_err(|e| reply::status(StatusCode::BAD_REQUEST, e))?
+        .unwrap_or(Depth::Infinity);
+    if depth == Depth::Infinity {
+        let mut refused = Response::new(Body::text(
+            "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<D:error xmlns:D=\"DAV:\"><D:propfind-finite-depth/></D:error>\n",
+        ));
+        *refused.status_mut() = StatusCode::FORBIDDEN;
+        refused.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/xml; charset=utf-8"),
+        );
+        return Err(refused);
+    }
+    let bytes = crate::request::small_body(body, MAX_BODY).await?;
+    let want = propfind::parse(&bytes).map_err(|e| reply::status(StatusCode::BAD_REQUEST, e))?;
+    let (s, p) = (Arc::clone(&r.principal.storage), r.path.clone());
+    let m = blocking(move || s.stat(&p))
+        .await
+        .map_err(|e| reply::storage(&e))?;
+    let name = r.path.file_name().unwrap_or("/").to_string();
+    let collection = m.kind == FileKind::Dir;
+    let first = describe(&r.href(&r.path, collection), &m, &name, &want);
+    let mut reply = Response::new(Body::Empty);
+    *reply.status_mut() = StatusCode::MULTI_STATUS;
+    reply.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/xml; charset=utf-8"),
+    );
+    if depth == Depth::Zero || !collection {
+        *reply.body_mut() = Body::text(format!("{MULTISTATUS_START}{first}{MULTISTATUS_END}"));
+        return Ok(reply);
+    }
+    // The members: described and sent as they are read, the collection itself first.
+    let (tx, body) = Body::channel(None);
+    *reply.body_mut() = body;
+    let storage = Arc::clone(&r.principal.storage);
+    let dir = r.path.clone();
+    let hrefs = HrefBase::new(r);
+    tokio::task::spawn_blocking(move || {
+        let mut out = String::with_capacity(FLUSH_AT * 2);
+        out.push_str(MULTISTATUS_START);
+        out.push_str(&first);
+        let entries = match storage.list(&dir) {
+            Ok(e) => e,
+            Err(e) => {
+                let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+                return;
+            }
+        };
+        for e in entries {
+            let Ok(path) = dir.join(&e.name) else {
+                continue;
+            };
+            let meta = if e.metadata.kind == FileKind::Symlink {
+                match storage.stat(&path) {
+                    Ok(m) => m,
+                    Err(_) => continue,
+                }
+            } else {
+                e.metadata
+            };
+            let href = hrefs.href(&path, meta.kind == FileKind::Dir);
+            out.push_str(&describe(&href, &meta, &e.name, &want));
+            if out.len() >= FLUSH_AT
+                && tx
+                    .blocking_send(Ok(Bytes::from(std::mem::take(&mut out))))
+                    .is_err()
+            {
+                return;
+            }
+        }
+        out.push_str(MULTISTATUS_END);
+        let _ = tx.blocking_send(Ok(Bytes::from(out)));
+    });
+    Ok(reply)
+}
+
+/// What a request's `href`s start with, for a task that outlives the request.
+struct HrefBase(String);
+
+impl HrefBase {
+    fn new(r: &Req) -> HrefBase {
+        HrefBase(format!("https://{}", r.authority))
+    }
+
+    fn href(&self, path: &VirtualPath, collection: bool) -> String {
+        let mut p = ferry_proto::http::dav::encode_path(path.as_str());
+        if collection {
+            p.push('/');
+        }
+        format!("{}{p}", self.0)
+    }
+}
+
+/// PROPPATCH: this door keeps no dead properties, so every change is refused.
+pub(crate) async fn proppatch(r: &Req, body: Incoming) -> Result<Reply, Reply> {
+    r.writable()?;
+    let _ = crate::request::small_body(body, MAX_BODY).await?;
+    Err(reply::status(
+        StatusCode::FORBIDDEN,
+        "this server stores no dead properties",
+    ))
+}

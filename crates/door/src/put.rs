@@ -1,0 +1,276 @@
+//! PUT: the body streams to a temporary name beside the target, with the checksums the site
+//! keeps and those the client sent (`Digest`, `Repr-Digest`, `Content-MD5`) taken as the bytes
+//! arrive; only a whole body whose digests agree is renamed over the target. A client that
+//! vanishes, a full disk or a mismatch leaves the old file (or none), never a short one.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use ferry_proto::http::digest::{self, DigestAlgorithm};
+use ferry_storage::{
+    ChecksumAlgorithm, Checksummer, FileHandle, FileKind, FileVersion, Storage, StorageError,
+    VirtualPath, WriteOptions,
+};
+use http::{header, StatusCode};
+use http_body_util::BodyExt as _;
+use hyper::body::Incoming;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::context::{DoorContext, HttpTransfer};
+use crate::get::{storage_algorithm, CHUNK};
+use crate::reply::{self, blocking, Reply};
+use crate::request::Req;
+
+/// Prefix of the temporary names uploads are written under.
+pub(crate) const TEMP_PREFIX: &str = ".ferry-put-";
+
+/// What the client said the body's digests are.
+fn expected_digests(r: &Req) -> Result<Vec<(DigestAlgorithm, Vec<u8>)>, Reply> {
+    let bad = |e: digest::DigestError| reply::status(StatusCode::BAD_REQUEST, e);
+    let mut out = Vec::new();
+    if let Some(h) = r.header("digest") {
+        out.extend(digest::parse_digest(h).map_err(bad)?);
+    }
+    if let Some(h) = r.header("repr-digest") {
+        out.extend(digest::parse_repr_digest(h).map_err(bad)?);
+    }
+    if let Some(h) = r.header("content-md5") {
+        out.push((
+            DigestAlgorithm::Md5,
+            digest::parse_content_md5(h).map_err(bad)?,
+        ));
+    }
+    Ok(out)
+}
+
+enum Chunk {
+    Data(Bytes),
+    End,
+}
+
+/// How a write ended.
+enum Outcome {
+    Stored {
+        sums: Vec<(ChecksumAlgorithm, String)>,
+    },
+    Refused(StatusCode, String),
+}
+
+/// Writes what arrives to `temp`; at `End`, checks the digests and renames it over `target`.
+/// If the channel closes first (the client went away), `temp` is removed.
+struct Writer {
+    storage: Arc<dyn Storage>,
+    file: Arc<dyn FileHandle>,
+    temp: VirtualPath,
+    target: VirtualPath,
+    sums: Vec<Checksummer>,
+    expected: Vec<(DigestAlgorithm, Vec<u8>)>,
+}
+
+impl Writer {
+    fn run(mut self, mut rx: mpsc::Receiver<Chunk>) -> Outcome {
+        let mut at = 0u64;
+        let outcome = loop {
+            match rx.blocking_recv() {
+                Some(Chunk::Data(b)) => {
+                    if let Err(e) = self.file.write_all_at(&b, at) {
+                        break Outcome::Refused(reply::storage_status(&e), e.to_string());
+                    }
+                    for s in &mut self.sums {
+                        s.update(&b);
+                    }
+                    at += b.len() as u64;
+                }
+                Some(Chunk::End) => break self.finish(),
+                None => {
+                    break Outcome::Refused(
+                        StatusCode::BAD_REQUEST,
+                        "the upload stopped before its end".into(),
+                    )
+                }
+            }
+        };
+        if !matches!(outcome, Outcome::Stored { .. }) {
+            if let Err(e) = self.storage.remove_file(&self.temp) {
+                tracing::warn!(path = %self.temp, error = %e, "cannot remove a failed upload");
+            }
+        }
+        outcome
+    }
+
+    fn finish(&mut self) -> Outcome {
+        if let Err(e) = self.file.sync() {
+            return Outcome::Refused(reply::storage_status(&e), e.to_string());
+        }
+        let sums: Vec<(ChecksumAlgorithm, String)> = std::mem::take(&mut self.sums)
+            .into_iter()
+            .map(|s| (s.algorithm(), s.finish_hex()))
+            .collect();
+        for (alg, want) in &self.expected {
+            let storage_alg = storage_algorithm(*alg);
+            let got = sums.iter().find(|(a, _)| *a == storage_alg).map(|(_, h)| h);
+            let got_raw = got.and_then(|h| hex::decode(h).ok()).unwrap_or_default();
+            if &got_raw != want {
+                return Outcome::Refused(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "CHECKSUM MISMATCH: the request said {} {}, the bytes that arrived have {}; not stored",
+                        alg.rfc3230_name(),
+                        hex::encode(want),
+                        got.map_or("none", String::as_str)
+                    ),
+                );
+            }
+        }
+        let version = FileVersion::of(&*self.file);
+        if let Err(e) = self.storage.rename(&self.temp, &self.target) {
+            return Outcome::Refused(reply::storage_status(&e), e.to_string());
+        }
+        if let Some(v) = version {
+            self.storage.remember_checksums(&self.file, v, &sums);
+        }
+        Outcome::Stored { sums }
+    }
+}
+
+/// PUT.
+pub(crate) async fn put(ctx: &Arc<DoorContext>, r: &Req, body: Incoming) -> Result<Reply, Reply> {
+    r.writable()?;
+    let Some(parent) = r.path.parent().filter(|_| !r.trailing_slash) else {
+        return Err(reply::status(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("{}: a PUT names a file, not a collection", r.path),
+        ));
+    };
+    let expected = expected_digests(r)?;
+    let storage = Arc::clone(&r.principal.storage);
+    let (s, target, dir) = (Arc::clone(&storage), r.path.clone(), parent.clone());
+    let (file, temp, existed) = blocking(move || {
+        match s.stat(&dir) {
+            Ok(m) if m.kind == FileKind::Dir => {}
+            Ok(_) => return Err(StorageError::NotADirectory(dir.to_string())),
+            Err(StorageError::NotFound(_)) => {
+                return Err(StorageError::NotADirectory(format!(
+                    "{dir} (the parent collection does not exist)"
+                )))
+            }
+            Err(e) => return Err(e),
+        }
+        let existed = match s.stat(&target) {
+            Ok(m) if m.kind == FileKind::Dir => {
+                return Err(StorageError::IsADirectory(target.to_string()))
+            }
+            Ok(_) => true,
+            Err(StorageError::NotFound(_)) => false,
+            Err(e) => return Err(e),
+        };
+        let temp = dir.join(&format!("{TEMP_PREFIX}{:016x}", rand::random::<u64>()))?;
+        let file = s.open_write(
+            &temp,
+            WriteOptions {
+                create: true,
+                truncate: true,
+                create_new: true,
+            },
+        )?;
+        Ok((file, temp, existed))
+    })
+    .await
+    .map_err(|e| reply::storage(&e))?;
+
+    let mut algorithms: Vec<ChecksumAlgorithm> = ctx.transfer_checksums.clone();
+    for (a, _) in &expected {
+        let a = storage_algorithm(*a);
+        if !algorithms.contains(&a) {
+            algorithms.push(a);
+        }
+    }
+    let writer = Writer {
+        storage,
+        file,
+        temp,
+        target: r.path.clone(),
+        sums: algorithms.into_iter().map(Checksummer::new).collect(),
+        expected,
+    };
+    let (tx, rx) = mpsc::channel(crate::body::CHANNEL_DEPTH);
+    let (done_tx, done_rx) = oneshot::channel();
+    tokio::task::spawn_blocking(move || {
+        let _ = done_tx.send(writer.run(rx));
+    });
+
+    let started = std::time::Instant::now();
+    let mut received = 0u64;
+    let mut body = body;
+    let mut buf = BytesMut::with_capacity(CHUNK);
+    let mut stopped: Option<String> = None;
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(f) => {
+                let Ok(data) = f.into_data() else { continue };
+                received += data.len() as u64;
+                buf.extend_from_slice(&data);
+                if buf.len() >= CHUNK && tx.send(Chunk::Data(buf.split().freeze())).await.is_err() {
+                    break;
+                }
+            }
+            Err(e) => {
+                stopped = Some(format!("the upload stopped: {e}"));
+                break;
+            }
+        }
+    }
+    if stopped.is_none() {
+        if !buf.is_empty() {
+            let _ = tx.send(Chunk::Data(buf.freeze())).await;
+        }
+        let _ = tx.send(Chunk::End).await;
+    }
+    drop(tx);
+    let outcome = done_rx.await.unwrap_or(Outcome::Refused(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "the upload's writer stopped".into(),
+    ));
+    ctx.metrics.received(received);
+    let (status, result, sums) = match &outcome {
+        Outcome::Stored { sums } => (
+            if existed {
+                StatusCode::NO_CONTENT
+            } else {
+                StatusCode::CREATED
+            },
+            "ok".to_string(),
+            sums.iter()
+                .map(|(a, h)| (a.name(), h.clone()))
+                .collect::<Vec<_>>(),
+        ),
+        Outcome::Refused(s, why) => (
+            *s,
+            stopped.clone().unwrap_or_else(|| why.clone()),
+            Vec::new(),
+        ),
+    };
+    ctx.log_transfer(&HttpTransfer {
+        user: &r.principal.user,
+        peer: r.peer,
+        method: "PUT",
+        path: r.path.as_str(),
+        bytes: received,
+        started,
+        status: status.as_u16(),
+        result: &result,
+        checksums: &sums,
+    });
+    match outcome {
+        Outcome::Stored { .. } => {
+            let mut reply = reply::empty(status);
+            if status == StatusCode::CREATED {
+                if let Ok(v) = header::HeaderValue::from_str(&r.href(&r.path, false)) {
+                    reply.headers_mut().insert(header::LOCATION, v);
+                }
+            }
+            Ok(reply)
+        }
+        Outcome::Refused(s, why) => Err(reply::status(s, why)),
+    }
+}

@@ -1,0 +1,45 @@
+//! The HTTPS door (`[https]`, `--https-listen`), built from the same loaded configuration as
+//! the GridFTP door: the same storage and checksum cache, password file, accounts, grid-mapfile
+//! and CAs, transfer log and metrics registry.
+
+use std::sync::Arc;
+
+use ferry_door::{DoorContext, DoorMetrics, X509Logins};
+
+use crate::config::ServerConfig;
+use crate::daemon::{Shared, StartError};
+use crate::prepare::Prepared;
+
+/// The door's view of `config` as `p` loaded it.
+pub(crate) fn door_context(
+    config: &ServerConfig,
+    p: &Prepared,
+    shared: &Shared,
+    metrics: DoorMetrics,
+) -> Result<DoorContext, StartError> {
+    let credential = match &p.gsi {
+        Some(g) => g.credential().clone(),
+        None => crate::gsi::load_host_credential(config)?,
+    };
+    let x509 = p.gsi.as_ref().map(|g| X509Logins {
+        trust: g.trust(),
+        authorizer: Arc::clone(&g.authorizer),
+    });
+    let tls = ferry_gsi::https::acceptor(&credential, ferry_door::ALPN)?;
+    Ok(DoorContext {
+        https: config.https.clone(),
+        storage_rw: Arc::clone(&p.storage_rw),
+        storage_ro: Arc::clone(&p.storage_ro),
+        passwords: p.passwords.clone(),
+        accounts: p.accounts.clone(),
+        anonymous: config.anonymous,
+        anonymous_write: config.anonymous_write,
+        run_as_user: config.run_as_user,
+        x509,
+        tls,
+        transfer_checksums: config.transfer_checksum_algorithms(),
+        log: Arc::clone(&shared.translog),
+        host: shared.host.clone(),
+        metrics,
+    })
+}
