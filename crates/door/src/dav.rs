@@ -214,7 +214,20 @@ fn copy_file(s: &dyn Storage, from: &VirtualPath, to: &VirtualPath) -> Result<()
         dst.write_all_at(&buf[..n], at)?;
         at += n as u64;
     }
-    dst.sync()
+    dst.sync()?;
+    copy_properties(s, from, to)
+}
+
+/// The dead properties go with a copy (a rename keeps them by itself).
+fn copy_properties(
+    s: &dyn Storage,
+    from: &VirtualPath,
+    to: &VirtualPath,
+) -> Result<(), StorageError> {
+    match s.dead_properties(from)? {
+        Some(v) => s.set_dead_properties(to, Some(&v)),
+        None => Ok(()),
+    }
 }
 
 fn copy_tree(
@@ -224,6 +237,7 @@ fn copy_tree(
     members: bool,
 ) -> Result<(), StorageError> {
     s.mkdir(to)?;
+    copy_properties(s, from, to)?;
     if !members {
         return Ok(());
     }

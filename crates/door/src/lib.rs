@@ -16,6 +16,7 @@ mod body;
 pub mod config;
 mod context;
 mod dav;
+mod deadprops;
 mod get;
 mod listener;
 pub mod metrics;

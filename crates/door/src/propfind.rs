@@ -1,6 +1,6 @@
 //! PROPFIND (depth 0 and 1; `infinity` refused with 403 as most servers refuse it) with the
-//! live properties clients read, the collection itself first, streamed as the members are
-//! described; and PROPPATCH, refused (no dead properties are stored).
+//! live properties clients read and the dead ones PROPPATCH set, the collection itself first,
+//! streamed as the members are described; and PROPPATCH.
 
 use std::sync::Arc;
 
@@ -10,11 +10,13 @@ use ferry_proto::http::dav::{xml_escape, Depth};
 use ferry_proto::http::propfind::{
     self, PropName, PropValue, Propfind, DAV, MULTISTATUS_END, MULTISTATUS_START,
 };
-use ferry_storage::{FileKind, Metadata, VirtualPath};
+use ferry_proto::http::proppatch::{self, PatchOp};
+use ferry_storage::{FileKind, Metadata, Storage, VirtualPath};
 use http::{header, HeaderValue, Response, StatusCode};
 use hyper::body::Incoming;
 
 use crate::body::Body;
+use crate::deadprops::DeadProps;
 use crate::reply::{self, blocking, Reply};
 use crate::request::Req;
 
@@ -50,47 +52,66 @@ fn live(name: &str, m: &Metadata, display: &str) -> Option<String> {
     })
 }
 
-/// One `D:response` for an entry.
-fn describe(href: &str, m: &Metadata, display: &str, want: &Propfind) -> String {
+fn live_value(name: &str, xml: String) -> PropValue {
+    PropValue {
+        name: PropName::dav(name),
+        decls: String::new(),
+        xml,
+    }
+}
+
+/// One `D:response` for an entry with dead properties `dead`.
+fn describe(href: &str, m: &Metadata, display: &str, dead: &DeadProps, want: &Propfind) -> String {
     let mut found = Vec::new();
     let mut missing = Vec::new();
     match want {
         Propfind::AllProp => {
             for name in LIVE {
                 if let Some(xml) = live(name, m, display) {
-                    found.push(PropValue {
-                        name: PropName::dav(name),
-                        xml,
-                    });
+                    found.push(live_value(name, xml));
                 }
             }
+            found.extend(dead.all());
         }
         Propfind::PropName => {
             for name in LIVE {
                 if live(name, m, display).is_some() {
-                    found.push(PropValue {
-                        name: PropName::dav(name),
-                        xml: String::new(),
-                    });
+                    found.push(live_value(name, String::new()));
                 }
             }
+            found.extend(dead.all().map(|mut v| {
+                v.xml.clear();
+                v.decls.clear();
+                v
+            }));
         }
         Propfind::Props(names) => {
             for name in names {
-                match (name.ns == DAV)
-                    .then(|| live(&name.local, m, display))
-                    .flatten()
-                {
-                    Some(xml) => found.push(PropValue {
-                        name: name.clone(),
-                        xml,
-                    }),
+                let value = if name.ns == DAV {
+                    live(&name.local, m, display).map(|xml| live_value(&name.local, xml))
+                } else {
+                    dead.get(name)
+                };
+                match value {
+                    Some(v) => found.push(v),
                     None => missing.push(name.clone()),
                 }
             }
         }
     }
     propfind::response(href, &found, &missing)
+}
+
+/// The dead properties worth reading for `want` (none when it names only DAV: ones).
+fn dead_for(s: &dyn Storage, path: &VirtualPath, want: &Propfind) -> DeadProps {
+    let needed = match want {
+        Propfind::Props(names) => names.iter().any(|n| n.ns != DAV),
+        _ => true,
+    };
+    if !needed {
+        return DeadProps::default();
+    }
+    DeadProps::load(s, path).unwrap_or_default()
 }
 
 /// PROPFIND.
@@ -111,13 +132,20 @@ pub(crate) async fn propfind(r: &Req, body: Incoming) -> Result<Reply, Reply> {
     }
     let bytes = crate::request::small_body(body, MAX_BODY).await?;
     let want = propfind::parse(&bytes).map_err(|e| reply::status(StatusCode::BAD_REQUEST, e))?;
-    let (s, p) = (Arc::clone(&r.principal.storage), r.path.clone());
-    let m = blocking(move || s.stat(&p))
-        .await
-        .map_err(|e| reply::storage(&e))?;
+    let (s, p, w) = (
+        Arc::clone(&r.principal.storage),
+        r.path.clone(),
+        want.clone(),
+    );
+    let (m, dead) = blocking(move || {
+        let m = s.stat(&p)?;
+        Ok((m, dead_for(&*s, &p, &w)))
+    })
+    .await
+    .map_err(|e| reply::storage(&e))?;
     let name = r.path.file_name().unwrap_or("/").to_string();
     let collection = m.kind == FileKind::Dir;
-    let first = describe(&r.href(&r.path, collection), &m, &name, &want);
+    let first = describe(&r.href(&r.path, collection), &m, &name, &dead, &want);
     let mut reply = Response::new(Body::Empty);
     *reply.status_mut() = StatusCode::MULTI_STATUS;
     reply.headers_mut().insert(
@@ -158,7 +186,8 @@ pub(crate) async fn propfind(r: &Req, body: Incoming) -> Result<Reply, Reply> {
                 e.metadata
             };
             let href = hrefs.href(&path, meta.kind == FileKind::Dir);
-            out.push_str(&describe(&href, &meta, &e.name, &want));
+            let dead = dead_for(&*storage, &path, &want);
+            out.push_str(&describe(&href, &meta, &e.name, &dead, &want));
             if out.len() >= FLUSH_AT
                 && tx
                     .blocking_send(Ok(Bytes::from(std::mem::take(&mut out))))
@@ -190,12 +219,56 @@ impl HrefBase {
     }
 }
 
-/// PROPPATCH: this door keeps no dead properties, so every change is refused.
+/// PROPPATCH: every change or none (RFC 4918 §9.2); a live DAV: property cannot be set.
 pub(crate) async fn proppatch(r: &Req, body: Incoming) -> Result<Reply, Reply> {
     r.writable()?;
-    let _ = crate::request::small_body(body, MAX_BODY).await?;
-    Err(reply::status(
-        StatusCode::FORBIDDEN,
-        "this server stores no dead properties",
-    ))
+    let bytes = crate::request::small_body(body, MAX_BODY).await?;
+    let ops = proppatch::parse(&bytes).map_err(|e| reply::status(StatusCode::BAD_REQUEST, e))?;
+    let names: Vec<PropName> = ops
+        .iter()
+        .map(|op| match op {
+            PatchOp::Set { name, .. } | PatchOp::Remove(name) => name.clone(),
+        })
+        .collect();
+    let refused = names.iter().any(DeadProps::protected);
+    let (s, p) = (Arc::clone(&r.principal.storage), r.path.clone());
+    let stored = blocking(move || {
+        s.symlink_metadata(&p)?;
+        if refused {
+            return Ok(false);
+        }
+        let mut dead = DeadProps::load(&*s, &p)?;
+        dead.apply(&ops);
+        dead.save(&*s, &p)?;
+        Ok(true)
+    })
+    .await
+    .map_err(|e| reply::storage(&e))?;
+    let href = r.href(&r.path, r.trailing_slash);
+    let mut xml = String::from(MULTISTATUS_START);
+    if stored {
+        let values: Vec<PropValue> = names
+            .into_iter()
+            .map(|name| PropValue {
+                name,
+                decls: String::new(),
+                xml: String::new(),
+            })
+            .collect();
+        xml.push_str(&propfind::response(&href, &values, &[]));
+    } else {
+        xml.push_str(&propfind::patch_failure(
+            &href,
+            &names,
+            DeadProps::protected,
+        ));
+    }
+    xml.push_str(MULTISTATUS_END);
+    let mut reply = Response::new(Body::text(xml));
+    *reply.status_mut() = StatusCode::MULTI_STATUS;
+    reply.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/xml; charset=utf-8"),
+    );
+    Ok(reply)
 }

@@ -250,6 +250,18 @@ impl Storage for AsUser {
         let p = path.clone();
         self.run(move |s| s.set_mtime(&p, mtime))
     }
+    fn dead_properties(&self, path: &VirtualPath) -> Result<Option<Vec<u8>>, StorageError> {
+        let p = path.clone();
+        self.run(move |s| s.dead_properties(&p))
+    }
+    fn set_dead_properties(
+        &self,
+        path: &VirtualPath,
+        value: Option<&[u8]>,
+    ) -> Result<(), StorageError> {
+        let (p, v) = (path.clone(), value.map(<[u8]>::to_vec));
+        self.run(move |s| s.set_dead_properties(&p, v.as_deref()))
+    }
     fn symlink(&self, target: &str, link: &VirtualPath) -> Result<(), StorageError> {
         let (t, l) = (target.to_string(), link.clone());
         self.run(move |s| s.symlink(&t, &l))

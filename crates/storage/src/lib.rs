@@ -153,6 +153,23 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn chmod(&self, path: &VirtualPath, mode: u32) -> Result<(), StorageError>;
     /// Sets the modification time (seconds since the epoch).
     fn set_mtime(&self, path: &VirtualPath, mtime: i64) -> Result<(), StorageError>;
+    /// The WebDAV dead properties kept with `path` (an opaque value the HTTPS door wrote), if
+    /// any. They follow the entry through renames.
+    fn dead_properties(&self, path: &VirtualPath) -> Result<Option<Vec<u8>>, StorageError> {
+        let _ = path;
+        Ok(None)
+    }
+    /// Keeps `value` as `path`'s dead properties (`None` removes them).
+    fn set_dead_properties(
+        &self,
+        path: &VirtualPath,
+        value: Option<&[u8]>,
+    ) -> Result<(), StorageError> {
+        let _ = value;
+        Err(StorageError::Invalid(format!(
+            "{path}: this storage keeps no properties"
+        )))
+    }
     /// Creates a symlink at `link` pointing to `target` (target stored as given; it is resolved
     /// beneath the root when followed, so it cannot escape).
     fn symlink(&self, target: &str, link: &VirtualPath) -> Result<(), StorageError>;

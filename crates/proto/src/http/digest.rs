@@ -195,7 +195,10 @@ pub fn parse_digest(header: &str) -> Result<Vec<(DigestAlgorithm, Vec<u8>)>, Dig
         let raw = match alg {
             DigestAlgorithm::Adler32 | DigestAlgorithm::Crc32c => from_hex(value, 4),
             DigestAlgorithm::Md5 if value.len() == 32 => from_hex(value, 16),
-            _ => B64.decode(value).ok().filter(|r| r.len() == alg.digest_len()),
+            _ => B64
+                .decode(value)
+                .ok()
+                .filter(|r| r.len() == alg.digest_len()),
         };
         let raw = raw.ok_or_else(|| DigestError {
             header: "Digest",

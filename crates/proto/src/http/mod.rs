@@ -7,4 +7,5 @@ pub mod dates;
 pub mod dav;
 pub mod digest;
 pub mod propfind;
+pub mod proppatch;
 pub mod range;

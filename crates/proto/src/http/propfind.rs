@@ -125,7 +125,7 @@ pub fn parse(body: &[u8]) -> Result<Propfind, XmlError> {
 }
 
 /// A namespace URI, refusing prefixes bound to nothing.
-fn namespace(r: &ResolveResult<'_>) -> Result<String, XmlError> {
+pub(crate) fn namespace(r: &ResolveResult<'_>) -> Result<String, XmlError> {
     match r {
         ResolveResult::Bound(ns) => {
             if ns.as_ref().is_empty() {
@@ -152,6 +152,9 @@ pub const MULTISTATUS_END: &str = "</D:multistatus>\n";
 pub struct PropValue {
     /// The property.
     pub name: PropName,
+    /// Namespace declarations its element carried when it was set (` xmlns:a="…"`), which its
+    /// content may use.
+    pub decls: String,
     /// Its content; empty for an empty element.
     pub xml: String,
 }
@@ -163,11 +166,13 @@ fn tags(name: &PropName) -> (String, String) {
     if name.ns == DAV {
         (format!("<D:{local}"), format!("</D:{local}>"))
     } else if name.ns.is_empty() {
-        (format!("<{local} xmlns=\"\""), format!("</{local}>"))
+        // No default namespace is declared anywhere in these answers: an unprefixed name is
+        // in no namespace as it stands.
+        (format!("<{local}"), format!("</{local}>"))
     } else {
         (
-            format!("<X:{local} xmlns:X=\"{}\"", xml_escape(&name.ns)),
-            format!("</X:{local}>"),
+            format!("<fp:{local} xmlns:fp=\"{}\"", xml_escape(&name.ns)),
+            format!("</fp:{local}>"),
         )
     }
 }
@@ -180,11 +185,11 @@ pub fn response(href: &str, found: &[PropValue], missing: &[PropName]) -> String
         out.push_str("<D:propstat><D:prop>");
         for p in found {
             let (open, close) = tags(&p.name);
+            out.push_str(&open);
+            out.push_str(&p.decls);
             if p.xml.is_empty() {
-                out.push_str(&open);
                 out.push_str("/>");
             } else {
-                out.push_str(&open);
                 out.push('>');
                 out.push_str(&p.xml);
                 out.push_str(&close);
@@ -199,6 +204,32 @@ pub fn response(href: &str, found: &[PropValue], missing: &[PropName]) -> String
             out.push_str("/>");
         }
         out.push_str("</D:prop><D:status>HTTP/1.1 404 Not Found</D:status></D:propstat>");
+    }
+    out.push_str("</D:response>\n");
+    out
+}
+
+/// The `D:response` of a PROPPATCH refused as a whole: `403` for the properties `forbidden`
+/// names, `424 Failed Dependency` for the rest (RFC 4918 §9.2.1).
+pub fn patch_failure(
+    href: &str,
+    names: &[PropName],
+    forbidden: impl Fn(&PropName) -> bool,
+) -> String {
+    let mut out = format!("<D:response><D:href>{}</D:href>", xml_escape(href));
+    for (status, pick) in [("403 Forbidden", true), ("424 Failed Dependency", false)] {
+        let chosen: Vec<&PropName> = names.iter().filter(|n| forbidden(n) == pick).collect();
+        if chosen.is_empty() {
+            continue;
+        }
+        out.push_str("<D:propstat><D:prop>");
+        for name in chosen {
+            out.push_str(&tags(name).0);
+            out.push_str("/>");
+        }
+        out.push_str(&format!(
+            "</D:prop><D:status>HTTP/1.1 {status}</D:status></D:propstat>"
+        ));
     }
     out.push_str("</D:response>\n");
     out
@@ -266,6 +297,7 @@ mod tests {
             "/a b",
             &[PropValue {
                 name: PropName::dav("resourcetype"),
+                decls: String::new(),
                 xml: "<D:collection/>".into(),
             }],
             &[PropName {
@@ -274,7 +306,7 @@ mod tests {
             }],
         );
         assert!(r.starts_with("<D:response><D:href>/a b</D:href><D:propstat><D:prop><D:resourcetype><D:collection/></D:resourcetype>"));
-        assert!(r.contains("<X:foo xmlns:X=\"http://e/\"/>"));
+        assert!(r.contains("<fp:foo xmlns:fp=\"http://e/\"/>"));
         assert!(r.find("200 OK").unwrap() < r.find("404 Not Found").unwrap());
     }
 }

@@ -9,6 +9,7 @@
 
 mod file;
 mod meta;
+mod properties;
 
 use std::io;
 use std::path::Path;
@@ -295,6 +296,19 @@ impl Storage for PosixStorage {
     /// really is: one that leads outside the root is refused with
     /// [`StorageError::OutsideRoot`]. Programs that follow links without ferry's confinement
     /// (web servers, backups) then never find a way out through a link a client made.
+    fn dead_properties(&self, path: &VirtualPath) -> Result<Option<Vec<u8>>, StorageError> {
+        properties::get(&self.root, path)
+    }
+
+    fn set_dead_properties(
+        &self,
+        path: &VirtualPath,
+        value: Option<&[u8]>,
+    ) -> Result<(), StorageError> {
+        self.check_writable(path)?;
+        properties::set(&self.root, path, value)
+    }
+
     fn symlink(&self, target: &str, link: &VirtualPath) -> Result<(), StorageError> {
         self.check_writable(link)?;
         let invalid = || StorageError::Invalid(target.replace('\0', "\\0"));
