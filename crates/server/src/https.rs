@@ -43,3 +43,35 @@ pub(crate) fn door_context(
         metrics,
     })
 }
+
+/// `--check-config`'s line for the door: the TLS credential loads and which logins it takes.
+pub(crate) fn report(
+    config: &ServerConfig,
+    p: &Prepared,
+    addr: std::net::SocketAddr,
+) -> Result<String, StartError> {
+    let credential = match &p.gsi {
+        Some(g) => g.credential().clone(),
+        None => crate::gsi::load_host_credential(config)?,
+    };
+    ferry_gsi::https::acceptor(&credential, ferry_door::ALPN)?;
+    let mut logins = Vec::new();
+    if p.gsi.is_some() {
+        logins.push("X.509 certificates and proxies");
+    }
+    if config.https.basic_auth && !p.passwords.is_empty() {
+        logins.push("HTTP Basic");
+    }
+    if config.anonymous {
+        logins.push("anonymous");
+    }
+    Ok(format!(
+        "HTTPS door on https://{addr}/: TLS with {}; logins: {}",
+        credential.subject(),
+        if logins.is_empty() {
+            "none".to_string()
+        } else {
+            logins.join(", ")
+        }
+    ))
+}

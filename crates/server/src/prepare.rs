@@ -174,6 +174,9 @@ impl Server {
                 "metrics and health on http://{addr}/metrics and /healthz"
             ));
         }
+        if let Some(addr) = config.https.listen.filter(|_| !config.data_node) {
+            r.checked.push(crate::https::report(config, &p, addr)?);
+        }
         if let Some(cc) = &config.data_congestion {
             r.checked
                 .push(format!("data connections use TCP congestion control {cc}"));
