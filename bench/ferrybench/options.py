@@ -55,6 +55,8 @@ class Options:
     gcp_paths: tuple = ("4ms", "15ms", "75ms", "60ms-1pct", "200ms-0.1pct")
     gcp_congestion: tuple = ("cubic",)
     gcp_largest: int = 10 << 30
+    https_entries: int = 10_000
+    https_idle: int = 10_000
 
 
 def _int_list(text: str) -> list[int]:
@@ -160,6 +162,10 @@ def parse_options(argv, scenario_names) -> Options:
                    help="multilink: the links' queues, each a full run: fifo (one tail-drop queue, the "
                         "emulator's default) or sparse-first (ACKs and other small packets ahead, as "
                         "fq_codel); default fifo")
+    p.add_argument("--https-entries", type=int,
+                   help="https: entries of the collection PROPFIND lists (default 10000; quick 1000)")
+    p.add_argument("--https-idle", type=int,
+                   help="https: idle keep-alive HTTPS connections held (default 10000; quick 200)")
     a = p.parse_args(argv)
     q = a.quick
     order = [n for n in scenario_names if n in a.scenarios]
@@ -202,4 +208,6 @@ def parse_options(argv, scenario_names) -> Options:
         gcp_paths=tuple(a.gcp_paths),
         gcp_congestion=tuple(a.gcp_congestion),
         gcp_largest=a.gcp_largest,
+        https_entries=a.https_entries if a.https_entries is not None else (1000 if q else 10_000),
+        https_idle=a.https_idle if a.https_idle is not None else (200 if q else 10_000),
     )

@@ -386,7 +386,10 @@ fn propfind_depth_infinity_is_refused_with_403() {
 #[test]
 fn a_read_only_anonymous_login_reads_but_gets_403_on_every_write() {
     let Some(curl) = curl() else { return };
-    let site = HttpsSite::start_with(SiteOptions { anonymous: true });
+    let site = HttpsSite::start_with(SiteOptions {
+        anonymous: true,
+        ..SiteOptions::default()
+    });
     let data = random_bytes(5000, 9);
     site.put_local("pub.bin", &data);
     let r = site.curl(&curl, Login::Anonymous, &[], "/pub.bin");
@@ -632,6 +635,52 @@ fn a_body_length_given_two_ways_cannot_smuggle_a_second_request() {
             "{framing:?}: the smuggled DELETE ran"
         );
     }
+}
+
+/// Slow clients: a connection that does not finish its TLS handshake, or a request head, within
+/// `header-timeout` is closed; the door goes on serving others.
+#[test]
+fn a_handshake_or_request_head_slower_than_header_timeout_is_cut_off() {
+    use std::io::{Read as _, Write as _};
+    let site = HttpsSite::start_with(SiteOptions {
+        header_timeout: Some(1),
+        ..SiteOptions::default()
+    });
+    let started = std::time::Instant::now();
+    let mut silent = std::net::TcpStream::connect(("127.0.0.1", site.port())).unwrap();
+    silent
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    assert_eq!(
+        silent.read(&mut byte).unwrap_or(0),
+        0,
+        "the silent connection was kept"
+    );
+    let mut tls = site.tls();
+    tls.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
+        .unwrap();
+    tls.flush().unwrap();
+    let mut rest = Vec::new();
+    let _ = tls.read_to_end(&mut rest);
+    let text = String::from_utf8_lossy(&rest);
+    assert!(
+        !text.contains(" 200 "),
+        "a half request head was served: {text}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(9),
+        "the slow connections were not cut off by the 1 s deadline"
+    );
+    site.put_local("f.bin", b"fast");
+    let r = site.raw(
+        format!(
+            "GET /f.bin HTTP/1.1\r\nHost: localhost\r\nAuthorization: {}\r\nConnection: close\r\n\r\n",
+            site.basic_auth()
+        )
+        .as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.head);
 }
 
 #[test]

@@ -149,6 +149,8 @@ pub enum Login<'a> {
 pub struct SiteOptions {
     /// `--anonymous`: logins without credentials, read-only.
     pub anonymous: bool,
+    /// `[https] header-timeout` (seconds), written to a configuration file.
+    pub header_timeout: Option<u64>,
 }
 
 /// A CA, credentials and `ferry serve` with its HTTPS door; the server is killed when dropped.
@@ -250,6 +252,13 @@ impl HttpsSite {
         .to_vec();
         if options.anonymous {
             args.push("--anonymous".into());
+        }
+        if let Some(secs) = options.header_timeout {
+            let conf = dir.path().join("ferry.toml");
+            std::fs::write(&conf, format!("[https]\nheader-timeout = {secs}\n"))
+                .expect("writing the configuration file");
+            args.push("--config".into());
+            args.push(path_str(&conf).to_owned());
         }
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferry"));
         cmd.args(&args).env("RUST_LOG", "info,ferry_door=debug");
