@@ -365,6 +365,64 @@ fn propfind_depth_1_lists_the_collection_first_then_each_member() {
     assert_eq!(hrefs(&r.text()), ["/coll/"]);
 }
 
+/// Dead properties set with PROPPATCH come back in a Depth 1 listing of the parent (read there
+/// a batch of members at a time) and follow a MOVE.
+#[test]
+fn dead_properties_are_listed_with_their_member_and_follow_a_move() {
+    let Some(curl) = curl() else { return };
+    let site = HttpsSite::start();
+    site.mkdir_local("coll");
+    site.put_local("coll/a.bin", b"a");
+    site.put_local("coll/b.bin", b"b");
+    let patch = r#"<?xml version="1.0"?><D:propertyupdate xmlns:D="DAV:" xmlns:Z="http://example.org/z/"><D:set><D:prop><Z:colour>teal &amp; grey</Z:colour></D:prop></D:set></D:propertyupdate>"#;
+    site.curl(
+        &curl,
+        BOB,
+        &[
+            "-X",
+            "PROPPATCH",
+            "-H",
+            "Content-Type: application/xml",
+            "--data-binary",
+            patch,
+        ],
+        "/coll/b.bin",
+    )
+    .expect(207);
+    site.curl(
+        &curl,
+        BOB,
+        &[
+            "-X",
+            "MOVE",
+            "-H",
+            &format!("Destination: https://localhost:{}/coll/c.bin", site.port()),
+        ],
+        "/coll/b.bin",
+    )
+    .expect(201);
+    let r = site.curl(&curl, BOB, &["-X", "PROPFIND", "-H", "Depth: 1"], "/coll/");
+    r.expect(207);
+    let text = r.text();
+    let at = text
+        .find("/coll/c.bin</D:href>")
+        .unwrap_or_else(|| panic!("{text}"));
+    let member = &text[at..text[at..]
+        .find("</D:response>")
+        .map_or(text.len(), |e| at + e)];
+    assert!(
+        member.contains("colour xmlns:fp=\"http://example.org/z/\">teal &amp; grey<"),
+        "{text}"
+    );
+    let a = text
+        .find("/coll/a.bin</D:href>")
+        .unwrap_or_else(|| panic!("{text}"));
+    let a_member = &text[a..text[a..]
+        .find("</D:response>")
+        .map_or(text.len(), |e| a + e)];
+    assert!(!a_member.contains("colour"), "{text}");
+}
+
 #[test]
 fn propfind_depth_infinity_is_refused_with_403() {
     let Some(curl) = curl() else { return };

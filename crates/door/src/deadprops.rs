@@ -23,9 +23,15 @@ impl DeadProps {
     /// Those kept for `path` (none when the storage keeps none, or the value is not ours).
     pub(crate) fn load(s: &dyn Storage, path: &VirtualPath) -> Result<DeadProps, StorageError> {
         Ok(s.dead_properties(path)?
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .map(DeadProps)
+            .map(|b| DeadProps::decode(&b))
             .unwrap_or_default())
+    }
+
+    /// A stored value (none when it is not ours).
+    pub(crate) fn decode(bytes: &[u8]) -> DeadProps {
+        serde_json::from_slice(bytes)
+            .map(DeadProps)
+            .unwrap_or_default()
     }
 
     /// Keeps them for `path`.

@@ -102,17 +102,24 @@ fn describe(href: &str, m: &Metadata, display: &str, dead: &DeadProps, want: &Pr
     propfind::response(href, &found, &missing)
 }
 
-/// The dead properties worth reading for `want` (none when it names only DAV: ones).
-fn dead_for(s: &dyn Storage, path: &VirtualPath, want: &Propfind) -> DeadProps {
-    let needed = match want {
+/// Whether `want` can name a dead property (not when it asks for DAV: ones only).
+fn wants_dead(want: &Propfind) -> bool {
+    match want {
         Propfind::Props(names) => names.iter().any(|n| n.ns != DAV),
         _ => true,
-    };
-    if !needed {
+    }
+}
+
+/// The dead properties worth reading for `want`.
+fn dead_for(s: &dyn Storage, path: &VirtualPath, want: &Propfind) -> DeadProps {
+    if !wants_dead(want) {
         return DeadProps::default();
     }
     DeadProps::load(s, path).unwrap_or_default()
 }
+
+/// Members described per storage call for their dead properties.
+const BATCH: usize = 1024;
 
 /// PROPFIND.
 pub(crate) async fn propfind(r: &Req, body: Incoming) -> Result<Reply, Reply> {
@@ -163,9 +170,13 @@ pub(crate) async fn propfind(r: &Req, body: Incoming) -> Result<Reply, Reply> {
     let dir = r.path.clone();
     let hrefs = HrefBase::new(r);
     tokio::task::spawn_blocking(move || {
-        let mut out = String::with_capacity(FLUSH_AT * 2);
-        out.push_str(MULTISTATUS_START);
-        out.push_str(&first);
+        // The collection itself goes at once; the members follow in batches, each batch's dead
+        // properties read in one storage call (on a root server, one trip to the account's
+        // identity thread rather than one per member).
+        let head = format!("{MULTISTATUS_START}{first}");
+        if tx.blocking_send(Ok(Bytes::from(head))).is_err() {
+            return;
+        }
         let entries = match storage.list(&dir) {
             Ok(e) => e,
             Err(e) => {
@@ -173,27 +184,36 @@ pub(crate) async fn propfind(r: &Req, body: Incoming) -> Result<Reply, Reply> {
                 return;
             }
         };
-        for e in entries {
-            let Ok(path) = dir.join(&e.name) else {
-                continue;
-            };
-            let meta = if e.metadata.kind == FileKind::Symlink {
-                match storage.stat(&path) {
-                    Ok(m) => m,
-                    Err(_) => continue,
-                }
+        let mut out = String::with_capacity(FLUSH_AT * 2);
+        for batch in entries.chunks(BATCH) {
+            let names: Vec<String> = batch.iter().map(|e| e.name.clone()).collect();
+            let dead = if wants_dead(&want) {
+                storage.dead_properties_of(&dir, &names)
             } else {
-                e.metadata
+                vec![None; names.len()]
             };
-            let href = hrefs.href(&path, meta.kind == FileKind::Dir);
-            let dead = dead_for(&*storage, &path, &want);
-            out.push_str(&describe(&href, &meta, &e.name, &dead, &want));
-            if out.len() >= FLUSH_AT
-                && tx
-                    .blocking_send(Ok(Bytes::from(std::mem::take(&mut out))))
-                    .is_err()
-            {
-                return;
+            for (e, dead) in batch.iter().zip(dead) {
+                let Ok(path) = dir.join(&e.name) else {
+                    continue;
+                };
+                let meta = if e.metadata.kind == FileKind::Symlink {
+                    match storage.stat(&path) {
+                        Ok(m) => m,
+                        Err(_) => continue,
+                    }
+                } else {
+                    e.metadata.clone()
+                };
+                let href = hrefs.href(&path, meta.kind == FileKind::Dir);
+                let dead = dead.map(|b| DeadProps::decode(&b)).unwrap_or_default();
+                out.push_str(&describe(&href, &meta, &e.name, &dead, &want));
+                if out.len() >= FLUSH_AT
+                    && tx
+                        .blocking_send(Ok(Bytes::from(std::mem::take(&mut out))))
+                        .is_err()
+                {
+                    return;
+                }
             }
         }
         out.push_str(MULTISTATUS_END);

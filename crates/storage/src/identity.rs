@@ -254,6 +254,12 @@ impl Storage for AsUser {
         let p = path.clone();
         self.run(move |s| s.dead_properties(&p))
     }
+    fn dead_properties_of(&self, dir: &VirtualPath, names: &[String]) -> Vec<Option<Vec<u8>>> {
+        let (d, n) = (dir.clone(), names.to_vec());
+        let count = names.len();
+        self.run(move |s| Ok(s.dead_properties_of(&d, &n)))
+            .unwrap_or_else(|_| vec![None; count])
+    }
     fn set_dead_properties(
         &self,
         path: &VirtualPath,

@@ -159,6 +159,18 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
         let _ = path;
         Ok(None)
     }
+    /// The dead properties of the entries `names` of directory `dir`, in their order (`None`
+    /// where there are none or they cannot be read): one call for a listing's worth.
+    fn dead_properties_of(&self, dir: &VirtualPath, names: &[String]) -> Vec<Option<Vec<u8>>> {
+        names
+            .iter()
+            .map(|n| {
+                dir.join(n)
+                    .ok()
+                    .and_then(|p| self.dead_properties(&p).ok().flatten())
+            })
+            .collect()
+    }
     /// Keeps `value` as `path`'s dead properties (`None` removes them).
     fn set_dead_properties(
         &self,
