@@ -126,22 +126,23 @@ async fn serve(stream: TcpStream, peer: SocketAddr, ctx: Arc<DoorContext>) {
             }
         })
     };
-    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(deadline)
-        .max_buf_size(ctx.https.max_header_bytes.max(8192))
-        .keep_alive(true);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(u32::try_from(ctx.https.max_header_bytes).unwrap_or(u32::MAX));
+    // One protocol per connection, as ALPN chose: an HTTP/1.1 connection then holds only
+    // HTTP/1.1's state (hyper-util's auto builder would hold room for both).
     let io = TokioIo::new(tls);
     let result = if h2 {
-        builder.http2_only().serve_connection(io, service).await
+        hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .max_header_list_size(u32::try_from(ctx.https.max_header_bytes).unwrap_or(u32::MAX))
+            .serve_connection(io, service)
+            .await
     } else {
-        builder.http1_only().serve_connection(io, service).await
+        hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(deadline)
+            .max_buf_size(ctx.https.max_header_bytes.max(8192))
+            .keep_alive(true)
+            .serve_connection(io, service)
+            .await
     };
     if let Err(e) = result {
         tracing::debug!(%peer, "https connection ended: {e}");
