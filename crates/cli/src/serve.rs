@@ -113,6 +113,10 @@ pub(crate) struct ServeArgs {
     /// through the grid-mapfile when --gsi is on. [config: [https] listen]
     #[arg(long, value_name = "ADDR:PORT")]
     https_listen: Option<SocketAddr>,
+    /// Serve the same door in clear-text HTTP on ADDR too, for anonymous access only (passwords
+    /// are refused there; certificates need TLS). [config: [https] clear-listen]
+    #[arg(long, value_name = "ADDR:PORT")]
+    http_listen: Option<SocketAddr>,
     /// Where whole-file checksums are kept so CKSM answers at once: xattr (the files'
     /// user.XrdCks.* and user.ferry.checksums attributes, and memory), memory, or off (every
     /// CKSM reads the file). [default: xattr]
@@ -268,6 +272,9 @@ impl ServeArgs {
         if self.metrics.is_some() {
             c.metrics = self.metrics;
         }
+        if self.http_listen.is_some() {
+            c.https.clear_listen = self.http_listen;
+        }
         if self.https_listen.is_some() {
             c.https.listen = self.https_listen;
         }
@@ -414,6 +421,9 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
         if let Some(h) = server.https_addr() {
             println!("https on https://{h}/");
+        }
+        if let Some(h) = server.http_addr() {
+            println!("http on http://{h}/");
         }
         std::io::stdout().flush()?;
         tokio::spawn(reload_on_hangup(hup, args, server.reloader()));

@@ -423,6 +423,57 @@ fn dead_properties_are_listed_with_their_member_and_follow_a_move() {
     assert!(!a_member.contains("colour"), "{text}");
 }
 
+/// The clear-text listener serves anonymous reads of the same files, never takes a password,
+/// and names its own scheme in `href`s.
+#[test]
+fn the_clear_text_listener_serves_anonymous_reads_and_refuses_passwords() {
+    use std::io::{Read as _, Write as _};
+    let site = HttpsSite::start_with(SiteOptions {
+        anonymous: true,
+        clear: true,
+        ..SiteOptions::default()
+    });
+    let data = random_bytes(300_000, 11);
+    site.put_local("plain.bin", &data);
+    let port = site.clear_port();
+    let exchange = |request: String| -> String {
+        let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        tcp.write_all(request.as_bytes()).unwrap();
+        let mut all = Vec::new();
+        tcp.read_to_end(&mut all).unwrap();
+        String::from_utf8_lossy(&all).into_owned()
+    };
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    tcp.write_all(b"GET /plain.bin HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut all = Vec::new();
+    tcp.read_to_end(&mut all).unwrap();
+    let split = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert!(
+        all.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&all[..split])
+    );
+    assert_eq!(&all[split..], &data[..], "the bytes differ");
+    use base64::Engine as _;
+    let basic =
+        base64::engine::general_purpose::STANDARD.encode(format!("{PASSWORD_USER}:{PASSWORD}"));
+    let r = exchange(format!(
+        "GET /plain.bin HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Basic {basic}\r\nConnection: close\r\n\r\n"
+    ));
+    assert!(r.starts_with("HTTP/1.1 403"), "{r}");
+    assert!(r.contains("use https://"), "{r}");
+    let r = exchange(
+        "PUT /new.bin HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc".into(),
+    );
+    assert!(r.starts_with("HTTP/1.1 403"), "{r}");
+    assert!(!site.path("new.bin").exists());
+    let r = exchange(
+        "PROPFIND / HTTP/1.1\r\nHost: 127.0.0.1\r\nDepth: 0\r\nConnection: close\r\n\r\n".into(),
+    );
+    assert!(r.contains("<D:href>http://127.0.0.1/</D:href>"), "{r}");
+}
+
 #[test]
 fn propfind_depth_infinity_is_refused_with_403() {
     let Some(curl) = curl() else { return };

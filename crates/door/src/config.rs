@@ -12,6 +12,9 @@ pub struct HttpsConfig {
     /// Address of the HTTPS listener (`None`: no HTTPS door). The field's ports: 443, 8443,
     /// 2880 (dCache), 1094 (XRootD).
     pub listen: Option<SocketAddr>,
+    /// Address of a clear-text HTTP listener on the same door (`None`: none). It serves
+    /// anonymous access only: passwords never cross it and certificates cannot.
+    pub clear_listen: Option<SocketAddr>,
     /// Most HTTPS connections open at once; more are closed as they come.
     pub connections_max: usize,
     /// Seconds a connection has to finish its TLS handshake and each request's headers.
@@ -26,6 +29,7 @@ impl Default for HttpsConfig {
     fn default() -> HttpsConfig {
         HttpsConfig {
             listen: None,
+            clear_listen: None,
             connections_max: 16_384,
             header_timeout: 20,
             max_header_bytes: 64 * 1024,

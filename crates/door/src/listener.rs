@@ -1,6 +1,6 @@
-//! The accept loop: one small task per connection, TLS with the host credential (ALPN `h2`
-//! or `http/1.1`), then HTTP/1.1 or HTTP/2 on hyper with deadlines for slow handshakes and
-//! headers and a bound on header size.
+//! The accept loops: one small task per connection, TLS with the host credential (ALPN `h2`
+//! or `http/1.1`) then HTTP/1.1 or HTTP/2, or clear-text HTTP/1.1, on hyper with deadlines
+//! for slow handshakes and headers and a bound on header size.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -40,19 +40,30 @@ impl DoorHandle {
     }
 }
 
-/// A bound HTTPS door.
+/// A bound door: its HTTPS listener, and a clear-text HTTP one where configured.
 #[derive(Debug)]
 pub struct Door {
-    listener: TcpListener,
+    tls: Option<TcpListener>,
+    clear: Option<TcpListener>,
     handle: DoorHandle,
 }
 
 impl Door {
-    /// Binds `addr`.
-    pub async fn bind(addr: SocketAddr, ctx: DoorContext) -> std::io::Result<Door> {
-        let listener = TcpListener::bind(addr).await?;
+    /// Binds `tls` (HTTPS) and `clear` (plain HTTP: anonymous access only), either optional.
+    pub async fn bind(
+        tls: Option<SocketAddr>,
+        clear: Option<SocketAddr>,
+        ctx: DoorContext,
+    ) -> std::io::Result<Door> {
+        let bind = |a: Option<SocketAddr>| async move {
+            match a {
+                Some(a) => TcpListener::bind(a).await.map(Some),
+                None => Ok(None),
+            }
+        };
         Ok(Door {
-            listener,
+            tls: bind(tls).await?,
+            clear: bind(clear).await?,
             handle: DoorHandle {
                 ctx: Arc::new(RwLock::new(Arc::new(ctx))),
                 open: Arc::new(AtomicUsize::new(0)),
@@ -60,9 +71,14 @@ impl Door {
         })
     }
 
-    /// The bound address.
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
+    /// The bound HTTPS address.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.tls.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    /// The bound clear-text HTTP address.
+    pub fn clear_addr(&self) -> Option<SocketAddr> {
+        self.clear.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// A handle for reloads.
@@ -70,36 +86,54 @@ impl Door {
         self.handle.clone()
     }
 
-    /// Accepts connections until the task is dropped.
+    /// Accepts connections on every listener until the task is dropped.
     pub async fn run(self) {
-        loop {
-            let (stream, peer) = match self.listener.accept().await {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::warn!("https accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
-            let ctx = self.handle.load();
-            let open = Arc::clone(&self.handle.open);
-            if open.fetch_add(1, Ordering::AcqRel) >= ctx.https.connections_max {
-                open.fetch_sub(1, Ordering::AcqRel);
-                ctx.metrics.connection_refused();
-                tracing::warn!(%peer, connections_max = ctx.https.connections_max, "https connection refused: too many connections");
-                continue;
-            }
-            ctx.metrics.connection_opened();
-            tokio::spawn(async move {
-                serve(stream, peer, Arc::clone(&ctx)).await;
-                open.fetch_sub(1, Ordering::AcqRel);
-                ctx.metrics.connection_closed();
-            });
+        let clear = self
+            .clear
+            .map(|l| tokio::spawn(accept_loop(l, self.handle.clone(), false)));
+        if let Some(l) = self.tls {
+            accept_loop(l, self.handle.clone(), true).await;
+        }
+        if let Some(c) = clear {
+            let _ = c.await;
         }
     }
 }
 
-async fn serve(stream: TcpStream, peer: SocketAddr, ctx: Arc<DoorContext>) {
+async fn accept_loop(listener: TcpListener, handle: DoorHandle, tls: bool) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!("http accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let ctx = handle.load();
+        let open = Arc::clone(&handle.open);
+        if open.fetch_add(1, Ordering::AcqRel) >= ctx.https.connections_max {
+            open.fetch_sub(1, Ordering::AcqRel);
+            ctx.metrics.connection_refused();
+            tracing::warn!(%peer, connections_max = ctx.https.connections_max, "http connection refused: too many connections");
+            continue;
+        }
+        ctx.metrics.connection_opened();
+        tokio::spawn(async move {
+            if tls {
+                serve_tls(stream, peer, Arc::clone(&ctx)).await;
+            } else {
+                let _ = stream.set_nodelay(true);
+                let conn = Arc::new(ConnAuth::clear());
+                serve(TokioIo::new(stream), false, conn, peer, Arc::clone(&ctx)).await;
+            }
+            open.fetch_sub(1, Ordering::AcqRel);
+            ctx.metrics.connection_closed();
+        });
+    }
+}
+
+async fn serve_tls(stream: TcpStream, peer: SocketAddr, ctx: Arc<DoorContext>) {
     let _ = stream.set_nodelay(true);
     let deadline = Duration::from_secs(ctx.https.header_timeout.max(1));
     let tls = match tls_accept(&ctx, stream, deadline).await {
@@ -115,6 +149,15 @@ async fn serve(stream: TcpStream, peer: SocketAddr, ctx: Arc<DoorContext>) {
     };
     let conn = Arc::new(ConnAuth::new(certificate));
     let h2 = tls.ssl().selected_alpn_protocol() == Some(b"h2".as_slice());
+    serve(TokioIo::new(tls), h2, conn, peer, ctx).await;
+}
+
+/// HTTP on an established connection (TLS or clear).
+async fn serve<I>(io: I, h2: bool, conn: Arc<ConnAuth>, peer: SocketAddr, ctx: Arc<DoorContext>)
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let deadline = Duration::from_secs(ctx.https.header_timeout.max(1));
     let service = {
         let ctx = Arc::clone(&ctx);
         hyper::service::service_fn(move |req| {
@@ -128,7 +171,6 @@ async fn serve(stream: TcpStream, peer: SocketAddr, ctx: Arc<DoorContext>) {
     };
     // One protocol per connection, as ALPN chose: an HTTP/1.1 connection then holds only
     // HTTP/1.1's state (hyper-util's auto builder would hold room for both).
-    let io = TokioIo::new(tls);
     let result = if h2 {
         hyper::server::conn::http2::Builder::new(TokioExecutor::new())
             .timer(TokioTimer::new())
@@ -145,7 +187,7 @@ async fn serve(stream: TcpStream, peer: SocketAddr, ctx: Arc<DoorContext>) {
             .await
     };
     if let Err(e) = result {
-        tracing::debug!(%peer, "https connection ended: {e}");
+        tracing::debug!(%peer, "http connection ended: {e}");
     }
 }
 

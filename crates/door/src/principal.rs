@@ -33,6 +33,8 @@ type LastPassword = Option<(String, [u8; 32], Arc<Principal>)>;
 /// What one connection proved: its certificate once, its last Basic login.
 #[derive(Debug)]
 pub(crate) struct ConnAuth {
+    /// The connection is clear text: no passwords cross it.
+    clear: bool,
     certificate: PeerCertificate,
     by_certificate: OnceCell<Result<Arc<Principal>, (StatusCode, String)>>,
     by_password: Mutex<LastPassword>,
@@ -42,11 +44,27 @@ pub(crate) struct ConnAuth {
 impl ConnAuth {
     pub(crate) fn new(certificate: PeerCertificate) -> ConnAuth {
         ConnAuth {
+            clear: false,
             certificate,
             by_certificate: OnceCell::new(),
             by_password: Mutex::new(None),
             anonymous: OnceCell::new(),
         }
+    }
+}
+
+impl ConnAuth {
+    /// A clear-text connection.
+    pub(crate) fn clear() -> ConnAuth {
+        ConnAuth {
+            clear: true,
+            ..ConnAuth::new(PeerCertificate::None)
+        }
+    }
+
+    /// Whether the connection is clear text.
+    pub(crate) fn is_clear(&self) -> bool {
+        self.clear
     }
 }
 
@@ -73,6 +91,12 @@ pub(crate) async fn principal(
     if let Some(value) = authorization {
         let (scheme, rest) = value.split_once(' ').unwrap_or((value, ""));
         if scheme.eq_ignore_ascii_case("basic") {
+            if conn.clear {
+                return Err(reply::status(
+                    StatusCode::FORBIDDEN,
+                    "passwords are not taken over clear-text HTTP: use https://",
+                ));
+            }
             return basic(ctx, conn, rest.trim()).await;
         }
         if scheme.eq_ignore_ascii_case("bearer") {

@@ -227,7 +227,7 @@ struct HrefBase(String);
 
 impl HrefBase {
     fn new(r: &Req) -> HrefBase {
-        HrefBase(format!("https://{}", r.authority))
+        HrefBase(format!("{}://{}", r.scheme, r.authority))
     }
 
     fn href(&self, path: &VirtualPath, collection: bool) -> String {

@@ -27,6 +27,8 @@ pub(crate) struct Req {
     pub(crate) headers: HeaderMap,
     /// `host[:port]` the client addressed (for `href`s and same-server checks).
     pub(crate) authority: String,
+    /// `https`, or `http` on the clear-text listener.
+    pub(crate) scheme: &'static str,
     pub(crate) principal: Arc<Principal>,
     pub(crate) peer: SocketAddr,
 }
@@ -43,7 +45,7 @@ impl Req {
         if collection && !p.ends_with('/') {
             p.push('/');
         }
-        format!("https://{}{p}", self.authority)
+        format!("{}://{}{p}", self.scheme, self.authority)
     }
 
     /// Refuses a write by a read-only login.
@@ -113,6 +115,7 @@ async fn dispatch(
         trailing_slash,
         headers: parts.headers,
         authority,
+        scheme: if conn.is_clear() { "http" } else { "https" },
         principal,
         peer,
     };

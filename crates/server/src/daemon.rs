@@ -242,17 +242,21 @@ impl Server {
         let metrics = ServerMetrics::new(&mut registry);
         registry.register_collector(Box::new(ferry_metrics::ProcessCollector));
         let shared = Shared::new(metrics, translog, config.data_connections_max);
-        let door = match config.https.listen.filter(|_| !config.data_node) {
-            Some(addr) => {
-                let door_metrics = ferry_door::DoorMetrics::new(&mut registry);
-                let ctx = crate::https::door_context(&config, &prepared, &shared, door_metrics)?;
-                let door = ferry_door::Door::bind(addr, ctx)
-                    .await
-                    .map_err(|source| StartError::Listen { addr, source })?;
-                tracing::info!(listen = %door.local_addr().unwrap_or(addr), "HTTPS door ready");
-                Some(door)
-            }
-            None => None,
+        let https = &config.https;
+        let door = if (https.listen.is_some() || https.clear_listen.is_some()) && !config.data_node
+        {
+            let door_metrics = ferry_door::DoorMetrics::new(&mut registry);
+            let ctx = crate::https::door_context(&config, &prepared, &shared, door_metrics)?;
+            let door = ferry_door::Door::bind(https.listen, https.clear_listen, ctx)
+                .await
+                .map_err(|source| StartError::Listen {
+                    addr: https.listen.or(https.clear_listen).unwrap_or(config.listen),
+                    source,
+                })?;
+            tracing::info!(https = ?door.local_addr(), http = ?door.clear_addr(), "HTTP door ready");
+            Some(door)
+        } else {
+            None
         };
         let listener =
             TcpListener::bind(config.listen)
@@ -323,7 +327,12 @@ impl Server {
 
     /// The bound HTTPS door address (`[https] listen`), if any.
     pub fn https_addr(&self) -> Option<SocketAddr> {
-        self.door.as_ref().and_then(|d| d.local_addr().ok())
+        self.door.as_ref().and_then(ferry_door::Door::local_addr)
+    }
+
+    /// The bound clear-text HTTP address (`[https] clear-listen`), if any.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.door.as_ref().and_then(ferry_door::Door::clear_addr)
     }
 
     /// The bound metrics address (`--metrics`), if any.

@@ -177,6 +177,16 @@ impl Server {
         if let Some(addr) = config.https.listen.filter(|_| !config.data_node) {
             r.checked.push(crate::https::report(config, &p, addr)?);
         }
+        if let Some(addr) = config.https.clear_listen.filter(|_| !config.data_node) {
+            r.checked.push(format!(
+                "clear-text HTTP door on http://{addr}/: {}",
+                if config.anonymous {
+                    "anonymous access only"
+                } else {
+                    "no login it could take (no --anonymous): every request gets 401"
+                }
+            ));
+        }
         if let Some(cc) = &config.data_congestion {
             r.checked
                 .push(format!("data connections use TCP congestion control {cc}"));

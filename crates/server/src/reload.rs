@@ -163,6 +163,10 @@ fn keep_restart_only(old: &ServerConfig, new: &mut ServerConfig, named: &mut Vec
         named.push("https.listen");
         new.https.listen = old.https.listen;
     }
+    if new.https.clear_listen != old.https.clear_listen {
+        named.push("https.clear-listen");
+        new.https.clear_listen = old.https.clear_listen;
+    }
 }
 
 #[cfg(test)]

@@ -151,6 +151,8 @@ pub struct SiteOptions {
     pub anonymous: bool,
     /// `[https] header-timeout` (seconds), written to a configuration file.
     pub header_timeout: Option<u64>,
+    /// `--http-listen`: the clear-text listener too.
+    pub clear: bool,
 }
 
 /// A CA, credentials and `ferry serve` with its HTTPS door; the server is killed when dropped.
@@ -253,6 +255,10 @@ impl HttpsSite {
         if options.anonymous {
             args.push("--anonymous".into());
         }
+        if options.clear {
+            args.push("--http-listen".into());
+            args.push("127.0.0.1:0".into());
+        }
         if let Some(secs) = options.header_timeout {
             let conf = dir.path().join("ferry.toml");
             std::fs::write(&conf, format!("[https]\nheader-timeout = {secs}\n"))
@@ -312,6 +318,26 @@ impl HttpsSite {
     /// The HTTPS door's port on 127.0.0.1.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The clear-text HTTP port (`SiteOptions::clear`).
+    pub fn clear_port(&self) -> u16 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let out = self.server.stdout_so_far();
+            if let Some(port) = out
+                .lines()
+                .find_map(|l| l.strip_prefix("http on http://127.0.0.1:"))
+                .and_then(|rest| rest.trim_end_matches('/').parse().ok())
+            {
+                return port;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no clear-text HTTP door announced: {out}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// `https://localhost:PORT` followed by `path`.
