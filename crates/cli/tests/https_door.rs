@@ -222,6 +222,63 @@ fn put_with_a_wrong_adler32_digest_is_refused_and_leaves_no_file_or_temporary() 
     assert_file_holds(&site.path("good.bin"), &data);
 }
 
+/// A 1 MiB tmpfs mounted inside the root, unmounted when dropped.
+struct SmallDisk(PathBuf);
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// A full disk: the upload is refused with 507 and nothing of it is kept; the file it would
+/// have replaced stays whole.
+#[test]
+fn a_put_that_fills_the_disk_is_507_and_keeps_nothing() {
+    let Some(curl) = curl() else { return };
+    if !is_root() {
+        skip_or_fail(
+            "a_put_that_fills_the_disk_is_507_and_keeps_nothing: mounting a small tmpfs needs root",
+        );
+        return;
+    }
+    let site = HttpsSite::start();
+    let mount = site.root().join("small");
+    fs::create_dir_all(&mount).unwrap();
+    let ok = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m,mode=0777", "tmpfs"])
+        .arg(&mount)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        skip_or_fail("a_put_that_fills_the_disk_is_507_and_keeps_nothing: mount -t tmpfs failed");
+        return;
+    }
+    let _disk = SmallDisk(mount.clone());
+    let old = random_bytes(100_000, 21);
+    site.put_local("small/old.bin", &old);
+    let big = random_bytes(3 << 20, 22);
+    let local = site.dir().join("big.bin");
+    write_file(&local, &big);
+    let r = site.curl(
+        &curl,
+        BOB,
+        &["--http1.1", "-T", path_str(&local)],
+        "/small/new.bin",
+    );
+    r.expect(507);
+    assert!(!mount.join("new.bin").exists(), "a short upload was kept");
+    let r = site.curl(
+        &curl,
+        BOB,
+        &["--http1.1", "-T", path_str(&local)],
+        "/small/old.bin",
+    );
+    r.expect(507);
+    assert_file_holds(&mount.join("old.bin"), &old);
+    assert!(site.temp_files().is_empty(), "{:?}", site.temp_files());
+}
+
 #[test]
 fn put_into_a_missing_parent_is_409_and_creates_nothing() {
     let Some(curl) = curl() else { return };
