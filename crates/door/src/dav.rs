@@ -22,6 +22,22 @@ pub(crate) fn options() -> Reply {
     r
 }
 
+/// The collection `path` goes into; a missing parent (or a file in its place) is
+/// `NotADirectory`, which answers 409 as RFC 4918 asks.
+pub(crate) fn parent_collection(
+    s: &dyn Storage,
+    path: &VirtualPath,
+) -> Result<VirtualPath, StorageError> {
+    let parent = path.parent().unwrap_or_else(VirtualPath::root);
+    match s.stat(&parent) {
+        Ok(m) if m.kind == FileKind::Dir => Ok(parent),
+        Ok(_) | Err(StorageError::NotFound(_)) => Err(StorageError::NotADirectory(format!(
+            "{parent} (the parent collection does not exist)"
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
 /// DELETE: a file, or a collection and everything in it.
 pub(crate) async fn delete(r: &Req) -> Result<Reply, Reply> {
     r.writable()?;
@@ -73,16 +89,7 @@ pub(crate) async fn mkcol(r: &Req, body: Incoming) -> Result<Reply, Reply> {
         if s.symlink_metadata(&p).is_ok() {
             return Err(StorageError::AlreadyExists(p.to_string()));
         }
-        let parent = p.parent().unwrap_or_else(VirtualPath::root);
-        match s.stat(&parent) {
-            Ok(m) if m.kind == FileKind::Dir => {}
-            Ok(_) | Err(StorageError::NotFound(_)) => {
-                return Err(StorageError::NotADirectory(format!(
-                    "{parent} (the parent collection does not exist)"
-                )))
-            }
-            Err(e) => return Err(e),
-        }
+        parent_collection(&*s, &p)?;
         s.mkdir(&p)
     })
     .await
@@ -144,16 +151,7 @@ pub(crate) async fn copy_or_move(r: &Req, is_move: bool) -> Result<Reply, Reply>
     let s = Arc::clone(&r.principal.storage);
     let replaced = blocking(move || {
         let src = s.symlink_metadata(&from)?;
-        let parent = to.parent().unwrap_or_else(VirtualPath::root);
-        match s.stat(&parent) {
-            Ok(m) if m.kind == FileKind::Dir => {}
-            Ok(_) | Err(StorageError::NotFound(_)) => {
-                return Err(StorageError::NotADirectory(format!(
-                    "{parent} (the destination's parent collection does not exist)"
-                )))
-            }
-            Err(e) => return Err(e),
-        }
+        parent_collection(&*s, &to)?;
         let replaced = match s.symlink_metadata(&to) {
             Ok(m) => {
                 if !overwrite {

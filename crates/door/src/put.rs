@@ -146,16 +146,7 @@ pub(crate) async fn put(ctx: &Arc<DoorContext>, r: &Req, body: Incoming) -> Resu
     let storage = Arc::clone(&r.principal.storage);
     let (s, target, dir) = (Arc::clone(&storage), r.path.clone(), parent.clone());
     let (file, temp, existed) = blocking(move || {
-        match s.stat(&dir) {
-            Ok(m) if m.kind == FileKind::Dir => {}
-            Ok(_) => return Err(StorageError::NotADirectory(dir.to_string())),
-            Err(StorageError::NotFound(_)) => {
-                return Err(StorageError::NotADirectory(format!(
-                    "{dir} (the parent collection does not exist)"
-                )))
-            }
-            Err(e) => return Err(e),
-        }
+        crate::dav::parent_collection(&*s, &target)?;
         let existed = match s.stat(&target) {
             Ok(m) if m.kind == FileKind::Dir => {
                 return Err(StorageError::IsADirectory(target.to_string()))
