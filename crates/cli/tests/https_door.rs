@@ -531,6 +531,126 @@ fn the_clear_text_listener_serves_anonymous_reads_and_refuses_passwords() {
     assert!(r.contains("<D:href>http://127.0.0.1/</D:href>"), "{r}");
 }
 
+/// This host's address on a network interface, if it has one: the address a socket would send
+/// from towards a documentation address (nothing is sent).
+fn off_loopback_address() -> Option<std::net::IpAddr> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect("192.0.2.1:9").ok()?;
+    let ip = s.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+/// One HTTP/1.1 exchange on a kept-alive connection: the status, the head, the body (by its
+/// Content-Length).
+fn exchange(
+    tcp: &mut std::io::BufReader<std::net::TcpStream>,
+    request: &str,
+) -> (u16, String, Vec<u8>) {
+    use std::io::{BufRead as _, Read as _};
+    tcp.get_mut().write_all(request.as_bytes()).unwrap();
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(
+            tcp.read_line(&mut line).unwrap() > 0,
+            "the connection closed: {head}"
+        );
+        head.push_str(&line);
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let status = head[9..12].parse().unwrap();
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length: ")
+                .map(str::to_owned)
+        })
+        .map_or(0, |v| v.trim().parse().unwrap());
+    let mut body = vec![0; if request.starts_with("HEAD") { 0 } else { len }];
+    tcp.read_exact(&mut body).unwrap();
+    (status, head, body)
+}
+
+#[test]
+fn clear_gets_from_another_host_go_by_sendfile_and_arrive_whole() {
+    let Some(ip) = off_loopback_address() else {
+        eprintln!("skipping: no address off loopback here, so no sendfile");
+        return;
+    };
+    let site = HttpsSite::start_with(SiteOptions {
+        anonymous: true,
+        clear: true,
+        clear_ip: Some([0, 0, 0, 0].into()),
+        metrics: true,
+        ..SiteOptions::default()
+    });
+    let data = random_bytes(3_000_017, 21);
+    site.put_local("z.bin", &data);
+    let port = site.clear_port();
+    let get = |extra: &str| format!("GET /z.bin HTTP/1.1\r\nHost: h\r\n{extra}\r\n");
+    // Over loopback the door reads and writes (the receiver pays more for spliced pages).
+    let mut local =
+        std::io::BufReader::new(std::net::TcpStream::connect(("127.0.0.1", port)).unwrap());
+    let (status, _, body) = exchange(&mut local, &get(""));
+    assert_eq!(status, 200);
+    assert_same_bytes(&data, &body, "GET over loopback");
+    assert_eq!(site.counter("ferry_http_data_spliced_bytes_total"), 0);
+    // From a network address: whole files and single ranges are spliced, one after another on
+    // one connection, each answer framed exactly (a HEAD and a multipart answer between them).
+    let mut tcp = std::io::BufReader::new(std::net::TcpStream::connect((ip, port)).unwrap());
+    let (status, _, body) = exchange(&mut tcp, &get(""));
+    assert_eq!(status, 200);
+    assert_same_bytes(&data, &body, "spliced GET");
+    let (status, head, body) = exchange(&mut tcp, "HEAD /z.bin HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_eq!(status, 200, "{head}");
+    assert!(body.is_empty());
+    let (status, _, body) = exchange(&mut tcp, &get("Range: bytes=1000-2000999\r\n"));
+    assert_eq!(status, 206);
+    assert_same_bytes(&data[1000..2_001_000], &body, "spliced range");
+    let (status, head, body) = exchange(&mut tcp, &get("Range: bytes=0-9,20-29\r\n"));
+    assert_eq!(status, 206);
+    assert!(head.contains("multipart/byteranges"), "{head}");
+    assert!(contains(&body, &data[20..30]), "the second part is missing");
+    let (status, _, body) = exchange(&mut tcp, &get(""));
+    assert_eq!(status, 200);
+    assert_same_bytes(&data, &body, "second spliced GET");
+    let spliced = (2 * data.len() + 2_000_000) as u64;
+    assert!(
+        site.eventually(|| site.counter("ferry_http_data_spliced_bytes_total") == spliced),
+        "spliced {} bytes, not {spliced}",
+        site.counter("ferry_http_data_spliced_bytes_total")
+    );
+    // A client that goes away mid-file: the log says so, and the door serves on.
+    let big = random_bytes(64 << 20, 22);
+    site.put_local("big.bin", &big);
+    let mut quitter = std::net::TcpStream::connect((ip, port)).unwrap();
+    quitter
+        .write_all(b"GET /big.bin HTTP/1.1\r\nHost: h\r\n\r\n")
+        .unwrap();
+    let mut first = [0u8; 65536];
+    std::io::Read::read_exact(&mut quitter, &mut first).unwrap();
+    drop(quitter);
+    let cut = || {
+        site.transfer_log()
+            .into_iter()
+            .find(|l| l["path"] == "/big.bin" && l["command"] == "GET")
+    };
+    assert!(
+        site.eventually(|| cut().is_some()),
+        "{:?}",
+        site.transfer_log()
+    );
+    let line = cut().unwrap();
+    assert_ne!(line["result"], "ok", "{line}");
+    assert!(line["bytes"].as_u64().unwrap() < big.len() as u64, "{line}");
+    let (status, _, body) = exchange(&mut tcp, &get(""));
+    assert_eq!(status, 200);
+    assert_same_bytes(&data, &body, "GET after a client went away");
+}
+
 #[test]
 fn propfind_depth_infinity_is_refused_with_403() {
     let Some(curl) = curl() else { return };

@@ -8,6 +8,8 @@ use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use tokio::sync::mpsc;
 
+use crate::zerocopy::{Job, Splicer, STAND_IN};
+
 /// Chunks in flight between a body's producer and the connection.
 pub(crate) const CHANNEL_DEPTH: usize = 4;
 
@@ -23,6 +25,14 @@ pub(crate) enum Body {
         rx: mpsc::Receiver<std::io::Result<Bytes>>,
         len: Option<u64>,
     },
+    /// Part of a file that the connection sends itself (`sendfile`): `job` is queued on the
+    /// connection's splicer when the body is first polled, then `remaining` bytes of stand-ins
+    /// hold its place (see [`crate::zerocopy`]).
+    Spliced {
+        splicer: Splicer,
+        job: Option<Job>,
+        remaining: u64,
+    },
 }
 
 impl Body {
@@ -34,6 +44,15 @@ impl Body {
     pub(crate) fn channel(len: Option<u64>) -> (mpsc::Sender<std::io::Result<Bytes>>, Body) {
         let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
         (tx, Body::Channel { rx, len })
+    }
+
+    /// A body of `len` bytes that `splicer`'s connection sends from `job`'s file.
+    pub(crate) fn spliced(splicer: Splicer, job: Job, len: u64) -> Body {
+        Body::Spliced {
+            splicer,
+            job: Some(job),
+            remaining: len,
+        }
     }
 }
 
@@ -54,6 +73,21 @@ impl HttpBody for Body {
                 Poll::Ready(None) => Poll::Ready(None),
                 Poll::Pending => Poll::Pending,
             },
+            Body::Spliced {
+                splicer,
+                job,
+                remaining,
+            } => {
+                if let Some(job) = job.take() {
+                    splicer.push(job);
+                }
+                if *remaining == 0 {
+                    return Poll::Ready(None);
+                }
+                let n = (*remaining).min(STAND_IN.len() as u64) as usize;
+                *remaining -= n as u64;
+                Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(&STAND_IN[..n])))))
+            }
         }
     }
 
@@ -62,6 +96,7 @@ impl HttpBody for Body {
             Body::Empty => true,
             Body::Full(b) => b.is_none(),
             Body::Channel { .. } => false,
+            Body::Spliced { job, remaining, .. } => job.is_none() && *remaining == 0,
         }
     }
 
@@ -71,6 +106,7 @@ impl HttpBody for Body {
             Body::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             Body::Channel { len: Some(n), .. } => SizeHint::with_exact(*n),
             Body::Channel { len: None, .. } => SizeHint::default(),
+            Body::Spliced { remaining, .. } => SizeHint::with_exact(*remaining),
         }
     }
 }

@@ -8,13 +8,14 @@ use bytes::{Bytes, BytesMut};
 use ferry_proto::http::dates;
 use ferry_proto::http::digest::{self, DigestAlgorithm};
 use ferry_proto::http::range::{self, ByteRange, RangeRequest};
-use ferry_storage::{ChecksumAlgorithm, FileKind, Metadata, Storage};
+use ferry_storage::{ChecksumAlgorithm, FileHandle, FileKind, Metadata, Storage};
 use http::{header, HeaderValue, Response, StatusCode};
 
 use crate::body::Body;
 use crate::context::{DoorContext, HttpTransfer};
 use crate::reply::{self, blocking, Reply};
 use crate::request::Req;
+use crate::zerocopy::Job;
 
 /// Bytes read from storage per chunk handed to the connection.
 pub(crate) const CHUNK: usize = 1 << 20;
@@ -208,13 +209,66 @@ pub(crate) async fn get(ctx: &Arc<DoorContext>, r: &Req, head: bool) -> Result<R
     let file = blocking(move || s.open_read(&p))
         .await
         .map_err(|e| reply::storage(&e))?;
-    let (tx, body) = Body::channel(Some(len));
-    *reply.body_mut() = body;
+    let metrics = ctx.metrics.clone();
     let ctx = Arc::clone(ctx);
     let (user, peer, path) = (r.principal.user.clone(), r.peer, r.path.to_string());
     let logged = status == StatusCode::OK || parts.len() == 1;
+    let started = std::time::Instant::now();
+    let finish = move |sent: u64, failure: Option<String>| {
+        ctx.metrics.sent(sent);
+        if logged {
+            ctx.log_transfer(&HttpTransfer {
+                user: &user,
+                peer,
+                method: "GET",
+                path: &path,
+                bytes: sent,
+                started,
+                status: if failure.is_some() {
+                    500
+                } else {
+                    status.as_u16()
+                },
+                result: failure.as_deref().unwrap_or("ok"),
+                checksums: &[],
+            });
+        }
+    };
+    if let (Some(splicer), None, [part]) = (&r.splicer, &framing, parts.as_slice()) {
+        if let Some(fd) = crate::zerocopy::spliceable(file.as_ref()) {
+            // One stretch of a file on a clear connection: the connection sends it itself.
+            let done = Box::new(move |sent, failure| {
+                metrics.spliced(sent);
+                finish(sent, failure);
+            });
+            let job = Job::new(Arc::clone(&file), fd, part.start, part.len(), done);
+            *reply.body_mut() = Body::spliced(splicer.clone(), job, len);
+            return Ok(reply);
+        }
+    }
+    Ok(read_into_body(
+        reply,
+        file,
+        parts,
+        framing,
+        len,
+        Box::new(finish),
+    ))
+}
+
+/// Sets `reply`'s body to `parts` of `file` (with `framing` around them), read by a blocking
+/// task; `finish` hears how many bytes went out, and why they stopped.
+fn read_into_body(
+    mut reply: Reply,
+    file: Arc<dyn FileHandle>,
+    parts: Vec<ByteRange>,
+    framing: Option<Multipart>,
+    len: u64,
+    finish: crate::zerocopy::Done,
+) -> Reply {
+    let (tx, body) = Body::channel(Some(len));
+    *reply.body_mut() = body;
     tokio::task::spawn_blocking(move || {
-        let started = std::time::Instant::now();
         let mut sent = 0u64;
         let mut failure: Option<String> = None;
         'parts: for (i, part) in parts.iter().enumerate() {
@@ -255,26 +309,9 @@ pub(crate) async fn get(ctx: &Arc<DoorContext>, r: &Req, head: bool) -> Result<R
                 let _ = tx.blocking_send(Ok(f.tail()));
             }
         }
-        ctx.metrics.sent(sent);
-        if logged {
-            ctx.log_transfer(&HttpTransfer {
-                user: &user,
-                peer,
-                method: "GET",
-                path: &path,
-                bytes: sent,
-                started,
-                status: if failure.is_some() {
-                    500
-                } else {
-                    status.as_u16()
-                },
-                result: failure.as_deref().unwrap_or("ok"),
-                checksums: &[],
-            });
-        }
+        finish(sent, failure);
     });
-    Ok(reply)
+    reply
 }
 
 /// The text around each part of a `multipart/byteranges` body.

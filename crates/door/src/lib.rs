@@ -25,6 +25,7 @@ mod propfind;
 mod put;
 mod reply;
 mod request;
+mod zerocopy;
 
 pub use config::HttpsConfig;
 pub use context::{DoorContext, X509Logins};

@@ -12,6 +12,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::context::DoorContext;
 use crate::principal::ConnAuth;
+use crate::zerocopy::{ClearIo, Splicer};
 
 /// Protocols offered in ALPN, preferred first.
 pub const ALPN: &[&[u8]] = &[b"h2", b"http/1.1"];
@@ -125,7 +126,18 @@ async fn accept_loop(listener: TcpListener, handle: DoorHandle, tls: bool) {
             } else {
                 let _ = stream.set_nodelay(true);
                 let conn = Arc::new(ConnAuth::clear());
-                serve(TokioIo::new(stream), false, conn, peer, Arc::clone(&ctx)).await;
+                // sendfile for off-host peers only, as the GridFTP data channel decides.
+                let splicer = (!peer.ip().to_canonical().is_loopback()).then(Splicer::default);
+                let io = ClearIo::new(stream, splicer.clone().unwrap_or_default());
+                serve(
+                    TokioIo::new(io),
+                    false,
+                    conn,
+                    splicer,
+                    peer,
+                    Arc::clone(&ctx),
+                )
+                .await;
             }
             open.fetch_sub(1, Ordering::AcqRel);
             ctx.metrics.connection_closed();
@@ -149,22 +161,32 @@ async fn serve_tls(stream: TcpStream, peer: SocketAddr, ctx: Arc<DoorContext>) {
     };
     let conn = Arc::new(ConnAuth::new(certificate));
     let h2 = tls.ssl().selected_alpn_protocol() == Some(b"h2".as_slice());
-    serve(TokioIo::new(tls), h2, conn, peer, ctx).await;
+    serve(TokioIo::new(tls), h2, conn, None, peer, ctx).await;
 }
 
-/// HTTP on an established connection (TLS or clear).
-async fn serve<I>(io: I, h2: bool, conn: Arc<ConnAuth>, peer: SocketAddr, ctx: Arc<DoorContext>)
-where
+/// HTTP on an established connection (TLS or clear); `splicer` where file bodies may be
+/// spliced (its connection is a [`ClearIo`]).
+async fn serve<I>(
+    io: I,
+    h2: bool,
+    conn: Arc<ConnAuth>,
+    splicer: Option<Splicer>,
+    peer: SocketAddr,
+    ctx: Arc<DoorContext>,
+) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
+    // HTTP/2 copies body bytes into its DATA frames: never splice there.
+    let splicer = splicer.filter(|_| !h2);
+    let splicing = splicer.is_some();
     let deadline = Duration::from_secs(ctx.https.header_timeout.max(1));
     let service = {
         let ctx = Arc::clone(&ctx);
         hyper::service::service_fn(move |req| {
-            let (ctx, conn) = (Arc::clone(&ctx), Arc::clone(&conn));
+            let (ctx, conn, splicer) = (Arc::clone(&ctx), Arc::clone(&conn), splicer.clone());
             async move {
                 Ok::<_, std::convert::Infallible>(
-                    crate::request::handle(ctx, conn, peer, req).await,
+                    crate::request::handle(ctx, conn, splicer, peer, req).await,
                 )
             }
         })
@@ -178,13 +200,18 @@ where
             .serve_connection(io, service)
             .await
     } else {
-        hyper::server::conn::http1::Builder::new()
+        let mut http1 = hyper::server::conn::http1::Builder::new();
+        http1
             .timer(TokioTimer::new())
             .header_read_timeout(deadline)
             .max_buf_size(ctx.https.max_header_bytes.max(8192))
-            .keep_alive(true)
-            .serve_connection(io, service)
-            .await
+            .keep_alive(true);
+        if splicing {
+            // Body frames queued as they are, never copied into hyper's buffer: spliced
+            // bodies depend on it (their stand-in bytes must reach the ClearIo by address).
+            http1.writev(true);
+        }
+        http1.serve_connection(io, service).await
     };
     if let Err(e) = result {
         tracing::debug!(%peer, "http connection ended: {e}");

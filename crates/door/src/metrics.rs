@@ -23,6 +23,7 @@ struct DirectionLabel {
 pub struct DoorMetrics {
     requests: Family<RequestLabels, Counter>,
     bytes: Family<DirectionLabel, Counter>,
+    spliced: Counter,
     connections: Gauge,
     refused: Counter,
 }
@@ -33,6 +34,7 @@ impl DoorMetrics {
         let m = DoorMetrics {
             requests: Family::default(),
             bytes: Family::default(),
+            spliced: Counter::default(),
             connections: Gauge::default(),
             refused: Counter::default(),
         };
@@ -46,6 +48,12 @@ impl DoorMetrics {
             "File bytes the HTTPS door sent (GET) and received (PUT)",
             Unit::Bytes,
             m.bytes.clone(),
+        );
+        registry.register_with_unit(
+            "ferry_http_data_spliced",
+            "Of the bytes sent, those sent with sendfile (clear-text connections to other hosts)",
+            Unit::Bytes,
+            m.spliced.clone(),
         );
         registry.register(
             "ferry_http_connections",
@@ -79,6 +87,10 @@ impl DoorMetrics {
         self.bytes
             .get_or_create(&DirectionLabel { direction: "sent" })
             .inc_by(n);
+    }
+
+    pub(crate) fn spliced(&self, n: u64) {
+        self.spliced.inc_by(n);
     }
 
     pub(crate) fn received(&self, n: u64) {

@@ -11,6 +11,7 @@ use hyper::body::Incoming;
 use crate::context::DoorContext;
 use crate::principal::{ConnAuth, Principal};
 use crate::reply::{self, Reply};
+use crate::zerocopy::Splicer;
 
 /// Methods this door answers, for `Allow`.
 pub(crate) const ALLOW: &str =
@@ -31,6 +32,8 @@ pub(crate) struct Req {
     pub(crate) scheme: &'static str,
     pub(crate) principal: Arc<Principal>,
     pub(crate) peer: SocketAddr,
+    /// Where file bodies can go by `sendfile` (clear connections to off-host peers).
+    pub(crate) splicer: Option<Splicer>,
 }
 
 impl Req {
@@ -64,12 +67,13 @@ impl Req {
 pub(crate) async fn handle(
     ctx: Arc<DoorContext>,
     conn: Arc<ConnAuth>,
+    splicer: Option<Splicer>,
     peer: SocketAddr,
     req: Request<Incoming>,
 ) -> Reply {
     let method = req.method().clone();
     let started = std::time::Instant::now();
-    let reply = match dispatch(&ctx, &conn, peer, req).await {
+    let reply = match dispatch(&ctx, &conn, splicer, peer, req).await {
         Ok(r) | Err(r) => r,
     };
     ctx.metrics
@@ -81,6 +85,7 @@ pub(crate) async fn handle(
 async fn dispatch(
     ctx: &Arc<DoorContext>,
     conn: &ConnAuth,
+    splicer: Option<Splicer>,
     peer: SocketAddr,
     req: Request<Incoming>,
 ) -> Result<Reply, Reply> {
@@ -118,6 +123,7 @@ async fn dispatch(
         scheme: if conn.is_clear() { "http" } else { "https" },
         principal,
         peer,
+        splicer,
     };
     match r.method.as_str() {
         "GET" => crate::get::get(ctx, &r, false).await,

@@ -153,6 +153,10 @@ pub struct SiteOptions {
     pub header_timeout: Option<u64>,
     /// `--http-listen`: the clear-text listener too.
     pub clear: bool,
+    /// The address the clear-text listener binds (127.0.0.1 unless given).
+    pub clear_ip: Option<std::net::IpAddr>,
+    /// `--metrics` on a loopback port ([`HttpsSite::metrics`]).
+    pub metrics: bool,
 }
 
 /// A CA, credentials and `ferry serve` with its HTTPS door; the server is killed when dropped.
@@ -256,7 +260,12 @@ impl HttpsSite {
             args.push("--anonymous".into());
         }
         if options.clear {
+            let ip = options.clear_ip.unwrap_or([127, 0, 0, 1].into());
             args.push("--http-listen".into());
+            args.push(std::net::SocketAddr::new(ip, 0).to_string());
+        }
+        if options.metrics {
+            args.push("--metrics".into());
             args.push("127.0.0.1:0".into());
         }
         if let Some(secs) = options.header_timeout {
@@ -327,8 +336,9 @@ impl HttpsSite {
             let out = self.server.stdout_so_far();
             if let Some(port) = out
                 .lines()
-                .find_map(|l| l.strip_prefix("http on http://127.0.0.1:"))
-                .and_then(|rest| rest.trim_end_matches('/').parse().ok())
+                .find_map(|l| l.strip_prefix("http on http://"))
+                .and_then(|rest| rest.trim_end_matches('/').rsplit(':').next())
+                .and_then(|port| port.parse().ok())
             {
                 return port;
             }
@@ -338,6 +348,31 @@ impl HttpsSite {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The server's Prometheus text (`SiteOptions::metrics`).
+    pub fn metrics(&self) -> String {
+        let out = self.server.stdout_so_far();
+        let addr = out
+            .lines()
+            .find_map(|l| l.strip_prefix("metrics on http://"))
+            .and_then(|rest| rest.split('/').next())
+            .unwrap_or_else(|| panic!("no metrics address announced: {out}"));
+        let mut tcp = TcpStream::connect(addr).expect("connecting to the metrics endpoint");
+        tcp.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .expect("asking for metrics");
+        let mut text = String::new();
+        tcp.read_to_string(&mut text).expect("reading metrics");
+        text
+    }
+
+    /// A counter's value in [`HttpsSite::metrics`] (0 when absent).
+    pub fn counter(&self, name: &str) -> u64 {
+        self.metrics()
+            .lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
     }
 
     /// `https://localhost:PORT` followed by `path`.
