@@ -531,6 +531,64 @@ fn the_clear_text_listener_serves_anonymous_reads_and_refuses_passwords() {
     assert!(r.contains("<D:href>http://127.0.0.1/</D:href>"), "{r}");
 }
 
+#[test]
+fn a_clear_text_only_door_needs_no_host_credential() {
+    use std::io::Read as _;
+    let dir = common::sandbox::Sandbox::new();
+    let root = dir.served_dir("root");
+    let data = random_bytes(200_000, 31);
+    write_file(&root.join("open.bin"), &data);
+    let args: Vec<String> = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--http-listen",
+        "127.0.0.1:0",
+        "--root",
+        path_str(&root),
+        "--anonymous",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ferry"));
+    // Wherever a host credential could be found, there is none.
+    let nowhere = dir.path().join("nowhere.pem");
+    for var in ["X509_USER_CERT", "X509_USER_KEY", "X509_USER_PROXY"] {
+        cmd.env(var, &nowhere);
+    }
+    cmd.args(&args);
+    let mut server = common::process::Running::spawn(cmd, args, None, "ferry serve");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let port: u16 = loop {
+        let out = server.stdout_so_far();
+        if let Some(p) = out
+            .lines()
+            .find_map(|l| l.strip_prefix("http on http://127.0.0.1:"))
+            .and_then(|p| p.trim_end_matches('/').parse().ok())
+        {
+            break p;
+        }
+        assert!(
+            !server.has_exited() && std::time::Instant::now() < deadline,
+            "ferry serve did not start its clear-text door: {out}{}",
+            server.stderr_so_far()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    tcp.write_all(b"GET /open.bin HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut all = Vec::new();
+    tcp.read_to_end(&mut all).unwrap();
+    let split = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert!(
+        all.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&all[..split])
+    );
+    assert_same_bytes(&data, &all[split..], "GET on a door without a credential");
+}
+
 /// This host's address on a network interface, if it has one: the address a socket would send
 /// from towards a documentation address (nothing is sent).
 fn off_loopback_address() -> Option<std::net::IpAddr> {

@@ -49,8 +49,9 @@ pub struct DoorContext {
     pub run_as_user: bool,
     /// X.509 logins (`None`: GSI is off, client certificates are not looked at).
     pub x509: Option<X509Logins>,
-    /// TLS with the host credential.
-    pub tls: SslAcceptor,
+    /// TLS with the host credential; `None` for a door with no HTTPS listener (clear text
+    /// only), which needs no credential.
+    pub tls: Option<SslAcceptor>,
     /// The checksums every whole-file upload takes and keeps.
     pub transfer_checksums: Vec<ChecksumAlgorithm>,
     /// The site's transfer log.

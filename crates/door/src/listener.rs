@@ -223,7 +223,12 @@ async fn tls_accept(
     stream: TcpStream,
     deadline: Duration,
 ) -> std::io::Result<tokio_openssl::SslStream<TcpStream>> {
-    let ssl = openssl::ssl::Ssl::new(ctx.tls.context()).map_err(std::io::Error::other)?;
+    let Some(acceptor) = &ctx.tls else {
+        return Err(std::io::Error::other(
+            "no host credential loaded (the configuration in force has no https listen address)",
+        ));
+    };
+    let ssl = openssl::ssl::Ssl::new(acceptor.context()).map_err(std::io::Error::other)?;
     let mut tls = tokio_openssl::SslStream::new(ssl, stream).map_err(std::io::Error::other)?;
     match tokio::time::timeout(deadline, std::pin::Pin::new(&mut tls).accept()).await {
         Ok(Ok(())) => Ok(tls),

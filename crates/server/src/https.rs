@@ -17,15 +17,21 @@ pub(crate) fn door_context(
     shared: &Shared,
     metrics: DoorMetrics,
 ) -> Result<DoorContext, StartError> {
-    let credential = match &p.gsi {
-        Some(g) => g.credential().clone(),
-        None => crate::gsi::load_host_credential(config)?,
+    // A clear-text-only door takes no credential.
+    let tls = match config.https.listen {
+        Some(_) => {
+            let credential = match &p.gsi {
+                Some(g) => g.credential().clone(),
+                None => crate::gsi::load_host_credential(config)?,
+            };
+            Some(ferry_gsi::https::acceptor(&credential, ferry_door::ALPN)?)
+        }
+        None => None,
     };
     let x509 = p.gsi.as_ref().map(|g| X509Logins {
         trust: g.trust(),
         authorizer: Arc::clone(&g.authorizer),
     });
-    let tls = ferry_gsi::https::acceptor(&credential, ferry_door::ALPN)?;
     Ok(DoorContext {
         https: config.https.clone(),
         storage_rw: Arc::clone(&p.storage_rw),
