@@ -180,18 +180,20 @@ pub fn parse_want_repr_digest(header: &str) -> Vec<DigestAlgorithm> {
     wanted.into_iter().map(|w| w.2).collect()
 }
 
+/// The `name=value` items of a `Digest` or `Repr-Digest` header whose algorithm we know, in
+/// order, values trimmed (at most [`MAX_ALGORITHMS`] items are looked at).
+fn known_items(header: &str) -> impl Iterator<Item = (DigestAlgorithm, &str)> {
+    header.split(',').take(MAX_ALGORITHMS).filter_map(|item| {
+        let (name, value) = item.trim().split_once('=')?;
+        Some((DigestAlgorithm::from_token(name)?, value.trim()))
+    })
+}
+
 /// `Digest: adler32=03da0195, md5=<base64>`: the values of the algorithms we know (others
 /// are skipped). md5 may also come as 32 hex digits, as davix writes it.
 pub fn parse_digest(header: &str) -> Result<Vec<(DigestAlgorithm, Vec<u8>)>, DigestError> {
     let mut out = Vec::new();
-    for item in header.split(',').take(MAX_ALGORITHMS) {
-        let Some((name, value)) = item.trim().split_once('=') else {
-            continue;
-        };
-        let Some(alg) = DigestAlgorithm::from_token(name) else {
-            continue;
-        };
-        let value = value.trim();
+    for (alg, value) in known_items(header) {
         let raw = match alg {
             DigestAlgorithm::Adler32 | DigestAlgorithm::Crc32c => from_hex(value, 4),
             DigestAlgorithm::Md5 if value.len() == 32 => from_hex(value, 16),
@@ -212,19 +214,12 @@ pub fn parse_digest(header: &str) -> Result<Vec<(DigestAlgorithm, Vec<u8>)>, Dig
 /// `Repr-Digest: sha-256=:<base64>:`.
 pub fn parse_repr_digest(header: &str) -> Result<Vec<(DigestAlgorithm, Vec<u8>)>, DigestError> {
     let mut out = Vec::new();
-    for item in header.split(',').take(MAX_ALGORITHMS) {
-        let Some((name, value)) = item.trim().split_once('=') else {
-            continue;
-        };
-        let Some(alg) = DigestAlgorithm::from_token(name) else {
-            continue;
-        };
+    for (alg, value) in known_items(header) {
         let bad = || DigestError {
             header: "Repr-Digest",
             algorithm: alg.rfc9530_name().into(),
         };
         let inner = value
-            .trim()
             .strip_prefix(':')
             .and_then(|v| v.strip_suffix(':'))
             .ok_or_else(bad)?;

@@ -5,6 +5,7 @@
 
 pub mod dates;
 pub mod dav;
+mod davxml;
 pub mod digest;
 pub mod propfind;
 pub mod proppatch;

@@ -4,11 +4,10 @@
 //! Bodies are parsed with quick-xml, which never expands entities a document declares; a
 //! document with a DOCTYPE is refused outright, so entity tricks ("billion laughs") never start.
 
-use quick_xml::events::Event;
 use quick_xml::name::ResolveResult;
-use quick_xml::NsReader;
 
 use super::dav::xml_escape;
+use super::davxml::Walk;
 
 /// The DAV: namespace.
 pub const DAV: &str = "DAV:";
@@ -61,61 +60,26 @@ pub fn parse(body: &[u8]) -> Result<Propfind, XmlError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(Propfind::AllProp);
     }
-    let mut reader = NsReader::from_reader(body);
-    reader.config_mut().trim_text(true);
-    let mut stack: Vec<PropName> = Vec::new();
+    let mut walk = Walk::new(body, "propfind", true);
     let mut result: Option<Propfind> = None;
     let mut props = Vec::new();
-    let mut seen_root = false;
-    loop {
-        let (ns, event) = reader
-            .read_resolved_event()
-            .map_err(|e| bad(e.to_string()))?;
-        match event {
-            Event::DocType(_) => return Err(bad("DOCTYPE is not accepted")),
-            Event::Start(ref e) | Event::Empty(ref e) => {
-                let name = PropName {
-                    ns: namespace(&ns)?,
-                    local: String::from_utf8_lossy(e.local_name().as_ref()).into_owned(),
-                };
-                let empty = matches!(event, Event::Empty(_));
-                match stack.len() {
-                    0 => {
-                        if seen_root || name != PropName::dav("propfind") {
-                            return Err(bad("the root element is not DAV:propfind"));
-                        }
-                        seen_root = true;
-                    }
-                    1 if name.ns == DAV => match name.local.as_str() {
-                        "allprop" => result = result.or(Some(Propfind::AllProp)),
-                        "propname" => result = result.or(Some(Propfind::PropName)),
-                        "prop" => result = result.or(Some(Propfind::Props(Vec::new()))),
-                        _ => {}
-                    },
-                    2 if stack[1] == PropName::dav("prop") => {
-                        if props.len() >= MAX_PROPS {
-                            return Err(bad("too many properties"));
-                        }
-                        props.push(name.clone());
-                    }
-                    _ => {}
+    while let Some(e) = walk.next()? {
+        match walk.open.len() {
+            1 if e.name.ns == DAV => match e.name.local.as_str() {
+                "allprop" => result = result.or(Some(Propfind::AllProp)),
+                "propname" => result = result.or(Some(Propfind::PropName)),
+                "prop" => result = result.or(Some(Propfind::Props(Vec::new()))),
+                _ => {}
+            },
+            2 if walk.open[1] == PropName::dav("prop") => {
+                if props.len() >= MAX_PROPS {
+                    return Err(bad("too many properties"));
                 }
-                if !empty {
-                    if stack.len() >= MAX_DEPTH {
-                        return Err(bad("nested too deeply"));
-                    }
-                    stack.push(name);
-                }
+                props.push(e.name.clone());
             }
-            Event::End(_) => {
-                stack.pop();
-            }
-            Event::Eof => break,
             _ => {}
         }
-    }
-    if !stack.is_empty() || !seen_root {
-        return Err(bad("the document is not complete"));
+        walk.enter(e.name, e.empty)?;
     }
     Ok(match result {
         Some(Propfind::Props(_)) => Propfind::Props(props),

@@ -2,10 +2,8 @@
 //! set's value kept as the XML it arrived as (markup, entities and all) with the namespace
 //! declarations its element carried, so it is given back as it was set.
 
-use quick_xml::events::Event;
-use quick_xml::NsReader;
-
-use super::propfind::{namespace, PropName, XmlError, MAX_DEPTH, MAX_PROPS};
+use super::davxml::Walk;
+use super::propfind::{PropName, XmlError, MAX_PROPS};
 
 /// One change.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,78 +27,44 @@ fn bad(why: impl Into<String>) -> XmlError {
 
 /// Parses a PROPPATCH body.
 pub fn parse(body: &[u8]) -> Result<Vec<PatchOp>, XmlError> {
-    let mut reader = NsReader::from_reader(body);
-    let mut stack: Vec<PropName> = Vec::new();
+    let mut walk = Walk::new(body, "propertyupdate", false);
     let mut ops = Vec::new();
-    let mut seen_root = false;
-    loop {
-        let (ns, event) = reader
-            .read_resolved_event()
-            .map_err(|e| bad(e.to_string()))?;
-        match event {
-            Event::DocType(_) => return Err(bad("DOCTYPE is not accepted")),
-            Event::Start(ref e) | Event::Empty(ref e) => {
-                let name = PropName {
-                    ns: namespace(&ns)?,
-                    local: String::from_utf8_lossy(e.local_name().as_ref()).into_owned(),
-                };
-                let empty = matches!(event, Event::Empty(_));
-                match stack.len() {
-                    0 if !seen_root && name == PropName::dav("propertyupdate") => seen_root = true,
-                    0 => return Err(bad("the root element is not DAV:propertyupdate")),
-                    3 if stack[2] == PropName::dav("prop")
-                        && (stack[1] == PropName::dav("set")
-                            || stack[1] == PropName::dav("remove")) =>
-                    {
-                        if ops.len() >= MAX_PROPS {
-                            return Err(bad("too many properties"));
-                        }
-                        let mut decls = String::new();
-                        for a in e.attributes() {
-                            let a = a.map_err(|e| bad(e.to_string()))?;
-                            let key = String::from_utf8_lossy(a.key.as_ref()).into_owned();
-                            if key == "xmlns" || key.starts_with("xmlns:") {
-                                let value = String::from_utf8_lossy(&a.value).into_owned();
-                                decls.push_str(&format!(" {key}=\"{value}\""));
-                            }
-                        }
-                        let xml = if empty {
-                            String::new()
-                        } else {
-                            let span = reader
-                                .read_to_end(e.name())
-                                .map_err(|e| bad(e.to_string()))?;
-                            let (start, end) = (span.start as usize, span.end as usize);
-                            let raw = body.get(start..end).ok_or_else(|| bad("bad span"))?;
-                            String::from_utf8(raw.to_vec())
-                                .map_err(|_| bad("a value is not UTF-8"))?
-                        };
-                        if stack[1] == PropName::dav("set") {
-                            ops.push(PatchOp::Set { name, decls, xml });
-                        } else {
-                            ops.push(PatchOp::Remove(name));
-                        }
-                        // The element was read to its end: it is not pushed.
-                        continue;
-                    }
-                    _ => {}
-                }
-                if !empty {
-                    if stack.len() >= MAX_DEPTH {
-                        return Err(bad("nested too deeply"));
-                    }
-                    stack.push(name);
+    while let Some(e) = walk.next()? {
+        let open = &walk.open;
+        let (set, remove) = (PropName::dav("set"), PropName::dav("remove"));
+        if open.len() == 3
+            && open[2] == PropName::dav("prop")
+            && (open[1] == set || open[1] == remove)
+        {
+            let is_set = open[1] == set;
+            if ops.len() >= MAX_PROPS {
+                return Err(bad("too many properties"));
+            }
+            let mut decls = String::new();
+            for a in e.start.attributes() {
+                let a = a.map_err(|e| bad(e.to_string()))?;
+                let key = String::from_utf8_lossy(a.key.as_ref()).into_owned();
+                if key == "xmlns" || key.starts_with("xmlns:") {
+                    let value = String::from_utf8_lossy(&a.value).into_owned();
+                    decls.push_str(&format!(" {key}=\"{value}\""));
                 }
             }
-            Event::End(_) => {
-                stack.pop();
-            }
-            Event::Eof => break,
-            _ => {}
+            // The element is read to its end here, not entered.
+            let span = walk.skip(&e)?;
+            let raw = body.get(span).ok_or_else(|| bad("bad span"))?;
+            let xml = String::from_utf8(raw.to_vec()).map_err(|_| bad("a value is not UTF-8"))?;
+            ops.push(if is_set {
+                PatchOp::Set {
+                    name: e.name,
+                    decls,
+                    xml,
+                }
+            } else {
+                PatchOp::Remove(e.name)
+            });
+            continue;
         }
-    }
-    if !stack.is_empty() || !seen_root {
-        return Err(bad("the document is not complete"));
+        walk.enter(e.name, e.empty)?;
     }
     if ops.is_empty() {
         return Err(bad("DAV:propertyupdate names no property"));
