@@ -13,6 +13,7 @@
 #![allow(clippy::result_large_err)]
 
 mod body;
+mod coalesce;
 pub mod config;
 mod context;
 mod dav;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::coalesce::Coalesce;
 use crate::context::DoorContext;
 use crate::principal::ConnAuth;
 use crate::zerocopy::{ClearIo, Splicer};
@@ -222,14 +223,15 @@ async fn tls_accept(
     ctx: &DoorContext,
     stream: TcpStream,
     deadline: Duration,
-) -> std::io::Result<tokio_openssl::SslStream<TcpStream>> {
+) -> std::io::Result<tokio_openssl::SslStream<Coalesce<TcpStream>>> {
     let Some(acceptor) = &ctx.tls else {
         return Err(std::io::Error::other(
             "no host credential loaded (the configuration in force has no https listen address)",
         ));
     };
     let ssl = openssl::ssl::Ssl::new(acceptor.context()).map_err(std::io::Error::other)?;
-    let mut tls = tokio_openssl::SslStream::new(ssl, stream).map_err(std::io::Error::other)?;
+    let mut tls =
+        tokio_openssl::SslStream::new(ssl, Coalesce::new(stream)).map_err(std::io::Error::other)?;
     match tokio::time::timeout(deadline, std::pin::Pin::new(&mut tls).accept()).await {
         Ok(Ok(())) => Ok(tls),
         Ok(Err(e)) => Err(std::io::Error::other(e.to_string())),
