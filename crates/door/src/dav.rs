@@ -202,7 +202,7 @@ fn copy_file(s: &dyn Storage, from: &VirtualPath, to: &VirtualPath) -> Result<()
             create_new: false,
         },
     )?;
-    let mut buf = vec![0u8; crate::get::CHUNK];
+    let mut buf = vec![0u8; ferry_dtp::IO_CHUNK];
     let mut at = 0u64;
     loop {
         let n = src.read_at(&mut buf, at)?;

@@ -2,9 +2,10 @@
 //! requests (`If-None-Match`, `If-Modified-Since`, `If-Range`), and digests (`Want-Digest`,
 //! `Want-Repr-Digest`) answered from the checksum cache.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
+use ferry_dtp::{BufferPool, IO_CHUNK};
 use ferry_proto::http::dates;
 use ferry_proto::http::digest::{self, DigestAlgorithm};
 use ferry_proto::http::range::{self, ByteRange, RangeRequest};
@@ -17,8 +18,14 @@ use crate::reply::{self, blocking, Reply};
 use crate::request::Req;
 use crate::zerocopy::Job;
 
-/// Bytes read from storage per chunk handed to the connection.
-pub(crate) const CHUNK: usize = 1 << 20;
+/// Buffers file data passes through (GET bodies read from storage, PUT bodies on their way to
+/// it): the data path's size, which stays in a core's cache between the read and the copy (or
+/// sealing) that follows; each goes back to the pool once written, so a transfer allocates and
+/// clears no memory per chunk.
+pub(crate) fn data_buffers() -> &'static Arc<BufferPool> {
+    static POOL: OnceLock<Arc<BufferPool>> = OnceLock::new();
+    POOL.get_or_init(|| BufferPool::new(IO_CHUNK, 64))
+}
 
 /// The storage's algorithm for a digest algorithm.
 pub(crate) fn storage_algorithm(a: DigestAlgorithm) -> ChecksumAlgorithm {
@@ -280,9 +287,9 @@ fn read_into_body(
             }
             let mut at = part.start;
             while at <= part.end {
-                let want = CHUNK.min((part.end - at + 1) as usize);
-                let mut buf = BytesMut::zeroed(want);
-                let n = match file.read_at(&mut buf, at) {
+                let want = IO_CHUNK.min((part.end - at + 1) as usize);
+                let mut buf = data_buffers().take();
+                let n = match file.read_at(&mut buf[..want], at) {
                     Ok(0) => {
                         failure = Some("the file shrank while it was sent".into());
                         let _ = tx.blocking_send(Err(std::io::Error::other("file shrank")));
@@ -295,8 +302,9 @@ fn read_into_body(
                         break 'parts;
                     }
                 };
-                buf.truncate(n);
-                if tx.blocking_send(Ok(buf.freeze())).is_err() {
+                let mut chunk = Bytes::from_owner(buf);
+                chunk.truncate(n);
+                if tx.blocking_send(Ok(chunk)).is_err() {
                     failure = Some("the client went away".into());
                     break 'parts;
                 }

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use ferry_proto::http::digest::{self, DigestAlgorithm};
 use ferry_storage::{
     ChecksumAlgorithm, Checksummer, FileHandle, FileKind, FileVersion, Storage, StorageError,
@@ -17,7 +17,7 @@ use hyper::body::Incoming;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::context::{DoorContext, HttpTransfer};
-use crate::get::{storage_algorithm, CHUNK};
+use crate::get::{data_buffers, storage_algorithm};
 use crate::reply::{self, blocking, Reply};
 use crate::request::Req;
 
@@ -193,16 +193,28 @@ pub(crate) async fn put(ctx: &Arc<DoorContext>, r: &Req, body: Incoming) -> Resu
     let started = std::time::Instant::now();
     let mut received = 0u64;
     let mut body = body;
-    let mut buf = BytesMut::with_capacity(CHUNK);
+    // Frames are gathered into pooled buffers (no allocation, no page faults per chunk); the
+    // writer hands each back by dropping it.
+    let mut buf = data_buffers().take();
+    let mut filled = 0;
     let mut stopped: Option<String> = None;
-    while let Some(frame) = body.frame().await {
+    'body: while let Some(frame) = body.frame().await {
         match frame {
             Ok(f) => {
                 let Ok(data) = f.into_data() else { continue };
                 received += data.len() as u64;
-                buf.extend_from_slice(&data);
-                if buf.len() >= CHUNK && tx.send(Chunk::Data(buf.split().freeze())).await.is_err() {
-                    break;
+                let mut data = &data[..];
+                while !data.is_empty() {
+                    let n = data.len().min(buf.len() - filled);
+                    buf[filled..filled + n].copy_from_slice(&data[..n]);
+                    (filled, data) = (filled + n, &data[n..]);
+                    if filled == buf.len() {
+                        let full = std::mem::replace(&mut buf, data_buffers().take());
+                        filled = 0;
+                        if tx.send(Chunk::Data(Bytes::from_owner(full))).await.is_err() {
+                            break 'body;
+                        }
+                    }
                 }
             }
             Err(e) => {
@@ -212,8 +224,10 @@ pub(crate) async fn put(ctx: &Arc<DoorContext>, r: &Req, body: Incoming) -> Resu
         }
     }
     if stopped.is_none() {
-        if !buf.is_empty() {
-            let _ = tx.send(Chunk::Data(buf.freeze())).await;
+        if filled > 0 {
+            let mut last = Bytes::from_owner(buf);
+            last.truncate(filled);
+            let _ = tx.send(Chunk::Data(last)).await;
         }
         let _ = tx.send(Chunk::End).await;
     }

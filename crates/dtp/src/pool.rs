@@ -110,6 +110,12 @@ impl Deref for PooledBuf {
     }
 }
 
+impl AsRef<[u8]> for PooledBuf {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
 impl DerefMut for PooledBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
         self.buf.as_deref_mut().unwrap_or(&mut [])
