@@ -35,33 +35,47 @@ METHOD = (
     "shared/reference/http-tpc-and-tokens.md §11 gives (`-R nobody`). The client is the same for "
     "both: `curl --http1.1 -k` (one connection, TLS), GET of SIZE to /dev/null and PUT of the "
     "same file from tmpfs. `ferry http` is the same ferry door on its clear-text listener. `ferry GridFTP` is `globus-url-copy -p 1` against the same ferry on the "
-    "same files (clear MODE E, one stream): the door's own GridFTP figure. Range: four curl "
+    "same files (clear MODE E, one stream): the door's own GridFTP figure; `ferry GridFTP P` the same "
+    "with `-dcpriv` over `gsiftp://` (a GSI proxy, PROT P: TLS on the data channel), the TLS door's. "
+    "`xrootd http` is XRootD without TLS. Range: four curl "
     "processes at once, each GETting a quarter of the file with `-r`; wall time of all four. "
     "Servers alternate run by run; medians of --runs. Server CPU is the server's process tree, "
     "client CPU curl's (or globus-url-copy's)."
 )
 
 
-def _tls_files(ctx, work: str) -> tuple[str, str, str, str]:
-    """A throw-away CA with a localhost host certificate: (cacert, certdir, hostcert, hostkey)."""
+def _tls_files(ctx, work: str) -> dict:
+    """A throw-away CA with a localhost host certificate and a user mapped to nobody, and the
+    user's proxy (for the GSI GridFTP figure): cacert, certdir, cert, key, gridmap, proxy."""
     ca = os.path.join(work, "ca")
-    run = subprocess.run([ctx.options.ferry, "ca", ca, "--host", "localhost"], capture_output=True, text=True)
+    run = subprocess.run([ctx.options.ferry, "ca", ca, "--host", "localhost", "--user", "alice:nobody"],
+                         capture_output=True, text=True)
     if run.returncode != 0:
         raise BenchError(f"ferry ca failed: {run.stderr.strip()}")
     host = os.path.join(ca, "hosts", "localhost")
-    return (os.path.join(ca, "ca", "cacert.pem"), os.path.join(ca, "certificates"),
-            os.path.join(host, "hostcert.pem"), os.path.join(host, "hostkey.pem"))
+    user = os.path.join(ca, "users", "alice")
+    proxy = os.path.join(work, "x509up")
+    run = subprocess.run([ctx.options.ferry, "proxy", "init", "--cert", os.path.join(user, "usercert.pem"),
+                          "--key", os.path.join(user, "userkey.pem"), "--out", proxy],
+                         capture_output=True, text=True, env=dict(os.environ, X509_CERT_DIR=os.path.join(ca, "certificates")))
+    if run.returncode != 0:
+        raise BenchError(f"ferry proxy init failed: {run.stderr.strip()}")
+    return {"cacert": os.path.join(ca, "ca", "cacert.pem"), "certdir": os.path.join(ca, "certificates"),
+            "cert": os.path.join(host, "hostcert.pem"), "key": os.path.join(host, "hostkey.pem"),
+            "gridmap": os.path.join(ca, "grid-mapfile"), "proxy": proxy}
 
 
-def _start_ferry(ctx, root: str, cert: str, key: str) -> tuple[Server, Server]:
-    """ferry with its GridFTP and HTTPS doors; (the FTP Server, the HTTPS Server view)."""
+def _start_ferry(ctx, pki: dict) -> tuple[Server, Server, Server]:
+    """ferry with its GridFTP (anonymous and GSI) and HTTP doors; (the FTP Server, the HTTPS
+    view, the clear-text HTTP view)."""
     work = ctx.scratch("ferry-https")
     https_port, http_port = free_port(), free_port()
     server = start_ferry(
         ctx.options.ferry, work,
         logins=("--anonymous", "--anonymous-write"),
         extra=("--https-listen", f"127.0.0.1:{https_port}", "--http-listen", f"127.0.0.1:{http_port}",
-               "--host-cert", cert, "--host-key", key),
+               "--host-cert", pki["cert"], "--host-key", pki["key"], "--gsi", "--cert-dir", pki["certdir"],
+               "--gridmap", pki["gridmap"]),
     )
     # start_ferry serves --root /; the door and the GridFTP figure use the tmpfs directory by path.
     wait_listening(https_port, server.proc, server.log_path, "ferry's HTTPS door")
@@ -71,11 +85,13 @@ def _start_ferry(ctx, root: str, cert: str, key: str) -> tuple[Server, Server]:
             Server("ferry http", server.proc, http_port, server.command, server.log_path))
 
 
-def _start_xrootd(ctx, root: str, certdir: str, cert: str, key: str) -> Server:
+def _start_xrootd(ctx, root: str, certdir: str, cert: str, key: str, tls: bool = True) -> Server:
+    """XRootD with XrdHttp on `root`: over TLS, or (`tls` false) in clear text."""
     xrootd = shutil.which("xrootd")
     if xrootd is None:
         raise BenchError("xrootd is missing: run scripts/install-deps as root (xrootd-server, xrootd-server-plugins)")
-    work = ctx.scratch("xrootd")
+    kind = "xrootd" if tls else "xrootd http"
+    work = ctx.scratch(kind.replace(" ", "-"))
     os.chmod(work, 0o777)
     user = "nobody" if os.geteuid() == 0 else pwd.getpwuid(os.geteuid()).pw_name
     uid = pwd.getpwnam(user).pw_uid
@@ -94,15 +110,14 @@ def _start_xrootd(ctx, root: str, certdir: str, cert: str, key: str) -> Server:
             os.chown(path, uid, -1)
     port = free_port()
     conf = os.path.join(work, "xrootd.cfg")
+    tls_lines = f"xrd.tls {own_cert} {own_key}\nxrd.tlsca certdir {certdir}\n" if tls else ""
     with open(conf, "w") as f:
         f.write(f"""all.export /
 all.sitename bench
 oss.localroot {root}
 xrd.port {port}
 xrd.protocol XrdHttp:{port} libXrdHttp.so
-xrd.tls {own_cert} {own_key}
-xrd.tlsca certdir {certdir}
-http.exthandler xrdtpc libXrdHttpTPC.so
+{tls_lines}http.exthandler xrdtpc libXrdHttpTPC.so
 http.exthandler xrdmacaroons libXrdMacaroons.so
 macaroons.secretkey {secret}
 ofs.authorize 1
@@ -119,9 +134,9 @@ all.pidpath {work}
     out = os.path.join(work, "xrootd.out")
     with open(out, "wb") as o:
         proc = processes.spawn(cmd, stdout=o, stderr=subprocess.STDOUT)
-    server = Server("xrootd", proc, port, cmd, out)
+    server = Server(kind, proc, port, cmd, out)
     try:
-        wait_listening(port, proc, out, "xrootd")
+        wait_listening(port, proc, out, kind)
     except BaseException:
         processes.kill_tree(proc)
         raise
@@ -256,32 +271,50 @@ def _run(ctx, result, root: str, size: int) -> ScenarioResult:
     os.makedirs(listing, mode=0o755)
     for i in range(o.https_entries):
         open(os.path.join(listing, f"entry-{i:05d}.dat"), "w").close()
-    cacert, certdir, cert, key = _tls_files(ctx, ctx.scratch("https-ca"))
-    del cacert
+    pki = _tls_files(ctx, ctx.scratch("https-ca"))
+    certdir, cert, key = pki["certdir"], pki["cert"], pki["key"]
     cfgs = [Config("GET", 1), Config("PUT", 1), Config("4 ranges", 4)]
     _PREFIX["ferry"] = root
     _PREFIX["ferry http"] = root
     with contextlib.ExitStack() as stack:
-        ftp, door, clear = _start_ferry(ctx, root, cert, key)
+        ftp, door, clear = _start_ferry(ctx, pki)
         stack.callback(processes.kill_tree, ftp.proc)
-        servers = [door]
-        try:
-            xrd = _start_xrootd(ctx, root, certdir, cert, key)
-            stack.callback(processes.kill_tree, xrd.proc)
-            servers.append(xrd)
-        except BenchError as e:
-            ctx.failures += 1
-            result.notes.append(f"xrootd did not start, not measured: {str(e).splitlines()[0]}")
+        servers = [door]  # the TLS doors
+        clears = [clear]  # the clear-text ones
+        for tls, group in ((True, servers), (False, clears)):
+            try:
+                xrd = _start_xrootd(ctx, root, certdir, cert, key, tls=tls)
+                stack.callback(processes.kill_tree, xrd.proc)
+                group.append(xrd)
+            except BenchError as e:
+                ctx.failures += 1
+                result.notes.append(f"xrootd ({'TLS' if tls else 'clear'}) did not start, not measured: "
+                                    f"{str(e).splitlines()[0]}")
         gridftp = Server("ferry GridFTP", ftp.proc, ftp.port, ftp.command, ftp.log_path)
+        gridftp_p = Server("ferry GridFTP P", ftp.proc, ftp.port, ftp.command, ftp.log_path)
+        # globus-url-copy's GSI logins (PROT P) use the proxy; curl and the anonymous runs ignore it.
+        saved = {k: os.environ.get(k) for k in ("X509_CERT_DIR", "X509_USER_PROXY")}
+        os.environ.update(X509_CERT_DIR=certdir, X509_USER_PROXY=pki["proxy"])
+        stack.callback(lambda: [os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+                                for k, v in saved.items()])
+
+        def gsiftp(path: str) -> str:
+            return f"gsiftp://localhost:{ftp.port}{path}"
 
         def measure_one(server, config, run_no):
-            if server.kind == "ferry GridFTP":
+            if server.kind in ("ferry GridFTP", "ferry GridFTP P"):
+                private = server.kind == "ferry GridFTP P"
+                url = gsiftp if private else gridftp.url
                 if config.label == "GET":
-                    cmd = guc_command(gridftp.url(src), "file:///dev/null", 1)
+                    cmd = guc_command(url(src), "file:///dev/null", 1)
                 elif config.label == "PUT":
-                    cmd = guc_command(f"file://{src}", gridftp.url(os.path.join(root, "gridftp-put.bin")), 1)
+                    # Each login its own file: the anonymous one works as ftp, the proxy as nobody.
+                    name = "gridftp-p-put.bin" if private else "gridftp-put.bin"
+                    cmd = guc_command(f"file://{src}", url(os.path.join(root, name)), 1)
                 else:
                     return None
+                if private:
+                    cmd.insert(1, "-dcpriv")
                 return measure_command(ctx, result, [server], cmd, size, config.label, 1)
             if config.label == "GET":
                 cmd = _curl("-o", "/dev/null", _url(server, "src.bin"))
@@ -296,8 +329,8 @@ def _run(ctx, result, root: str, size: int) -> ScenarioResult:
                 return _ranges(ctx, result, server, "src.bin", size, config.label)
             return measure_command(ctx, result, [server], cmd, size, config.label, 1)
 
-        kinds = [s.kind for s in servers] + ["ferry http", "ferry GridFTP"]
-        samples = alternate(ctx, result, servers + [clear, gridftp], cfgs, o.runs, measure_one)
+        kinds = [s.kind for s in servers] + [s.kind for s in clears] + ["ferry GridFTP", "ferry GridFTP P"]
+        samples = alternate(ctx, result, servers + clears + [gridftp, gridftp_p], cfgs, o.runs, measure_one)
         samples = {k: [s for s in v if s is not None] for k, v in samples.items()}
         for group in samples.values():
             result.raw += [s.as_dict() for s in group]
@@ -311,17 +344,27 @@ def _run(ctx, result, root: str, size: int) -> ScenarioResult:
                                    [[c.label] + [server_cpu[(c.label, k)].cell() for k in kinds] for c in cfgs]))
         rows = []
         nan = float("nan")
+
+        def r(a, b):
+            return fmt(ratio(a, b)) if a and b else nan
+
         for label in ("GET", "PUT"):
-            f, c = rate.get((label, "ferry")), rate.get((label, "ferry http"))
-            g = rate.get((label, "ferry GridFTP"))
-            rows.append([label, fmt(ratio(f, rate.get((label, "xrootd"))) if f else nan),
-                         fmt(ratio(f, g) if f and g else nan), fmt(ratio(c, g) if c and g else nan)])
+            get = lambda kind: rate.get((label, kind))  # noqa: E731
+            rows.append([label, r(get("ferry"), get("xrootd")), r(get("ferry"), get("ferry GridFTP P")),
+                         r(get("ferry http"), get("xrootd http")), r(get("ferry http"), get("ferry GridFTP")),
+                         r(get("ferry"), get("ferry GridFTP"))])
+            cpu = lambda kind: server_cpu.get((label, kind))  # noqa: E731
+            rows.append([f"{label}, server CPU per GB", r(cpu("ferry"), cpu("xrootd")), "",
+                         r(cpu("ferry http"), cpu("xrootd http")), "", ""])
         one = rate.get(("GET", "ferry"))
         four = rate.get(("4 ranges", "ferry"))
-        rows.append(["4 ranges / 1 GET", fmt(ratio(four, one) if one and four else nan), "", ""])
-        result.tables.append(Table("Ratios (bars: HTTPS ≥ 1.5 × XRootD, ≥ 0.8 × GridFTP one stream, ranges ≥ 1)",
-                                   ["", "ferry HTTPS / XRootD HTTPS", "ferry HTTPS / ferry GridFTP 1 stream",
-                                    "ferry HTTP (clear) / ferry GridFTP 1 stream"], rows))
+        rows.append(["4 ranges / 1 GET", r(four, one), "", r(rate.get(("4 ranges", "ferry http")),
+                                                             rate.get(("GET", "ferry http"))), "", ""])
+        result.tables.append(Table("Ratios (bars: ≥ 1.5 × XRootD, ≥ 0.8 × GridFTP one stream, ranges ≥ 1; "
+                                   "TLS beside TLS, clear beside clear)",
+                                   ["", "ferry HTTPS / XRootD HTTPS", "ferry HTTPS / ferry GridFTP PROT P",
+                                    "ferry HTTP / XRootD HTTP (clear)", "ferry HTTP / ferry GridFTP (clear)",
+                                    "ferry HTTPS / ferry GridFTP (clear)"], rows))
         result.panel = throughput_panel("HTTPS door", "GB/s", cfgs, kinds, rate, None)
 
         prop_rows = []
@@ -344,6 +387,7 @@ def _run(ctx, result, root: str, size: int) -> ScenarioResult:
                 result.notes.append(f"{server.kind}: idle connections failed: {e}")
         result.tables.append(Table("Idle keep-alive HTTPS connections (one OPTIONS each, then held)",
                                    ["server", "connections", "server PSS per connection, KiB"], idle_rows))
-    result.notes.append("`ferry http` is the same door on its clear-text listener (`--http-listen`); XRootD's clear "
-                        "HTTP is not measured (it would need a second XRootD without `xrd.tls`).")
+    result.notes.append("`ferry http` is the same door on its clear-text listener (`--http-listen`); `xrootd http` a "
+                        "second XRootD on the same files without `xrd.tls`. Both clear doors send files with "
+                        "sendfile.")
     return result

@@ -114,8 +114,8 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "ADDR:PORT")]
     https_listen: Option<SocketAddr>,
     /// Serve the same door in clear-text HTTP on ADDR too, for anonymous access only (passwords
-    /// are refused there; certificates need TLS). Alone it needs no host credential. Files go to
-    /// other hosts by sendfile. [config: [https] clear-listen]
+    /// are refused there; certificates need TLS). Alone it needs no host credential. Files go out by
+    /// sendfile. [config: [https] clear-listen]
     #[arg(long, value_name = "ADDR:PORT")]
     http_listen: Option<SocketAddr>,
     /// Where whole-file checksums are kept so CKSM answers at once: xattr (the files'

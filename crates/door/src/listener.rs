@@ -127,14 +127,13 @@ async fn accept_loop(listener: TcpListener, handle: DoorHandle, tls: bool) {
             } else {
                 let _ = stream.set_nodelay(true);
                 let conn = Arc::new(ConnAuth::clear());
-                // sendfile for off-host peers only, as the GridFTP data channel decides.
-                let splicer = (!peer.ip().to_canonical().is_loopback()).then(Splicer::default);
-                let io = ClearIo::new(stream, splicer.clone().unwrap_or_default());
+                let splicer = Splicer::default();
+                let io = ClearIo::new(stream, splicer.clone());
                 serve(
                     TokioIo::new(io),
                     false,
                     conn,
-                    splicer,
+                    Some(splicer),
                     peer,
                     Arc::clone(&ctx),
                 )

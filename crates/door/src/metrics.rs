@@ -51,7 +51,7 @@ impl DoorMetrics {
         );
         registry.register_with_unit(
             "ferry_http_data_spliced",
-            "Of the bytes sent, those sent with sendfile (clear-text connections to other hosts)",
+            "Of the bytes sent, those sent with sendfile (clear-text connections)",
             Unit::Bytes,
             m.spliced.clone(),
         );

@@ -32,7 +32,7 @@ pub(crate) struct Req {
     pub(crate) scheme: &'static str,
     pub(crate) principal: Arc<Principal>,
     pub(crate) peer: SocketAddr,
-    /// Where file bodies can go by `sendfile` (clear connections to off-host peers).
+    /// Where file bodies can go by `sendfile` (clear-text HTTP/1.1 connections).
     pub(crate) splicer: Option<Splicer>,
 }
 

@@ -9,8 +9,11 @@
 //! number of bytes of the front job's file with `sendfile` instead: the bytes on the wire are
 //! the file's, in the place hyper put the stand-ins. Anything else is written as it is.
 //!
-//! Only off-host peers get this (the same rule as the GridFTP data channel's, for the same
-//! reason: over loopback the receiver pays more for spliced pages than the sender saves).
+//! Every clear connection gets this, loopback included. The GridFTP data channel splices only to
+//! other hosts, because globus-url-copy receiving spliced pages over loopback spent 2-8x the
+//! CPU per GB; curl receiving this door's spliced GETs over loopback spent about 10 % more
+//! while the door spent a third less, and a 2 GiB GET went at 2.8-3.8 GB/s against 2.1-2.3
+//! read and written (XRootD's clear door, which splices too: 3.0).
 #![allow(unsafe_code)]
 
 use std::collections::VecDeque;

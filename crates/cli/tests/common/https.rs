@@ -153,8 +153,6 @@ pub struct SiteOptions {
     pub header_timeout: Option<u64>,
     /// `--http-listen`: the clear-text listener too.
     pub clear: bool,
-    /// The address the clear-text listener binds (127.0.0.1 unless given).
-    pub clear_ip: Option<std::net::IpAddr>,
     /// `--metrics` on a loopback port ([`HttpsSite::metrics`]).
     pub metrics: bool,
 }
@@ -260,9 +258,8 @@ impl HttpsSite {
             args.push("--anonymous".into());
         }
         if options.clear {
-            let ip = options.clear_ip.unwrap_or([127, 0, 0, 1].into());
             args.push("--http-listen".into());
-            args.push(std::net::SocketAddr::new(ip, 0).to_string());
+            args.push("127.0.0.1:0".into());
         }
         if options.metrics {
             args.push("--metrics".into());
