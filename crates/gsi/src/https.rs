@@ -29,6 +29,9 @@ pub fn acceptor(host: &Credential, alpn: &'static [&'static [u8]]) -> Result<Ssl
     b.set_options(openssl::ssl::SslOptions::NO_TICKET);
     // An idle connection then holds no record buffers (about 34 KiB), only its state.
     b.set_mode(openssl::ssl::SslMode::RELEASE_BUFFERS);
+    // Each read takes what has arrived (up to a record buffer) instead of a record's 5-byte
+    // header and then its body: half the reads on an upload.
+    b.set_read_ahead(true);
     if !alpn.is_empty() {
         b.set_alpn_select_callback(move |_, offered| {
             alpn.iter()
