@@ -533,7 +533,6 @@ fn the_clear_text_listener_serves_anonymous_reads_and_refuses_passwords() {
 
 #[test]
 fn a_clear_text_only_door_needs_no_host_credential() {
-    use std::io::Read as _;
     let dir = common::sandbox::Sandbox::new();
     let root = dir.served_dir("root");
     let data = random_bytes(200_000, 31);
@@ -575,18 +574,11 @@ fn a_clear_text_only_door_needs_no_host_credential() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
-    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    tcp.write_all(b"GET /open.bin HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut all = Vec::new();
-    tcp.read_to_end(&mut all).unwrap();
-    let split = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-    assert!(
-        all.starts_with(b"HTTP/1.1 200"),
-        "{}",
-        String::from_utf8_lossy(&all[..split])
-    );
-    assert_same_bytes(&data, &all[split..], "GET on a door without a credential");
+    let mut tcp =
+        std::io::BufReader::new(std::net::TcpStream::connect(("127.0.0.1", port)).unwrap());
+    let (status, head, body) = exchange(&mut tcp, "GET /open.bin HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_eq!(status, 200, "{head}");
+    assert_same_bytes(&data, &body, "GET on a door without a credential");
 }
 
 /// One HTTP/1.1 exchange on a kept-alive connection: the status, the head, the body (by its
