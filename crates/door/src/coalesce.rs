@@ -39,6 +39,11 @@ impl<S> Coalesce<S> {
             sent: 0,
         }
     }
+
+    /// The stream beneath.
+    pub(crate) fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
 }
 
 impl<S: AsyncWrite + Unpin> Coalesce<S> {

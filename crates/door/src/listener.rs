@@ -8,7 +8,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio_openssl::SslStream;
 
 use crate::coalesce::Coalesce;
 use crate::context::DoorContext;
@@ -17,6 +19,14 @@ use crate::zerocopy::{ClearIo, Splicer};
 
 /// Protocols offered in ALPN, preferred first.
 pub const ALPN: &[&[u8]] = &[b"h2", b"http/1.1"];
+
+/// How long a closing HTTP/1.1 connection goes on reading (and dropping) what the client still
+/// sends, and how much it reads at most. An answer given before the request's body was read (a
+/// 507 for a full disk, a 413) ends the connection with body bytes still on their way: closed
+/// at once, the socket would answer them with a reset, and the client, still sending, would get
+/// "broken pipe" and never read the answer (RFC 9112 section 9.6 says to half-close and read on).
+const LINGER: Duration = Duration::from_secs(2);
+const LINGER_BYTES: u64 = 256 << 20;
 
 /// The configuration in force; `replace` swaps it (SIGHUP), connections keep theirs.
 #[derive(Debug, Clone)]
@@ -129,15 +139,7 @@ async fn accept_loop(listener: TcpListener, handle: DoorHandle, tls: bool) {
                 let conn = Arc::new(ConnAuth::clear());
                 let splicer = Splicer::default();
                 let io = ClearIo::new(stream, splicer.clone());
-                serve(
-                    TokioIo::new(io),
-                    false,
-                    conn,
-                    Some(splicer),
-                    peer,
-                    Arc::clone(&ctx),
-                )
-                .await;
+                serve(io, false, conn, Some(splicer), peer, Arc::clone(&ctx)).await;
             }
             open.fetch_sub(1, Ordering::AcqRel);
             ctx.metrics.connection_closed();
@@ -161,21 +163,59 @@ async fn serve_tls(stream: TcpStream, peer: SocketAddr, ctx: Arc<DoorContext>) {
     };
     let conn = Arc::new(ConnAuth::new(certificate));
     let h2 = tls.ssl().selected_alpn_protocol() == Some(b"h2".as_slice());
-    serve(TokioIo::new(tls), h2, conn, None, peer, ctx).await;
+    serve(tls, h2, conn, None, peer, ctx).await;
+}
+
+/// A connection whose TCP socket can be read beneath it, to linger on close.
+trait OnTcp: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    fn tcp(&mut self) -> &mut TcpStream;
+}
+
+impl OnTcp for ClearIo {
+    fn tcp(&mut self) -> &mut TcpStream {
+        self.tcp_mut()
+    }
+}
+
+impl OnTcp for SslStream<Coalesce<TcpStream>> {
+    fn tcp(&mut self) -> &mut TcpStream {
+        self.get_mut().get_mut()
+    }
+}
+
+/// Closes an HTTP/1.1 connection: TLS close_notify (where TLS), FIN, then what the client
+/// still sends is read and dropped for up to [`LINGER`], so that it gets to read the last
+/// answer instead of a reset.
+async fn linger<S: OnTcp>(mut io: S) {
+    let deadline = tokio::time::Instant::now() + LINGER;
+    if tokio::time::timeout_at(deadline, io.shutdown())
+        .await
+        .is_err()
+    {
+        return;
+    }
+    // On the heap, and only now: the connection's future stays small while it is served.
+    let mut scratch = vec![0u8; 64 << 10];
+    let mut dropped = 0u64;
+    while dropped < LINGER_BYTES {
+        match tokio::time::timeout_at(deadline, io.tcp().read(&mut scratch)).await {
+            Ok(Ok(n)) if n > 0 => dropped += n as u64,
+            _ => break,
+        }
+    }
 }
 
 /// HTTP on an established connection (TLS or clear); `splicer` where file bodies may be
 /// spliced (its connection is a [`ClearIo`]).
-async fn serve<I>(
-    io: I,
+async fn serve<S: OnTcp>(
+    io: S,
     h2: bool,
     conn: Arc<ConnAuth>,
     splicer: Option<Splicer>,
     peer: SocketAddr,
     ctx: Arc<DoorContext>,
-) where
-    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-{
+) {
+    let io = TokioIo::new(io);
     // HTTP/2 copies body bytes into its DATA frames: never splice there.
     let splicer = splicer.filter(|_| !h2);
     let splicing = splicer.is_some();
@@ -211,7 +251,13 @@ async fn serve<I>(
             // bodies depend on it (their stand-in bytes must reach the ClearIo by address).
             http1.writev(true);
         }
-        http1.serve_connection(io, service).await
+        match http1.serve_connection(io, service).without_shutdown().await {
+            Ok(parts) => {
+                linger(parts.io.into_inner()).await;
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
     };
     if let Err(e) = result {
         tracing::debug!(%peer, "http connection ended: {e}");

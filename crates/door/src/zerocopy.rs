@@ -125,6 +125,11 @@ impl ClearIo {
         ClearIo { stream, splicer }
     }
 
+    /// The socket itself.
+    pub(crate) fn tcp_mut(&mut self) -> &mut TcpStream {
+        &mut self.stream
+    }
+
     /// Sends up to `want` bytes of the front job.
     fn poll_splice(&mut self, cx: &mut Context<'_>, want: usize) -> Poll<io::Result<usize>> {
         let mut jobs = self.splicer.lock();
