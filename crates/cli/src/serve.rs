@@ -427,69 +427,14 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
             println!("http on http://{h}/");
         }
         std::io::stdout().flush()?;
-        tokio::spawn(reload_on_hangup(hup, args, server.reloader()));
+        let load = move || args.clone().into_config().map_err(|e| format!("{e:#}"));
+        tokio::spawn(server.reloader().on_hangup(hup, load));
         tokio::select! {
             r = server.run() => r?,
-            _ = shutdown_signal() => tracing::info!("shutting down"),
+            _ = ferry_server::stop_signal() => tracing::info!("shutting down"),
         }
         Ok(())
     })
-}
-
-/// Reloads the configuration (the file again, then the flags over it) at each SIGHUP. A
-/// configuration that does not load is refused with a log line and the old one stays.
-async fn reload_on_hangup(
-    hup: std::io::Result<tokio::signal::unix::Signal>,
-    args: ServeArgs,
-    reloader: ferry_server::Reloader,
-) {
-    let mut hup = match hup {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!("cannot catch SIGHUP, so no reloads: {e}");
-            return;
-        }
-    };
-    while hup.recv().await.is_some() {
-        let args = args.clone();
-        let reloader = reloader.clone();
-        let outcome = tokio::task::spawn_blocking(move || match args.into_config() {
-            Ok(config) => reloader.reload(config).map_err(|e| e.to_string()),
-            Err(e) => {
-                reloader.refused();
-                Err(format!("{e:#}"))
-            }
-        })
-        .await;
-        match outcome {
-            Ok(Ok(done)) => {
-                tracing::info!("configuration reloaded (SIGHUP): new sessions use it");
-                for setting in done.need_restart {
-                    tracing::warn!(
-                        setting,
-                        "changed, but takes effect only at a restart; the running value stays"
-                    );
-                }
-            }
-            Ok(Err(e)) => {
-                tracing::error!(
-                    "configuration reload refused, the running configuration stays: {e}"
-                )
-            }
-            Err(e) => tracing::error!("configuration reload failed: {e}"),
-        }
-    }
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut term) = signal(SignalKind::terminate()) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
 }
 
 /// `ferry passwd` flags.

@@ -19,7 +19,7 @@ pub use daemon::{Drivers, Server, StartError};
 pub use ferry_site::passwords as auth;
 pub use ferry_site::TransferLogFormat;
 pub use prepare::ConfigReport;
-pub use reload::{Reloaded, Reloader};
+pub use reload::{stop_signal, Reloaded, Reloader};
 
 /// The version string shown in the banner and `SITE VERSION`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -72,6 +72,51 @@ impl Reloader {
         self.shared.metrics.reloaded(false);
     }
 
+    /// Reloads at each SIGHUP caught by `hup` (caught before the server started, so a logrotate
+    /// or reload that arrives while it loads its credentials is not fatal), with the
+    /// configuration `load` gives then (the file read again, the flags over it). A
+    /// configuration that does not load is refused with a log line and the old one stays.
+    pub async fn on_hangup<F>(self, hup: std::io::Result<tokio::signal::unix::Signal>, load: F)
+    where
+        F: Fn() -> Result<ServerConfig, String> + Clone + Send + 'static,
+    {
+        let mut hup = match hup {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("cannot catch SIGHUP, so no reloads: {e}");
+                return;
+            }
+        };
+        while hup.recv().await.is_some() {
+            let (load, reloader) = (load.clone(), self.clone());
+            let outcome = tokio::task::spawn_blocking(move || match load() {
+                Ok(config) => reloader.reload(config).map_err(|e| e.to_string()),
+                Err(e) => {
+                    reloader.refused();
+                    Err(e)
+                }
+            })
+            .await;
+            match outcome {
+                Ok(Ok(done)) => {
+                    tracing::info!("configuration reloaded (SIGHUP): new sessions use it");
+                    for setting in done.need_restart {
+                        tracing::warn!(
+                            setting,
+                            "changed, but takes effect only at a restart; the running value stays"
+                        );
+                    }
+                }
+                Ok(Err(e)) => {
+                    tracing::error!(
+                        "configuration reload refused, the running configuration stays: {e}"
+                    )
+                }
+                Err(e) => tracing::error!("configuration reload failed: {e}"),
+            }
+        }
+    }
+
     /// Reopens the transfer log in force: logrotate's SIGHUP moves the file whether or not the
     /// new configuration loads.
     fn reopen_log(&self) {
@@ -194,5 +239,17 @@ mod tests {
             new.gridmap.as_deref(),
             Some(std::path::Path::new("/tmp/gm"))
         );
+    }
+}
+
+/// Waits for SIGTERM or Ctrl-C (for ever where SIGTERM cannot be caught).
+pub async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
     }
 }
