@@ -1,9 +1,10 @@
-//! `ferry copy`: URL copy with defaults that need no tuning.
+//! `ferry copy`: URL copy with defaults that need no tuning (`--tune` tunes it as gcp does).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
+use ferry_client::path::{Asked, CongestionArg, PathCache, Tuning};
 use ferry_client::{
     CopyEvent, CopyOptions, Ends, FileRequest, GsiOptions, Location, SyncLevel, Verify,
 };
@@ -54,6 +55,12 @@ pub(crate) struct CopyArgs {
     /// servers), instead of copying with one stream in stream mode after a warning.
     #[arg(long = "require-parallel")]
     require_parallel: bool,
+    /// Tune to the path as gcp does: probe it over the copy's own logins, choose the sending
+    /// side's congestion control and the streams of large files (-p fixes the streams) from
+    /// what earlier copies learnt in the path cache (shared with gcp and the transfer service),
+    /// and keep what this copy measures. Without it ferry copy probes and keeps nothing.
+    #[arg(long)]
+    tune: bool,
     /// The data channels' transport: auto, tcp, udt or quic (both over UDP; udt also with
     /// Globus servers, quic with ferry servers, each where the admin allows it in
     /// --dc-whitelist), with options as in SITE SETNETSTACK (udt:cc=udt, quic:congestion=cubic).
@@ -370,6 +377,49 @@ pub(crate) async fn run_job_watched(
     }
 }
 
+/// Runs `job` tuned to its path from what the path cache holds, as `tune` asks (`Err`: no
+/// tuning, for that reason), then keeps what it measured; `say` shows the choices and the
+/// measurements, and `dry_run` stops once they are chosen. The probe logs in over `sessions`,
+/// which the copy goes on with: no login twice.
+pub(crate) async fn run_tuned(
+    mut job: CopyJob,
+    mut sessions: ferry_client::Sessions,
+    tune: Result<Asked, &str>,
+    say: &dyn Fn(&[String]),
+    dry_run: bool,
+) -> u8 {
+    let tuning = match tune {
+        Ok(asked) => {
+            let cache = PathCache::default_for_user();
+            match Tuning::choose(&job.sources, &job.dest, &mut sessions, &asked, cache).await {
+                Ok(t) => t,
+                Err(e) => return report(&e),
+            }
+        }
+        Err(why) => Tuning::none(why),
+    };
+    say(&tuning.explained);
+    if dry_run {
+        return exit::OK;
+    }
+    job.options.request.large_file_streams = tuning.large_file_streams;
+    job.options.retune = tuning.retune();
+    job.options.request.congestion = tuning.congestion;
+    if tuning.tcp_only {
+        job.options.request.transport = None;
+    }
+    let (code, measured) = run_job_async(job, sessions).await;
+    if let Some((summary, elapsed)) = measured {
+        say(&tuning.learn(
+            summary.bytes,
+            elapsed,
+            (summary.done, summary.failed),
+            summary.tcp.as_ref(),
+        ));
+    }
+    code
+}
+
 /// Prints a copy's failure with its hint; returns its exit code.
 pub(crate) fn report(e: &ferry_client::ClientError) -> u8 {
     eprintln!("ferry: {e}");
@@ -379,7 +429,7 @@ pub(crate) fn report(e: &ferry_client::ClientError) -> u8 {
     exit::code(e.class())
 }
 
-fn summary(done: usize, failed: usize, bytes: u64, elapsed: Duration) {
+pub(crate) fn summary(done: usize, failed: usize, bytes: u64, elapsed: Duration) {
     let secs = elapsed.as_secs_f64().max(1e-9);
     let failed = if failed > 0 {
         format!(", {failed} failed")
@@ -401,6 +451,23 @@ pub(crate) fn run(mut args: CopyArgs) -> u8 {
             return exit::USAGE;
         }
     };
+    if args.tune {
+        if tree.is_some() {
+            eprintln!("ferry copy: --tune tunes one path; --to-many and --via plan their own");
+            return exit::USAGE;
+        }
+        let asked = Asked {
+            streams: args.parallel,
+            congestion: CongestionArg::Auto,
+        };
+        return match args.resolve() {
+            Ok(job) => run_tuned_here(job, asked),
+            Err(e) => {
+                eprintln!("ferry copy: {e}");
+                exit::USAGE
+            }
+        };
+    }
     if let Some(t) = &tree {
         // The job's destination is the tree's first hop, chosen once it is measured.
         args.paths.truncate(1);
@@ -416,9 +483,32 @@ pub(crate) fn run(mut args: CopyArgs) -> u8 {
     }
 }
 
+/// `ferry copy --tune`: the job tuned as gcp tunes it; the choices are said with -v.
+fn run_tuned_here(job: CopyJob, asked: Asked) -> u8 {
+    let Some(rt) = runtime() else {
+        return 1;
+    };
+    let verbose = matches!(job.output, Output::Human { verbose: true });
+    let say = move |lines: &[String]| {
+        if verbose {
+            for line in lines {
+                eprintln!("ferry copy: {line}");
+            }
+        }
+    };
+    let gsi = Arc::new(ferry_client::GsiSetup::new(job.options.gsi.clone()));
+    rt.block_on(run_tuned(
+        job,
+        ferry_client::Sessions::with_gsi(gsi),
+        Ok(asked),
+        &say,
+        false,
+    ))
+}
+
 impl CopyArgs {
     /// The forwarding tree `--to-many`, `--to-many-file` and `--via` ask for, if any.
-    fn tree(&self) -> Result<Option<crate::multilink::Tree>, String> {
+    fn tree(&self) -> Result<Option<ferry_client::multilink::Tree>, String> {
         let many = self.to_many || self.to_many_file.is_some();
         if !many && self.via.is_empty() {
             if self.fan_out.is_some() {
@@ -442,7 +532,7 @@ impl CopyArgs {
             }
             (true, []) => return Err("need a source".into()),
         };
-        crate::multilink::Tree::new(
+        ferry_client::multilink::Tree::new(
             &dests,
             self.to_many_file.as_ref(),
             self.via.clone(),

@@ -200,12 +200,4 @@ fn line(s: &State, text: String) {
     }
 }
 
-/// A byte count for people: GiB, MiB, KiB or bytes.
-pub(crate) fn human_bytes(n: u64) -> String {
-    match n {
-        n if n >= 1 << 30 => format!("{:.1} GiB", n as f64 / (1u64 << 30) as f64),
-        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64),
-        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / 1024.0),
-        n => format!("{n} bytes"),
-    }
-}
+pub(crate) use ferry_client::human_bytes;

@@ -13,8 +13,10 @@ mod error;
 mod ftps;
 mod gsi;
 mod job;
+pub mod multilink;
 mod oneshot;
 mod ops;
+pub mod path;
 mod pipeline;
 mod plan;
 mod relay;
@@ -23,6 +25,7 @@ mod retune;
 mod session;
 mod session_key;
 mod sessions;
+pub mod sites;
 mod stream;
 mod tcp_settings;
 mod third_party;
@@ -49,6 +52,16 @@ pub use sessions::Sessions;
 pub use third_party::{third_party, third_party_pipelined};
 pub use tokio_util::sync::CancellationToken;
 pub use url::{Location, RemoteUrl};
+
+/// A byte count for people: GiB, MiB, KiB or bytes.
+pub fn human_bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 30 => format!("{:.1} GiB", n as f64 / (1u64 << 30) as f64),
+        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64),
+        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / 1024.0),
+        n => format!("{n} bytes"),
+    }
+}
 
 /// The process's budget of receiving streams that poll at once: a copy runs several sessions
 /// (`--concurrency`), and their lone streams share it.

@@ -1,28 +1,19 @@
 //! `gcp` (also `ferry cp`): scp-style copies. Operands are written as for scp (`host:path`,
 //! `user@host:path`, local paths) or as URLs; site rules turn each host into the URL of its
-//! transfer server (`sites.rs`); gcp tunes the copy to the path (`tune.rs`: the sending side's
-//! congestion control, the streams of large files, learnt per path), and the copy then runs as
-//! `ferry copy` does, verified by default.
-
-mod congestion;
-mod names;
-mod search;
-mod sites;
-mod tune;
-mod window;
+//! transfer server (`ferry_client::sites`); gcp tunes the copy to the path
+//! (`ferry_client::path`: the sending side's congestion control, the streams of large files,
+//! learnt per path), and the copy then runs as `ferry copy` does, verified by default.
 
 use std::path::PathBuf;
 
 use clap::Args;
-use ferry_client::{CopyOptions, FileRequest, GsiOptions, GsiSetup, Location, Sessions, Verify};
+use ferry_client::path::{Asked, CongestionArg};
+use ferry_client::sites::{locate, Sites};
+use ferry_client::{CopyOptions, FileRequest, GsiOptions, GsiSetup, Sessions, Verify};
 
-use crate::copy::{run_job_async, CopyJob};
+use crate::copy::{run_tuned, CopyJob};
 use crate::exit;
 use crate::present::OutputArgs;
-use congestion::CongestionArg;
-use names::Name;
-use sites::Sites;
-use tune::{Asked, Tuning};
 
 /// `gcp` / `ferry cp` flags.
 #[derive(Debug, Args)]
@@ -89,20 +80,6 @@ pub(crate) struct GcpArgs {
     retries: Option<u32>,
     #[command(flatten)]
     output: OutputArgs,
-}
-
-/// The URL an operand names, and what `--explain` says of it.
-fn locate(name: &str, sites: &Sites, translate: bool) -> Result<(Location, String), String> {
-    let (url, why) = match Name::parse(name)? {
-        Name::Local(p) => return Ok((Location::Local(p), "a local path".into())),
-        Name::Url(u) => (u, "a URL, used as written".to_string()),
-        Name::Remote { user, host, path } => {
-            let t = sites.url(user.as_deref(), &host, &path, translate)?;
-            (t.url, t.reason)
-        }
-    };
-    let loc = Location::parse(&url).map_err(|e| format!("{name} -> {url}: {e}"))?;
-    Ok((loc, format!("{url} ({why})")))
 }
 
 /// A resolved gcp command: the copy, what the translation said, and how to tune it.
@@ -208,36 +185,6 @@ pub(crate) fn run(args: GcpArgs) -> u8 {
     };
     rt.block_on(async {
         let gsi = std::sync::Arc::new(GsiSetup::new(job.options.gsi.clone()));
-        let mut sessions = Sessions::with_gsi(gsi);
-        // The probe logs in over the sessions the copy then uses: no login twice.
-        let tuning = match tune {
-            Ok(asked) => {
-                match Tuning::choose(&job.sources, &job.dest, &mut sessions, &asked).await {
-                    Ok(t) => t,
-                    Err(e) => return crate::copy::report(&e),
-                }
-            }
-            Err(why) => Tuning::none(why),
-        };
-        say(&tuning.explained);
-        if dry_run {
-            return exit::OK;
-        }
-        job.options.request.large_file_streams = tuning.large_file_streams;
-        job.options.retune = tuning.retune();
-        job.options.request.congestion = tuning.congestion;
-        if tuning.tcp_only {
-            job.options.request.transport = None;
-        }
-        let (code, measured) = run_job_async(job, sessions).await;
-        if let Some((summary, elapsed)) = measured {
-            say(&tuning.learn(
-                summary.bytes,
-                elapsed,
-                (summary.done, summary.failed),
-                summary.tcp.as_ref(),
-            ));
-        }
-        code
+        run_tuned(job, Sessions::with_gsi(gsi), tune, &say, dry_run).await
     })
 }

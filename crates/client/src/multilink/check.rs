@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use ferry_client::{GsiSetup, Location, RemoteSession};
+use ferry_proto::multicast::Destination;
 
 use super::Plan;
-use ferry_proto::multicast::Destination;
+use crate::{GsiSetup, Location, RemoteSession};
 
 /// What a good copy must show: the source's checksum, or its size with --no-verify.
 pub(super) enum Expected {
@@ -25,7 +25,7 @@ impl Expected {
 
 pub(super) async fn expected(
     source: &Location,
-    verify: Option<&ferry_client::Verify>,
+    verify: Option<&crate::Verify>,
     gsi: &Arc<GsiSetup>,
 ) -> Result<Expected, String> {
     let Some(verify) = verify else {

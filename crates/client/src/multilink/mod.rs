@@ -1,5 +1,5 @@
-//! `ferry copy --to-many` and `--via`: one file to many servers through a forwarding tree
-//! (`gridftp_multicast` on the servers), and routes through servers that store nothing.
+//! One file to many servers through a forwarding tree (`gridftp_multicast` on the servers),
+//! and routes through servers that store nothing: `ferry copy --to-many` and `--via`.
 //!
 //! The tree is built from what the client measures before the copy: it logs in to every
 //! destination at once, timing each login and its round trip. Destinations are ordered by
@@ -14,32 +14,46 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferry_client::{GsiSetup, Location, RemoteSession};
 use ferry_proto::multicast::{best_fan_out, parse_mc_file, Destination};
 
-use crate::copy::{runtime, CopyJob};
-use crate::exit;
-use crate::present::Output;
+use crate::{
+    ClientError, CopyOptions, CopySummary, ErrorClass, EventSink, GsiSetup, Location,
+    RemoteSession,
+};
 
 mod check;
 mod resend;
 
+/// What a one-to-many copy tells its caller as it goes (the CLI prints it; the transfer service
+/// would keep it with the job).
+pub trait Watch: Send + Sync {
+    /// A line for people: `detail` lines (the plan, the checks that passed) are for `-v`.
+    fn say(&self, line: &str, detail: bool);
+    /// Where the events of the next copy down the tree go (each round sends one or more).
+    fn events(&self) -> EventSink;
+    /// One copy down the tree ended, after `elapsed`.
+    fn copied(&self, result: &Result<CopySummary, ClientError>, elapsed: Duration);
+}
+
 /// What `--to-many`, `--to-many-file`, `--via`, `--fan-out` and `--keep-order` ask for.
 #[derive(Debug, Clone)]
-pub(crate) struct Tree {
-    pub(crate) dests: Vec<Destination>,
-    pub(crate) via: Vec<String>,
-    pub(crate) fan_out: Option<usize>,
+pub struct Tree {
+    /// The destinations that store the file.
+    pub dests: Vec<Destination>,
+    /// Servers the file goes through, storing nothing, before the destinations.
+    pub via: Vec<String>,
+    /// The tree's fan-out, instead of the one estimated soonest.
+    pub fan_out: Option<usize>,
     /// The tree follows the order given, not the round trips measured.
-    pub(crate) keep_order: bool,
+    pub keep_order: bool,
     /// Bits per second one hop carries.
-    pub(crate) link_rate: f64,
+    pub link_rate: f64,
 }
 
 impl Tree {
     /// The tree of `dests` (URLs, or the lines of `file`), through `via`, in the order given
     /// with `keep_order`.
-    pub(crate) fn new(
+    pub fn new(
         dests: &[String],
         file: Option<&PathBuf>,
         via: Vec<String>,
@@ -74,108 +88,111 @@ impl Tree {
     }
 }
 
-/// Runs `job` (one source; its destination is replaced) to every destination of `tree`. A hop
-/// that fails is named as the tree reports it, while the other branches go on; then every
-/// destination the client can reach is checked (checksum, or size with --no-verify), and each
-/// failed hop's subtree alone is sent what it lacks again, from what it held (its restart
-/// markers), along the route it had, up to the job's retries.
-pub(crate) fn run(mut job: CopyJob, tree: Tree) -> u8 {
-    let Some(rt) = runtime() else {
-        return 1;
-    };
-    let gsi = Arc::new(GsiSetup::new(job.options.gsi.clone()));
-    let verbose = matches!(job.output, Output::Human { verbose: true });
-    let retries = job.options.retries;
+/// Copies `source` to every destination of `tree` with `options` (their retries are the
+/// rounds here). A hop that fails is named as the tree reports it, while the other branches go
+/// on; then every destination this client can reach is checked (checksum, or size without
+/// `options.verify`), and each failed hop's subtree alone is sent what it lacks again, from
+/// what it held (its restart markers), along the route it had, up to `options.retries` times.
+/// The error is the class of the last failure; `watch` has been told why.
+pub async fn copy_to_many(
+    source: &Location,
+    tree: &Tree,
+    options: &CopyOptions,
+    watch: &dyn Watch,
+) -> Result<(), ErrorClass> {
+    let gsi = Arc::new(GsiSetup::new(options.gsi.clone()));
+    let retries = options.retries;
+    let mut options = options.clone();
     // The rounds below are the retries: each resends only what failed, where it failed.
-    job.options.retries = 0;
-    let verify = job.options.verify.take();
-    rt.block_on(async {
-        let [source] = job.sources.as_slice() else {
-            eprintln!("ferry copy: --to-many and --via copy one source file");
-            return exit::USAGE;
-        };
-        let source = source.clone();
-        let name = source_name(&source);
-        let expected = match check::expected(&source, verify.as_ref(), &gsi).await {
-            Ok(e) => Arc::new(e),
-            Err(e) => {
-                eprintln!("ferry copy: {e}");
-                return exit::USAGE;
-            }
-        };
-        let plan = match plan(&source, &tree, &name, &gsi).await {
-            Ok(p) => p,
-            Err(e) => {
-                eprintln!("ferry copy: {e}");
-                return exit::code(ferry_client::ErrorClass::Network);
-            }
-        };
-        if verbose || job.output == Output::Json {
-            for line in &plan.said {
-                eprintln!("ferry: {line}");
-            }
+    options.retries = 0;
+    let verify = options.verify.take();
+    let name = source_name(source);
+    let expected = match check::expected(source, verify.as_ref(), &gsi).await {
+        Ok(e) => Arc::new(e),
+        Err(e) => {
+            watch.say(&e, false);
+            return Err(ErrorClass::Usage);
         }
-        let size = source_size(&source, &gsi).await.ok();
-        let mut sends = vec![resend::Resend::whole(&plan)];
-        let mut last = exit::OK;
-        for round in 0..=retries {
-            if round > 0 {
-                // Waits as a single copy's retries do: a hop that failed may be a server
-                // restarting.
-                tokio::time::sleep(job.options.retry_delay(round)).await;
+    };
+    let plan = match plan(source, tree, &name, &gsi).await {
+        Ok(p) => p,
+        Err(e) => {
+            watch.say(&e, false);
+            return Err(ErrorClass::Network);
+        }
+    };
+    for line in &plan.said {
+        watch.say(line, true);
+    }
+    let size = source_size(source, &gsi).await.ok();
+    let mut sends = vec![resend::Resend::whole(&plan)];
+    let mut last = Ok(());
+    for round in 0..=retries {
+        if round > 0 {
+            // Waits as a single copy's retries do: a hop that failed may be a server
+            // restarting.
+            tokio::time::sleep(options.retry_delay(round)).await;
+        }
+        last = Ok(());
+        let mut failed = Vec::new();
+        for r in &sends {
+            let (result, named) = resend::send(source, &options, &plan, r, &gsi, size, watch).await;
+            if result.is_err() {
+                last = result;
             }
-            last = exit::OK;
-            let mut failed = Vec::new();
-            for r in &sends {
-                let (code, named) = resend::send(&job, &plan, r, &gsi, size).await;
-                if code != exit::OK {
-                    last = code;
-                }
-                failed.extend(named);
-            }
-            let bad = check::check_all(&plan, &expected, &gsi).await;
-            let checked = plan.stored.len() - bad.len();
-            if verbose && checked > 0 {
-                eprintln!(
-                    "ferry: {checked} destinations hold the source's bytes ({})",
+            failed.extend(named);
+        }
+        let bad = check::check_all(&plan, &expected, &gsi).await;
+        let checked = plan.stored.len() - bad.len();
+        if checked > 0 {
+            watch.say(
+                &format!(
+                    "{checked} destinations hold the source's bytes ({})",
                     expected.what()
-                );
+                ),
+                true,
+            );
+        }
+        let next = resend::next_round(&plan, failed, &bad);
+        if next.is_empty() {
+            if last.is_err() {
+                // Every destination checks out though the copy said otherwise (a hop failed
+                // after its last byte): the copies are what counts.
+                tracing::info!("every destination holds the file after a failed round");
             }
-            let next = resend::next_round(&plan, failed, &bad);
-            if next.is_empty() {
-                if last != exit::OK {
-                    // Every destination checks out though the copy said otherwise (a hop
-                    // failed after its last byte): the copies are what counts.
-                    tracing::info!("every destination holds the file after a failed round");
-                }
-                if !plan.hidden.is_empty() {
-                    eprintln!(
-                        "ferry: not checked, as not reachable from here (behind --via): {}",
+            if !plan.hidden.is_empty() {
+                watch.say(
+                    &format!(
+                        "not checked, as not reachable from here (behind --via): {}",
                         plan.hidden
                             .iter()
                             .map(|d| d.url.as_str())
                             .collect::<Vec<_>>()
                             .join(", ")
-                    );
-                }
-                return exit::OK;
-            }
-            for (d, why) in &bad {
-                eprintln!("ferry: {}: {why}", d.url);
-            }
-            if round < retries {
-                eprintln!(
-                    "ferry: {} of the tree failed; sending them again what they lack",
-                    resend::describe(&next)
+                    ),
+                    false,
                 );
             }
-            sends = next;
-            if last == exit::OK {
-                last = exit::code(ferry_client::ErrorClass::Verification);
-            }
+            return Ok(());
         }
-        last
-    })
+        for (d, why) in &bad {
+            watch.say(&format!("{}: {why}", d.url), false);
+        }
+        if round < retries {
+            watch.say(
+                &format!(
+                    "{} of the tree failed; sending them again what they lack",
+                    resend::describe(&next)
+                ),
+                false,
+            );
+        }
+        sends = next;
+        if last.is_ok() {
+            last = Err(ErrorClass::Verification);
+        }
+    }
+    last
 }
 
 /// The copy's first hop, its disk stack, the destinations that store the file, and what was
@@ -376,7 +393,7 @@ async fn measure(dests: &[Destination], gsi: &Arc<GsiSetup>) -> Vec<Result<Measu
             {
                 Ok(Ok(s)) => Ok((s.rtt(), started.elapsed())),
                 Ok(Err(e)) => Err(Unmeasured {
-                    unreachable: e.class() == ferry_client::ErrorClass::Network,
+                    unreachable: e.class() == ErrorClass::Network,
                     why: e.to_string(),
                 }),
                 Err(_) => Err(Unmeasured {

@@ -8,16 +8,13 @@
 
 use std::sync::{Arc, Mutex};
 
-use ferry_client::{CopyEvent, GsiSetup, Location};
 use ferry_proto::multicast::{
     first_hop_stack, route_to, subtree, Destination, ForwardFailure, REPORT_HEADER,
 };
 use ferry_proto::RangeSet;
 
-use super::Plan;
-use crate::copy::{run_job_watched, CopyJob};
-use crate::exit;
-use crate::present::human_bytes;
+use super::{Plan, Watch};
+use crate::{human_bytes, CopyEvent, CopyOptions, ErrorClass, GsiSetup, Location};
 
 /// A subtree to send the file to: the hop at its top, and what all of it holds already.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,29 +42,31 @@ struct Seen {
     reported: bool,
 }
 
-/// Sends `r`'s subtree the source's bytes it lacks; returns the copy's exit code and the hops
+/// Sends `r`'s subtree the source's bytes it lacks; returns how the copy ended and the hops
 /// that failed (the top hop itself, with what it held, when the copy failed there).
 pub(super) async fn send(
-    job: &CopyJob,
+    source: &Location,
+    options: &CopyOptions,
     plan: &Plan,
     r: &Resend,
     gsi: &Arc<GsiSetup>,
     size: Option<u64>,
-) -> (u8, Vec<ForwardFailure>) {
+    watch: &dyn Watch,
+) -> (Result<(), ErrorClass>, Vec<ForwardFailure>) {
     let Some((first, rest)) = route_to(&plan.top, &plan.below, &r.url) else {
-        eprintln!("ferry: {}: not in the tree", r.url);
-        return (exit::USAGE, Vec::new());
+        watch.say(&format!("{}: not in the tree", r.url), false);
+        return (Err(ErrorClass::Usage), Vec::new());
     };
     let Ok(dest @ Location::Remote(_)) = Location::parse(&first.url) else {
-        eprintln!("ferry: {}: not a server URL", first.url);
-        return (exit::USAGE, Vec::new());
+        watch.say(&format!("{}: not a server URL", first.url), false);
+        return (Err(ErrorClass::Usage), Vec::new());
     };
     if r.url != plan.top.url || !r.held.is_empty() {
         let others = subtree(&plan.top, &plan.below, &r.url).map_or(0, |s| s.len() - 1);
         let lacking =
             size.map(|s| s.saturating_sub(r.held.intersect(&RangeSet::from_range(0, s)).total()));
-        eprintln!(
-            "ferry: sending {}{} {}{}",
+        let line = format!(
+            "sending {}{} {}{}",
             r.url,
             match others {
                 0 => String::new(),
@@ -87,47 +86,45 @@ pub(super) async fn send(
                 )
             }
         );
+        watch.say(&line, false);
     }
-    let mut job = job.clone();
-    job.dest = dest;
-    job.options.request.disk_stack = Some(first_hop_stack(Some(&first.options), &rest));
-    job.options.request.restart = r.held.clone();
+    let mut options = options.clone();
+    options.request.disk_stack = Some(first_hop_stack(Some(&first.options), &rest));
+    options.request.restart = r.held.clone();
     let seen = Arc::new(Mutex::new(Seen {
         stored: r.held.clone(),
         ..Seen::default()
     }));
-    let watch = {
+    let shown = watch.events();
+    let sink: crate::EventSink = {
         let seen = Arc::clone(&seen);
-        Arc::new(move |ev: &CopyEvent| {
-            let Ok(mut s) = seen.lock() else { return };
-            match ev {
-                CopyEvent::ForwardFailed {
-                    url, held, error, ..
-                } => {
-                    // The final report repeats what the markers said: the latest stands.
-                    s.failed.retain(|f| &f.url != url);
-                    s.failed.push(ForwardFailure {
-                        url: url.clone(),
-                        held: RangeSet::parse(held).unwrap_or_default(),
-                        error: error.clone(),
-                    });
-                }
-                CopyEvent::Stored { ranges, .. } => {
-                    s.stored = RangeSet::parse(ranges).unwrap_or_else(|_| s.stored.clone());
-                }
-                CopyEvent::Failed { error, .. } => s.reported = error.contains(REPORT_HEADER),
-                _ => {}
-            }
+        Arc::new(move |ev: CopyEvent| {
+            note(&seen, &ev);
+            shown(ev);
         })
     };
-    let sessions = ferry_client::Sessions::with_gsi(Arc::clone(gsi));
-    let (code, _) = run_job_watched(job, sessions, watch).await;
+    let sessions = crate::Sessions::with_gsi(Arc::clone(gsi));
+    let started = std::time::Instant::now();
+    let result = crate::copy_with_sessions(
+        std::slice::from_ref(source),
+        &dest,
+        false,
+        &options,
+        sink,
+        sessions,
+    )
+    .await;
+    watch.copied(&result, started.elapsed());
+    let outcome = match &result {
+        Ok(s) => s.first_failure.map_or(Ok(()), Err),
+        Err(e) => Err(e.class()),
+    };
     let seen = std::mem::take(&mut *seen.lock().unwrap_or_else(|p| p.into_inner()));
-    if code == exit::OK {
-        return (code, Vec::new());
+    if outcome.is_ok() {
+        return (outcome, Vec::new());
     }
     if seen.reported {
-        return (code, seen.failed);
+        return (outcome, seen.failed);
     }
     // The copy failed at its first hop (or before): the whole subtree failed with it, holding
     // what the copy's restart markers said, which is what all of it had.
@@ -138,7 +135,30 @@ pub(super) async fn send(
         held,
         error: "the copy to it failed".into(),
     };
-    (code, vec![failed])
+    (outcome, vec![failed])
+}
+
+/// Keeps what an event of the copy says of the tree.
+fn note(seen: &Mutex<Seen>, ev: &CopyEvent) {
+    let Ok(mut s) = seen.lock() else { return };
+    match ev {
+        CopyEvent::ForwardFailed {
+            url, held, error, ..
+        } => {
+            // The final report repeats what the markers said: the latest stands.
+            s.failed.retain(|f| &f.url != url);
+            s.failed.push(ForwardFailure {
+                url: url.clone(),
+                held: RangeSet::parse(held).unwrap_or_default(),
+                error: error.clone(),
+            });
+        }
+        CopyEvent::Stored { ranges, .. } => {
+            s.stored = RangeSet::parse(ranges).unwrap_or_else(|_| s.stored.clone());
+        }
+        CopyEvent::Failed { error, .. } => s.reported = error.contains(REPORT_HEADER),
+        _ => {}
+    }
 }
 
 /// The relays a route passes, by name.

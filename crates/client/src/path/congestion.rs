@@ -21,7 +21,7 @@
 
 use ferry_net::Congestion;
 
-use super::tune::PathEntry;
+use super::cache::PathEntry;
 
 /// Round trips from this up are long: there one loss costs cubic seconds of halved rate.
 pub(super) const LONG_RTT_MS: f64 = 10.0;
@@ -31,9 +31,9 @@ const FLOOR: f64 = 0.5;
 /// cubic is chosen where it moved at least this share of bbr's rate.
 const TIE: f64 = 0.98;
 
-/// `--congestion`.
+/// The sending side's congestion control as asked (gcp's `--congestion`).
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum CongestionArg {
+pub enum CongestionArg {
     /// Chosen from the path.
     Auto,
     /// The sender's default.
@@ -199,7 +199,7 @@ pub(super) fn choose(e: &PathEntry, asked: CongestionArg, explained: &mut Vec<St
 
 #[cfg(test)]
 mod tests {
-    use super::super::tune::tests::entry;
+    use super::super::cache::tests::entry;
     use super::*;
 
     fn name(c: &Choice) -> Option<String> {

@@ -5,12 +5,10 @@
 
 use std::sync::Mutex;
 
-use ferry_client::{FirstSeconds, RetuneRule, Retuned};
-use serde::{Deserialize, Serialize};
-
+use super::cache::{PathEntry, Search};
 use super::congestion::Guard;
-use super::tune::PathEntry;
 use super::window::Window;
+use crate::{FirstSeconds, RetuneRule, Retuned};
 
 /// Above this round trip large files start with at least 8 streams, else 4 (as `ferry copy`).
 const WAN_RTT_MS: f64 = 20.0;
@@ -20,18 +18,6 @@ const FIRST_MAX: u32 = 16;
 const MAX_STREAMS: u32 = 32;
 /// The bandwidth the first copy on a path assumes for its bandwidth-delay product (the seed's).
 const ASSUMED_BPS: f64 = 1e9;
-
-/// Where the stream search is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub(super) enum Search {
-    /// Fewer streams next time, while throughput holds.
-    Decrease,
-    /// Keep the best.
-    Hold,
-    /// More streams next time, while throughput grows.
-    Increase,
-}
 
 /// Streams for large files: the search's next step, or the first copy's rule.
 pub(super) fn choose_streams(e: &PathEntry, window: &Window, explained: &mut Vec<String>) -> u32 {
@@ -91,8 +77,8 @@ pub(super) fn first_streams(rtt_ms: f64, window: &Window) -> (u32, String) {
         "bandwidth-delay product {} at an assumed 1 Gbit/s; a socket buffers up to {} on this \
          path ({}), half of it in flight, twice over for losses: {needed}, within {base} to \
          {FIRST_MAX}",
-        crate::present::human_bytes(bdp as u64),
-        crate::present::human_bytes(bytes),
+        crate::human_bytes(bdp as u64),
+        crate::human_bytes(bytes),
         window.from
     );
     (n, why)
@@ -135,7 +121,7 @@ fn first_rate(first: &FirstSeconds, rtt_ms: f64) -> Option<FirstRate> {
         t1 - began,
         bps / 1e6,
         first.streams.max(1),
-        crate::present::human_bytes((bps / 8.0 * rtt) as u64)
+        crate::human_bytes((bps / 8.0 * rtt) as u64)
     );
     Some(FirstRate { bps, rtt, measured })
 }

@@ -1,96 +1,60 @@
-//! gcp's tuning: what the path between the two ends is (the round trip of the control
+//! The tuning of one copy: what the path between the two ends is (the round trip of the control
 //! channels, the congestion controls the sending side offers, what earlier copies measured)
-//! and what gcp chooses from it: the sending side's TCP congestion control and the streams of
+//! and what is chosen from it: the sending side's TCP congestion control and the streams of
 //! large files. Buffers stay with the kernel's autotuning, which on Linux reaches further than
 //! an explicit buffer may (`net.core.rmem_max` caps `SO_RCVBUF`, 208 KiB by default, where
 //! autotuning goes to the third `net.ipv4.tcp_rmem` value, 6 MiB or more); streams cover
 //! what one socket's window cannot.
 //!
-//! What a copy learns is kept per (source, destination) in `~/.cache/ferry/gcp-paths.json`
-//! (`$XDG_CACHE_HOME`): the last probe (round trip, offered congestion controls; taken afresh
-//! by every copy's own logins), and where the stream search (`search.rs`) stands.
+//! What a copy learns is kept per (source, destination) in the path cache (`cache.rs`): the
+//! last probe (round trip, offered congestion controls; taken afresh by every copy's own
+//! logins), and where the stream search (`search.rs`) stands.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use ferry_client::{ClientError, Location, Sessions};
 use ferry_net::Congestion;
-use serde::{Deserialize, Serialize};
 
+use super::cache::{PathCache, PathEntry, Search};
 use super::congestion::{self, CongestionArg};
-use super::search::{choose_streams, step_search, FirstSecondsRule, Search};
+use super::search::{choose_streams, step_search, FirstSecondsRule};
 use super::window::Window;
+use crate::{ClientError, Location, Sessions};
 
 /// Copies moving less than this do not measure the path (logins and small files dominate).
 const MEASURE_BYTES: u64 = 64 << 20;
-/// What copies learnt of a path is kept this long after the last one.
-const KEPT_S: u64 = 30 * 86_400;
 
-/// What gcp knows of one (source, destination) path.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct PathEntry {
-    /// Control-channel round trip, ms (the larger end's in a third-party copy).
-    pub(super) rtt_ms: f64,
-    /// Congestion controls the sending side offers.
-    pub(super) offered: Vec<String>,
-    /// What sends: "this host", or the source server.
-    pub(super) sender: String,
-    /// When it was probed (seconds since the epoch).
-    pub(super) probed_at: u64,
-    /// Streams of large files in the last measured copy, and its throughput (bit/s).
-    pub(super) streams: Option<u32>,
-    pub(super) bps: Option<f64>,
-    /// The fewest streams that gave the best throughput so far, and that throughput.
-    pub(super) best_streams: Option<u32>,
-    pub(super) best_bps: Option<f64>,
-    pub(super) search: Search,
-    /// The congestion control of the last measured copy (`None`: the sender's default).
-    pub(super) congestion: Option<String>,
-    /// What the client's own data connections saw in it.
-    pub(super) data_rtt_ms: Option<f64>,
-    pub(super) retransmitted: Option<f64>,
-    /// Measured copies.
-    pub(super) runs: u32,
-    /// What the last measured copy on each congestion control moved (bit/s), by its name:
-    /// what `congestion.rs` chooses between. Kept when the stream search starts again.
-    #[serde(default)]
-    pub(super) by_congestion: BTreeMap<String, f64>,
+/// What the user fixed (gcp's `-n` and `--congestion`).
+#[derive(Debug, Clone, Copy)]
+pub struct Asked {
+    /// Streams of every file, not tuned.
+    pub streams: Option<u32>,
+    /// The sending side's congestion control, or how to choose it.
+    pub congestion: CongestionArg,
 }
 
-/// The cache file.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct CacheFile {
-    paths: BTreeMap<String, PathEntry>,
-}
-
-/// What the user fixed on the command line.
-pub(crate) struct Asked {
-    pub(crate) streams: Option<u32>,
-    pub(crate) congestion: CongestionArg,
-}
-
-/// gcp's choice for one copy, and what it learns from it.
-pub(crate) struct Tuning {
+/// The choice for one copy, and what it learns from it.
+#[derive(Debug)]
+pub struct Tuning {
     /// Streams of files of 16 MiB and more (`None`: the user's `-n`, or nothing to tune).
-    pub(crate) large_file_streams: Option<u32>,
+    pub large_file_streams: Option<u32>,
     /// The sending side's congestion control (`None`: its default).
-    pub(crate) congestion: Option<Congestion>,
+    pub congestion: Option<Congestion>,
     /// The data channels stay on TCP (a copy that tries cubic measures TCP's cubic, where
     /// `--transport auto` would take a loss-based sender on a long path to QUIC).
-    pub(crate) tcp_only: bool,
+    pub tcp_only: bool,
     /// The measurements, the choices and the reasons, for `--explain`.
-    pub(crate) explained: Vec<String>,
+    pub explained: Vec<String>,
     /// The first copy on a path looks again once its first seconds are measured.
     first_seconds: Option<std::sync::Arc<FirstSecondsRule>>,
     learning: Option<Learning>,
 }
 
 /// What is needed to learn from the copy.
+#[derive(Debug)]
 struct Learning {
     key: String,
     entry: PathEntry,
-    file: PathBuf,
+    cache: PathCache,
     /// Streams that large files got (none when the user fixed them).
     streams: Option<u32>,
 }
@@ -105,25 +69,6 @@ fn end_name(loc: &Location) -> String {
         }
         Location::Remote(r) => format!("{}://{}", r.scheme.name(), r.authority()),
     }
-}
-
-/// The cache file: `$XDG_CACHE_HOME/ferry/gcp-paths.json`, else `~/.cache/ferry/…`.
-fn cache_file() -> Option<PathBuf> {
-    std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .map(|d| d.join("ferry/gcp-paths.json"))
-}
-
-fn load(file: &PathBuf) -> CacheFile {
-    std::fs::read(file)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default()
-}
-
-pub(super) fn now_s() -> u64 {
-    ferry_proto::clock::now_since_epoch().as_secs()
 }
 
 /// The congestion controls this host lets this process give its sockets, by name.
@@ -194,38 +139,16 @@ async fn probe(
     ))
 }
 
-impl PathEntry {
-    /// A path just probed, with nothing measured on it yet.
-    pub(super) fn probed(rtt_ms: f64, offered: Vec<String>, sender: String) -> PathEntry {
-        PathEntry {
-            rtt_ms,
-            offered,
-            sender,
-            probed_at: now_s(),
-            streams: None,
-            bps: None,
-            best_streams: None,
-            best_bps: None,
-            search: Search::Decrease,
-            congestion: None,
-            data_rtt_ms: None,
-            retransmitted: None,
-            runs: 0,
-            by_congestion: BTreeMap::new(),
-        }
-    }
-}
-
 impl Tuning {
     /// The rule that re-chooses streams from a file's first seconds, when this copy has one.
-    pub(crate) fn retune(&self) -> Option<ferry_client::Retune> {
+    pub fn retune(&self) -> Option<crate::Retune> {
         self.first_seconds
             .as_ref()
-            .map(|r| ferry_client::Retune(std::sync::Arc::clone(r) as std::sync::Arc<_>))
+            .map(|r| crate::Retune(std::sync::Arc::clone(r) as std::sync::Arc<_>))
     }
 
     /// No tuning: what `--no-tune` and local copies get.
-    pub(crate) fn none(why: &str) -> Tuning {
+    pub fn none(why: &str) -> Tuning {
         Tuning {
             large_file_streams: None,
             congestion: None,
@@ -236,14 +159,16 @@ impl Tuning {
         }
     }
 
-    /// Chooses the settings for copying `sources` to `dest`; a probe logs in over `sessions`,
-    /// which the copy then goes on with. A login that fails is the copy's failure: it is
-    /// returned, not tried again by the copy.
-    pub(crate) async fn choose(
+    /// Chooses the settings for copying `sources` to `dest` from what `cache` holds of the
+    /// path (nothing is kept where it is `None`); a probe logs in over `sessions`, which the
+    /// copy then goes on with. A login that fails is the copy's failure: it is returned, not
+    /// tried again by the copy.
+    pub async fn choose(
         sources: &[Location],
         dest: &Location,
         sessions: &mut Sessions,
         asked: &Asked,
+        cache: Option<PathCache>,
     ) -> Result<Tuning, ClientError> {
         let Some(src) = sources.first() else {
             return Ok(Tuning::none("nothing to copy"));
@@ -252,8 +177,6 @@ impl Tuning {
             return Ok(Tuning::none("both ends are on this host"));
         }
         let key = format!("{} -> {}", end_name(src), end_name(dest));
-        let file = cache_file();
-        let mut cache = file.as_ref().map(load).unwrap_or_default();
         let mut explained = Vec::new();
         // The probe is the logins the copy needs anyway (it goes on over the same sessions), so
         // the path is measured afresh every time; the cache keeps what copies learnt.
@@ -263,10 +186,7 @@ impl Tuning {
         } else {
             ""
         };
-        let kept = cache
-            .paths
-            .remove(&key)
-            .filter(|e| now_s().saturating_sub(e.probed_at) < KEPT_S);
+        let kept = cache.as_ref().and_then(|c| c.get(&key));
         let entry = match kept {
             Some(e) => {
                 explained.push(format!(
@@ -322,10 +242,10 @@ impl Tuning {
             tcp_only,
             explained,
             first_seconds,
-            learning: file.map(|file| Learning {
+            learning: cache.map(|cache| Learning {
                 key,
                 entry,
-                file,
+                cache,
                 streams,
             }),
         })
@@ -333,7 +253,7 @@ impl Tuning {
 
     /// Learns from a finished copy (`bytes` in `elapsed`, the client's data connections'
     /// `tcp`), keeps it in the cache, and says what was measured and what comes next.
-    pub(crate) fn learn(
+    pub fn learn(
         self,
         bytes: u64,
         elapsed: Duration,
@@ -381,7 +301,7 @@ impl Tuning {
         }
         l.entry.congestion = congestion.clone();
         let restreamed = self.first_seconds.as_ref().and_then(|r| {
-            use ferry_client::RetuneRule;
+            use crate::RetuneRule;
             r.settled()
         });
         if let Some(n) = restreamed {
@@ -403,7 +323,7 @@ impl Tuning {
         } else if bytes < MEASURE_BYTES {
             Some(format!(
                 "under {}",
-                crate::present::human_bytes(MEASURE_BYTES)
+                crate::human_bytes(MEASURE_BYTES)
             ))
         } else if l.streams.is_some() && !large {
             Some("no file went over the chosen streams".to_string())
@@ -416,7 +336,7 @@ impl Tuning {
         if let Some(why) = skip {
             said.push(format!(
                 "measured: {} in {secs:.2} s; not used for the stream search ({why})",
-                crate::present::human_bytes(bytes),
+                crate::human_bytes(bytes),
             ));
         } else if let Some(n) = l.streams {
             said.push(format!(
@@ -438,25 +358,14 @@ impl Tuning {
         } else {
             said.push(format!("measured: {:.0} Mbit/s", bps / 1e6));
         }
-        let mut cache = load(&l.file);
-        cache.paths.insert(l.key, l.entry);
-        if let Err(e) = save(&l.file, &cache) {
+        if let Err(e) = l.cache.put(&l.key, l.entry) {
             said.push(format!(
                 "cannot keep what was learnt in {}: {e}",
-                l.file.display()
+                l.cache.file().display()
             ));
         }
         said
     }
-}
-
-fn save(file: &PathBuf, cache: &CacheFile) -> std::io::Result<()> {
-    let dir = file.parent().unwrap_or(std::path::Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    serde_json::to_writer_pretty(&mut tmp, cache)?;
-    tmp.persist(file).map_err(|e| e.error)?;
-    Ok(())
 }
 
 /// What the client's own data connections saw.
@@ -489,19 +398,15 @@ fn describe_tcp(t: &ferry_net::TcpStats) -> String {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+mod tests {
+    use super::super::cache::tests::entry;
     use super::*;
-
-    pub(in crate::gcp) fn entry() -> PathEntry {
-        let offered = vec!["reno".into(), "cubic".into(), "bbr".into()];
-        PathEntry::probed(75.0, offered, "this host".into())
-    }
 
     #[test]
     fn a_copy_on_cubic_is_learnt_whether_it_kept_up_or_went_back_to_bbr() {
-        use ferry_client::RetuneRule;
+        use crate::RetuneRule;
         let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("ferry/gcp-paths.json");
+        let cache = PathCache::at(dir.path().join("ferry/gcp-paths.json"));
         let on_bbr = PathEntry {
             streams: Some(8),
             bps: Some(800e6),
@@ -528,7 +433,7 @@ pub(super) mod tests {
             learning: Some(Learning {
                 key: "k".into(),
                 entry: on_bbr.clone(),
-                file: file.clone(),
+                cache: cache.clone(),
                 streams: Some(8),
             }),
         };
@@ -536,7 +441,7 @@ pub(super) mod tests {
         // starts again from this copy.
         let rule = std::sync::Arc::new(FirstSecondsRule::new(75.0, None, false, Some(guard())));
         copy(&rule).learn(1 << 30, Duration::from_secs(9), (1, 0), None);
-        let e = load(&file).paths.remove("k").unwrap();
+        let e = cache.get("k").unwrap();
         assert_eq!(e.congestion.as_deref(), Some("cubic"));
         assert_eq!(e.by_congestion["bbr"], 800e6);
         assert!((e.by_congestion["cubic"] - 954e6).abs() < 1e6, "{e:?}");
@@ -547,7 +452,7 @@ pub(super) mod tests {
         let samples = (1..=40u32)
             .map(|i| (f64::from(i) * 0.25, u64::from(i) * 531_250))
             .collect();
-        let slow = ferry_client::FirstSeconds {
+        let slow = crate::FirstSeconds {
             streams: 8,
             samples,
             left: Some(1 << 30),
@@ -555,10 +460,10 @@ pub(super) mod tests {
         };
         assert!(matches!(
             rule.judge(&slow),
-            ferry_client::Retuned::Sender(..)
+            crate::Retuned::Sender(..)
         ));
         let said = copy(&rule).learn(1 << 30, Duration::from_secs(30), (1, 0), None);
-        let e = load(&file).paths.remove("k").unwrap();
+        let e = cache.get("k").unwrap();
         assert!(
             said.iter().any(|s| s.contains("next copies go on bbr")),
             "{said:?}"
@@ -573,22 +478,6 @@ pub(super) mod tests {
             (e.runs, e.best_streams),
             (3, Some(8)),
             "bbr's search goes on"
-        );
-    }
-
-    #[test]
-    fn the_cache_survives_a_round_trip_through_its_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("ferry/gcp-paths.json");
-        let mut c = CacheFile::default();
-        c.paths.insert("a -> b".into(), entry());
-        save(&file, &c).unwrap();
-        let back = load(&file);
-        assert_eq!(back.paths["a -> b"].rtt_ms, 75.0);
-        std::fs::write(&file, "not json").unwrap();
-        assert!(
-            load(&file).paths.is_empty(),
-            "a damaged cache is started again"
         );
     }
 }

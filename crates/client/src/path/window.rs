@@ -38,8 +38,8 @@ impl Window {
                 from: format!(
                     "{sender} sends with up to {}, {receiver} receives with up to {} \
                      (net.ipv4.tcp_wmem, tcp_rmem)",
-                    crate::present::human_bytes(s),
-                    crate::present::human_bytes(r)
+                    crate::human_bytes(s),
+                    crate::human_bytes(r)
                 ),
             },
             _ => Window {

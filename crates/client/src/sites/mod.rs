@@ -29,10 +29,30 @@
 //! rule, so a site's own file wins; only their `[[site]]` rules count (they name no further
 //! files), and a missing one is skipped and shown by `--explain`.
 
+mod names;
+
 use std::path::{Path, PathBuf};
 
 use globset::{Glob, GlobMatcher};
 use serde::Deserialize;
+
+pub use names::Name;
+use crate::Location;
+
+/// The URL an operand names (`host:path` through the rules in `sites`, unless `translate` is
+/// false; a URL or a local path as written), and a line that says how it was found.
+pub fn locate(name: &str, sites: &Sites, translate: bool) -> Result<(Location, String), String> {
+    let (url, why) = match Name::parse(name)? {
+        Name::Local(p) => return Ok((Location::Local(p), "a local path".into())),
+        Name::Url(u) => (u, "a URL, used as written".to_string()),
+        Name::Remote { user, host, path } => {
+            let t = sites.url(user.as_deref(), &host, &path, translate)?;
+            (t.url, t.reason)
+        }
+    };
+    let loc = Location::parse(&url).map_err(|e| format!("{name} -> {url}: {e}"))?;
+    Ok((loc, format!("{url} ({why})")))
+}
 
 /// A rules file as written.
 #[derive(Debug, Default, Deserialize)]
@@ -92,7 +112,7 @@ struct Rule {
 
 /// Every rule in the order they are tried, and the protocol for hosts none names.
 #[derive(Debug)]
-pub(crate) struct Sites {
+pub struct Sites {
     rules: Vec<Rule>,
     protocol: String,
     /// The files read (and shared ones missing), for `--explain`.
@@ -101,16 +121,16 @@ pub(crate) struct Sites {
 
 /// What a remote operand became, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Translated {
+pub struct Translated {
     /// The URL ferry copies from or to.
-    pub(crate) url: String,
+    pub url: String,
     /// Which rule matched, or that none did.
-    pub(crate) reason: String,
+    pub reason: String,
 }
 
 impl Sites {
     /// The rules in `files` (missing files are skipped; a file that does not parse is an error).
-    pub(crate) fn load(files: &[PathBuf]) -> Result<Sites, String> {
+    pub fn load(files: &[PathBuf]) -> Result<Sites, String> {
         let mut sites = Sites {
             rules: Vec::new(),
             protocol: gsiftp(),
@@ -153,7 +173,7 @@ impl Sites {
     }
 
     /// The default files: the user's, then the system's.
-    pub(crate) fn default_files() -> Vec<PathBuf> {
+    pub fn default_files() -> Vec<PathBuf> {
         let mut files = Vec::new();
         let config = std::env::var_os("XDG_CONFIG_HOME")
             .map(PathBuf::from)
@@ -166,12 +186,12 @@ impl Sites {
     }
 
     /// The files the rules came from.
-    pub(crate) fn files_read(&self) -> &[String] {
+    pub fn files_read(&self) -> &[String] {
         &self.read
     }
 
     /// The URL for `[user@]host:path`; `translate == false` ignores every rule.
-    pub(crate) fn url(
+    pub fn url(
         &self,
         user: Option<&str>,
         host: &str,

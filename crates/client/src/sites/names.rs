@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 /// One operand as written.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Name {
+pub enum Name {
     /// A local path (no colon before the first slash, or starting with `/` or `.`).
     Local(PathBuf),
     /// `[user@]host:path`, to be translated into a transfer server's URL.
@@ -22,7 +22,7 @@ pub(crate) enum Name {
 
 impl Name {
     /// Parses an operand the way scp does: a colon before any slash makes it remote.
-    pub(crate) fn parse(s: &str) -> Result<Name, String> {
+    pub fn parse(s: &str) -> Result<Name, String> {
         if s.contains("://") {
             return Ok(Name::Url(s.to_string()));
         }

@@ -1,5 +1,5 @@
 use super::*;
-use crate::gcp::tune::tests::entry;
+use crate::path::cache::tests::entry;
 
 fn window(bytes: Option<u64>) -> Window {
     Window {
