@@ -545,3 +545,63 @@ fn a_copy_that_tries_cubic_on_a_lossy_path_goes_back_to_bbr_after_its_first_seco
     );
     drop(lab);
 }
+
+/// `ferry copy` tunes only with `--tune`, and then learns in the same path cache as gcp, which
+/// the next gcp copy reads.
+#[test]
+fn ferry_copy_tunes_only_when_asked_and_gcp_reads_what_it_learnt() {
+    let sandbox = Sandbox::new();
+    let local = sandbox.local_dir("local");
+    let server = ServerUnderTest::start_ferry_with(&sandbox.served_dir("root"), &[]);
+    let cache = local.join("cache");
+    let cache_file = cache.join("ferry/gcp-paths.json");
+    let bytes = random_bytes(66 * MIB, 93);
+    write_file(&server.path_of("big.bin"), &bytes);
+    let url = server.url_for("big.bin");
+
+    let plain = local.join("plain.bin");
+    let out = run_ferry_with_cache(&["copy", &url, &plain.display().to_string()], &cache);
+    out.assert_bytes(&bytes, &plain);
+    assert!(
+        !cache_file.exists(),
+        "ferry copy without --tune kept something in {}",
+        cache_file.display()
+    );
+
+    let tuned = local.join("tuned.bin");
+    let out = run_ferry_with_cache(
+        &["copy", "--tune", "-v", &url, &tuned.display().to_string()],
+        &cache,
+    );
+    out.assert_bytes(&bytes, &tuned);
+    for said in [
+        "ferry copy: path ftp://127.0.0.1:",
+        "nothing in the cache",
+        "streams: 4 for files of 16 MiB and more (first copy on this path",
+        "with 4 streams for large files",
+    ] {
+        if !out.stderr.contains(said) {
+            out.fail(&format!("ferry copy --tune -v should say {said:?}"));
+        }
+    }
+    let kept: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&cache_file).expect("the path cache")).unwrap();
+    let key = format!("ftp://127.0.0.1:{} -> this host (", server.port());
+    let entry = kept["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(k, _)| k.starts_with(&key))
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| panic!("no {key}...) in {kept}"));
+    assert_eq!(entry["runs"], 1, "{entry}");
+
+    let by_gcp = local.join("gcp.bin");
+    let out = run_ferry_with_cache(
+        &["cp", "--explain", &url, &by_gcp.display().to_string()],
+        &cache,
+    );
+    out.assert_bytes(&bytes, &by_gcp);
+    expect_said(&out, "; 1 measured copies in the cache");
+    expect_said(&out, "trying fewer");
+}

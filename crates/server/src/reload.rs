@@ -214,6 +214,18 @@ fn keep_restart_only(old: &ServerConfig, new: &mut ServerConfig, named: &mut Vec
     }
 }
 
+/// Waits for SIGTERM or Ctrl-C (for ever where SIGTERM cannot be caught).
+pub async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,17 +251,5 @@ mod tests {
             new.gridmap.as_deref(),
             Some(std::path::Path::new("/tmp/gm"))
         );
-    }
-}
-
-/// Waits for SIGTERM or Ctrl-C (for ever where SIGTERM cannot be caught).
-pub async fn stop_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut term) = signal(SignalKind::terminate()) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
     }
 }

@@ -17,8 +17,7 @@ use std::time::{Duration, Instant};
 use ferry_proto::multicast::{best_fan_out, parse_mc_file, Destination};
 
 use crate::{
-    ClientError, CopyOptions, CopySummary, ErrorClass, EventSink, GsiSetup, Location,
-    RemoteSession,
+    ClientError, CopyOptions, CopySummary, ErrorClass, EventSink, GsiSetup, Location, RemoteSession,
 };
 
 mod check;

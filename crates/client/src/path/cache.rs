@@ -196,7 +196,10 @@ pub(crate) mod tests {
         cache.put("a -> b", entry()).unwrap();
         assert_eq!(cache.get("a -> b").unwrap().rtt_ms, 75.0);
         std::fs::write(cache.file(), "not json").unwrap();
-        assert!(cache.get("a -> b").is_none(), "a damaged cache is started again");
+        assert!(
+            cache.get("a -> b").is_none(),
+            "a damaged cache is started again"
+        );
     }
 
     #[test]
@@ -227,7 +230,10 @@ pub(crate) mod tests {
             }
         });
         for i in 0..16 {
-            assert!(cache.get(&format!("path {i}")).is_some(), "path {i} was lost");
+            assert!(
+                cache.get(&format!("path {i}")).is_some(),
+                "path {i} was lost"
+            );
         }
     }
 }

@@ -190,6 +190,7 @@ fn verdict(first: &FirstSeconds, rtt_ms: f64, window: Option<u64>) -> (Retuned, 
 
 /// [`judge_first_seconds`] for the files of one copy, remembering the most streams it asked
 /// for: later large files start there, and the cache learns it.
+#[derive(Debug)]
 pub(super) struct FirstSecondsRule {
     pub(super) rtt_ms: f64,
     pub(super) window: Option<u64>,

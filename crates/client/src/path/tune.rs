@@ -321,10 +321,7 @@ impl Tuning {
         } else if fell_back.is_some() {
             Some("the congestion control changed during it".to_string())
         } else if bytes < MEASURE_BYTES {
-            Some(format!(
-                "under {}",
-                crate::human_bytes(MEASURE_BYTES)
-            ))
+            Some(format!("under {}", crate::human_bytes(MEASURE_BYTES)))
         } else if l.streams.is_some() && !large {
             Some("no file went over the chosen streams".to_string())
         } else {
@@ -458,10 +455,7 @@ mod tests {
             left: Some(1 << 30),
             data_rtt_ms: None,
         };
-        assert!(matches!(
-            rule.judge(&slow),
-            crate::Retuned::Sender(..)
-        ));
+        assert!(matches!(rule.judge(&slow), crate::Retuned::Sender(..)));
         let said = copy(&rule).learn(1 << 30, Duration::from_secs(30), (1, 0), None);
         let e = cache.get("k").unwrap();
         assert!(

@@ -36,8 +36,8 @@ use std::path::{Path, PathBuf};
 use globset::{Glob, GlobMatcher};
 use serde::Deserialize;
 
-pub use names::Name;
 use crate::Location;
+pub use names::Name;
 
 /// The URL an operand names (`host:path` through the rules in `sites`, unless `translate` is
 /// false; a URL or a local path as written), and a line that says how it was found.

@@ -195,7 +195,7 @@ fn the_stream_search_decreases_while_throughput_holds_then_holds_and_goes_up_whe
 {
     let mut e = entry();
     let mut why = Vec::new();
-    let here = window(crate::gcp::window::autotune_max());
+    let here = window(crate::path::window::autotune_max());
     let first = first_streams(e.rtt_ms, &here).0;
     assert_eq!(
         choose_streams(&e, &here, &mut why),
