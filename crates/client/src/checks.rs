@@ -5,7 +5,7 @@ use std::path::Path;
 
 use ferry_storage::{ChecksumAlgorithm, PosixStorage, Storage};
 
-use crate::copy::{CopyOptions, SyncLevel};
+use crate::options::{CopyOptions, SyncLevel, Verify};
 use crate::plan::{display, local, Job};
 use crate::request::{local_path, FileRequest};
 use crate::sessions::Sessions;
@@ -37,59 +37,6 @@ async fn checksum_of(
             .await
             .map_err(|e| ClientError::Network(format!("checksum task failed: {e}")))?
             .map_err(ClientError::from)
-        }
-    }
-}
-
-/// How a copy checks what arrived: the checksum of the source against the destination's, both
-/// taken while the bytes moved where an end is local (and from the server's kept values where
-/// it is a ferry server), so neither end reads the file again where it can help it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verify {
-    /// The algorithm.
-    pub algorithm: ChecksumAlgorithm,
-    /// A value both ends must have (FTS3's user-supplied checksum), hex as servers print it.
-    pub expected: Option<String>,
-    /// Asked for by name: an end that cannot answer `CKSM` fails the copy. When `false` (the
-    /// default verification) such an end gives a warning and the copy is not verified.
-    pub required: bool,
-    /// Which ends are summed. With an `expected` value, FTS3's `source` and `target` modes
-    /// sum one end only (a tape source or an object store that cannot answer `CKSM` is no
-    /// failure); without one, both ends are always compared.
-    pub ends: Ends,
-}
-
-/// The ends a verification sums (see [`Verify::ends`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Ends {
-    /// The source and the destination (and the expected value, when given).
-    #[default]
-    Both,
-    /// The source against the expected value only.
-    Source,
-    /// The destination against the expected value only.
-    Destination,
-}
-
-impl Verify {
-    /// What `ferry copy` does unless told otherwise: ADLER32, as FTS3 does, where the servers
-    /// can answer it.
-    pub fn by_default() -> Verify {
-        Verify {
-            algorithm: ChecksumAlgorithm::Adler32,
-            expected: None,
-            required: false,
-            ends: Ends::Both,
-        }
-    }
-
-    /// Verification with `algorithm`, failing where an end cannot answer.
-    pub fn required(algorithm: ChecksumAlgorithm) -> Verify {
-        Verify {
-            algorithm,
-            expected: None,
-            required: true,
-            ends: Ends::Both,
         }
     }
 }

@@ -10,25 +10,8 @@ use ferry_net::SocketTuning;
 use ferry_proto::hostport::HostPort;
 use ferry_proto::Command;
 
-use crate::session::RemoteSession;
+use crate::session::{DataSetup, RemoteSession};
 use crate::ClientError;
-
-/// The data channel a session has set up and may reuse.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum DataSetup {
-    /// Nothing usable.
-    None,
-    /// We listen locally and told the server with PORT/EPRT (gets).
-    Listening,
-    /// The server listens at this address (PASV/EPSV answer; puts).
-    ServerPassive(SocketAddr),
-    /// A striped server listens on all these (SPAS answer; striped puts).
-    ServerStriped(Vec<SocketAddr>),
-    /// The server connects to another server (third-party source).
-    ToPeer(Vec<SocketAddr>),
-    /// The server listens for another server (third-party destination).
-    FromPeer(Vec<SocketAddr>),
-}
 
 impl RemoteSession {
     /// Sets up a local listener and tells the server to connect to it (for gets).

@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 use ferry_proto::RangeSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::checks::{verify, Checked, Verify};
+use crate::checks::{verify, Checked};
+use crate::options::Verify;
 use crate::drive::Progress;
-use crate::request::FileRequest;
+use crate::request::{auto_parallelism, is_small, FileRequest};
 use crate::sessions::Sessions;
 use crate::url::Location;
 use crate::{third_party, ClientError, ErrorClass};
@@ -544,17 +545,4 @@ async fn local_copy(src: &Path, dst: &Path, req: &FileRequest) -> Result<(u64, u
     Ok((n, 0))
 }
 
-/// Files that go over one stream when the user did not say: below 16 MiB, more streams
-/// cost more in setup than they gain.
-fn is_small(size: Option<u64>) -> bool {
-    size.is_some_and(|s| s < 16 << 20)
-}
 
-/// Streams for a file of `size` bytes when the user did not say.
-pub(crate) fn auto_parallelism(size: Option<u64>, rtt: Duration) -> u32 {
-    match size {
-        _ if is_small(size) => 1,
-        _ if rtt > Duration::from_millis(20) => 8,
-        _ => 4,
-    }
-}

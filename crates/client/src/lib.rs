@@ -16,6 +16,7 @@ mod job;
 pub mod multilink;
 mod oneshot;
 mod ops;
+mod options;
 pub mod path;
 mod pipeline;
 mod plan;
@@ -32,17 +33,15 @@ mod third_party;
 mod transfer;
 pub mod url;
 
-pub use checks::{Ends, Verify};
 pub use control::ControlClient;
-pub use copy::{
-    copy, copy_with_sessions, CopyEvent, CopyOptions, CopySummary, EventSink, SyncLevel,
-};
+pub use copy::{copy, copy_with_sessions};
 pub use drive::Progress;
 pub use error::{ClientError, ErrorClass};
 pub use ferry_gsi::Delegation;
 pub use gsi::{GsiOptions, GsiSetup};
 pub use job::{run_pipelined, FileCopied, FileCopy, FileCopyError, FileCopyEvent, Retry};
 pub use oneshot::{get, put, TransferOptions};
+pub use options::{CopyEvent, CopyOptions, CopySummary, Ends, EventSink, SyncLevel, Verify};
 pub use ops::{parse_mlsx_line, EntryKind, RemoteEntry};
 pub use plan::{display, plan, Job, Plan};
 pub use request::FileRequest;

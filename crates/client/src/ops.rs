@@ -9,7 +9,7 @@ use ferry_proto::Command;
 use ferry_storage::VirtualPath;
 use tokio::sync::mpsc;
 
-use crate::data_channel::DataSetup;
+use crate::session::DataSetup;
 use crate::session::RemoteSession;
 use crate::ClientError;
 

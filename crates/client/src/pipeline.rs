@@ -8,8 +8,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::checks::{verify_all, Checked};
-use crate::copy::{finished, started, CopyEvent, CopyOptions, CopySummary, EventSink, SyncLevel};
-use crate::job::auto_parallelism;
+use crate::options::{finished, started, CopyEvent, CopyOptions, CopySummary, EventSink, SyncLevel};
+use crate::request::auto_parallelism;
 use crate::plan::{display, Job};
 use crate::sessions::Sessions;
 use crate::third_party_pipelined;
@@ -117,7 +117,7 @@ pub(crate) async fn run_pairs(
     pairs: &[(&Location, &Location)],
     sessions: &mut Sessions,
     request: &crate::request::FileRequest,
-    verify_with: Option<&crate::checks::Verify>,
+    verify_with: Option<&crate::options::Verify>,
     on_start: &mut (dyn FnMut(usize) + Send),
     on_result: &mut (dyn FnMut(usize, Piped) + Send),
     on_warning: &mut (dyn FnMut(String) + Send),

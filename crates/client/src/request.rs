@@ -1,6 +1,7 @@
 //! What one file transfer asks for, and the description the client's DTP runs for it.
 
 use std::path::Path;
+use std::time::Duration;
 
 use ferry_dtp::{
     ChannelSecurity, ChannelSetup, Direction, MarkerIntervals, Section, StripeInfo,
@@ -215,4 +216,19 @@ pub(crate) fn local_path(p: &Path) -> Result<VirtualPath, ClientError> {
         &VirtualPath::root(),
         &abs.to_string_lossy(),
     )?)
+}
+
+/// Files that go over one stream when the user did not say: below 16 MiB, more streams
+/// cost more in setup than they gain.
+pub(crate) fn is_small(size: Option<u64>) -> bool {
+    size.is_some_and(|s| s < 16 << 20)
+}
+
+/// Streams for a file of `size` bytes when the user did not say.
+pub(crate) fn auto_parallelism(size: Option<u64>, rtt: Duration) -> u32 {
+    match size {
+        _ if is_small(size) => 1,
+        _ if rtt > Duration::from_millis(20) => 8,
+        _ => 4,
+    }
 }

@@ -13,11 +13,27 @@ use ferry_proto::stack::StackSpec;
 use ferry_proto::{Command, Reply};
 use ferry_storage::{PosixStorage, Storage};
 
-use crate::data_channel::DataSetup;
 use crate::gsi::GsiSetup;
 use crate::request::FileRequest;
 use crate::url::{RemoteUrl, Scheme};
 use crate::{ClientError, ControlClient};
+
+/// The data channel a session has set up and may reuse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum DataSetup {
+    /// Nothing usable.
+    None,
+    /// We listen locally and told the server with PORT/EPRT (gets).
+    Listening,
+    /// The server listens at this address (PASV/EPSV answer; puts).
+    ServerPassive(SocketAddr),
+    /// A striped server listens on all these (SPAS answer; striped puts).
+    ServerStriped(Vec<SocketAddr>),
+    /// The server connects to another server (third-party source).
+    ToPeer(Vec<SocketAddr>),
+    /// The server listens for another server (third-party destination).
+    FromPeer(Vec<SocketAddr>),
+}
 
 /// One logged-in session.
 #[derive(Debug)]

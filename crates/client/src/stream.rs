@@ -8,7 +8,7 @@ use ferry_dtp::{ChannelSetup, Direction, TransferOutcome};
 use ferry_proto::command::{Restart, TransferMode};
 use ferry_proto::{Command, RangeSet};
 
-use crate::data_channel::DataSetup;
+use crate::session::DataSetup;
 use crate::drive::Progress;
 use crate::request::FileRequest;
 use crate::session::RemoteSession;

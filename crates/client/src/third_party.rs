@@ -6,7 +6,7 @@ use ferry_dtp::TransferOutcome;
 use ferry_proto::opts::{Opts, RetrOpts, StripeLayout};
 use ferry_proto::{Command, HostPort};
 
-use crate::data_channel::DataSetup;
+use crate::session::DataSetup;
 use crate::drive::{drive, Progress};
 use crate::request::FileRequest;
 use crate::session::RemoteSession;
