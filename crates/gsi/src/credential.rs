@@ -11,7 +11,7 @@ use openssl::x509::{X509Ref, X509};
 
 use crate::dn;
 use crate::error::{GsiError, Result};
-use crate::proxy::{self, CertKind};
+use crate::certkind::{self as proxy, CertKind};
 
 /// A certificate with its key and the certificates above it (leaf first, CA not included).
 #[derive(Clone)]

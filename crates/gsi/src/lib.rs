@@ -21,6 +21,7 @@ pub mod error;
 pub mod gridmap;
 pub mod https;
 pub mod protect;
+mod certkind;
 pub mod proxy;
 pub mod record;
 pub mod signing_policy;

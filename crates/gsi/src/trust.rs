@@ -19,7 +19,7 @@ use openssl::x509::{CrlStatus, X509Crl, X509PurposeId, X509Ref, X509StoreContext
 
 use crate::dn;
 use crate::error::{GsiError, Result};
-use crate::proxy::{self, CertKind, ProxyPolicy};
+use crate::certkind::{self as proxy, CertKind, ProxyPolicy};
 use crate::signing_policy::{self, SigningPolicy};
 
 /// Longest chain accepted: root, intermediates, end entity and proxies.

@@ -1,7 +1,62 @@
-//! The argument text of one command, split the way the Globus server splits it.
+//! The argument text of one command, split the way the Globus server splits it, and why a
+//! command does not parse. Commands, `OPTS` and `SITE` all read arguments through this, so it
+//! sits below the three.
 
-use super::CommandError;
 use crate::ranges::parse_u64;
+
+/// Why a line is not a valid command; each maps to the FTP reply a server sends.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommandError {
+    /// The line is longer than [`MAX_COMMAND_LINE`](crate::command::MAX_COMMAND_LINE): 500.
+    #[error("command line too long")]
+    TooLong,
+    /// The line is not UTF-8 or has control characters: 500.
+    #[error("command line is not valid text")]
+    NotText,
+    /// Empty line or a verb that is not letters only: 500.
+    #[error("malformed command")]
+    Malformed,
+    /// A verb this parser does not know: 500 `Invalid command.` (carries the upper-cased verb).
+    #[error("unknown command {0}")]
+    Unknown(String),
+    /// Known verb, wrong arguments: 501 (carries the verb and what is wrong).
+    #[error("{verb}: {reason}")]
+    BadArguments {
+        /// Upper-cased verb.
+        verb: String,
+        /// What is wrong, for the reply text.
+        reason: String,
+    },
+    /// Known verb, argument value not supported (e.g. `MODE B`, `STRU R`, `PROT E`): 504.
+    #[error("{verb}: {reason}")]
+    Unsupported {
+        /// Upper-cased verb.
+        verb: String,
+        /// What is unsupported.
+        reason: String,
+    },
+    /// `EPRT`/`SPOR` with a network protocol other than 1 or 2: 522, as Globus answers
+    /// `522 Network protocol not supported, use (1,2).`
+    #[error("{verb}: network protocol not supported, use (1,2)")]
+    UnsupportedNetworkProtocol {
+        /// Upper-cased verb.
+        verb: String,
+    },
+}
+
+impl CommandError {
+    /// The FTP reply code a server answers this error with.
+    pub fn reply_code(&self) -> u16 {
+        match self {
+            CommandError::TooLong | CommandError::NotText | CommandError::Malformed => 500,
+            CommandError::Unknown(_) => 500,
+            CommandError::BadArguments { .. } => 501,
+            CommandError::Unsupported { .. } => 504,
+            CommandError::UnsupportedNetworkProtocol { .. } => 522,
+        }
+    }
+}
 
 /// The text after a verb (or after a `SITE`/`OPTS` word), with the separating spaces removed.
 ///

@@ -134,6 +134,14 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
+/// `YYYYMMDDHHMMSS`, or the raw seconds when the year does not fit four digits.
+pub(crate) fn write_timestamp(f: &mut std::fmt::Formatter<'_>, secs: i64) -> std::fmt::Result {
+    match format_timestamp(secs) {
+        Some(text) => f.write_str(&text),
+        None => write!(f, "{secs}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

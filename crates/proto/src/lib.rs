@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+mod args;
 pub mod civil;
 pub mod client_pi;
 pub mod clock;

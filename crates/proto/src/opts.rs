@@ -2,8 +2,7 @@
 
 use std::fmt;
 
-use crate::command::args::Args;
-use crate::command::CommandError;
+use crate::args::{Args, CommandError};
 use crate::ranges::parse_u64;
 
 #[cfg(test)]

@@ -3,8 +3,7 @@
 use std::fmt;
 
 use crate::civil::parse_timestamp;
-use crate::command::args::Args;
-use crate::command::CommandError;
+use crate::args::{Args, CommandError};
 
 #[cfg(test)]
 mod tests;
@@ -175,7 +174,7 @@ impl fmt::Display for SiteCommand {
             SiteCommand::Chmod { mode, path } => write!(f, "CHMOD {mode:o} {path}"),
             SiteCommand::Utime { mtime, path } => {
                 f.write_str("UTIME ")?;
-                crate::command::format_timestamp_arg(f, *mtime)?;
+                crate::civil::write_timestamp(f, *mtime)?;
                 write!(f, " {path}")
             }
             SiteCommand::Symlink { target, link } => write!(f, "SYMLINK {target} {link}"),

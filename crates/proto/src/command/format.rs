@@ -6,7 +6,7 @@ use super::{
     Command, Dcau, EpsvArg, Eret, Esto, Protection, Restart, Structure, TransferMode, TransferType,
     TrevEvent,
 };
-use crate::civil::format_timestamp;
+use crate::civil::write_timestamp as timestamp;
 
 /// The verb of `cmd`.
 pub(super) fn verb(cmd: &Command) -> &'static str {
@@ -174,14 +174,6 @@ fn optional(f: &mut fmt::Formatter<'_>, arg: Option<&String>) -> fmt::Result {
     match arg {
         Some(s) => write!(f, " {s}"),
         None => Ok(()),
-    }
-}
-
-/// `YYYYMMDDHHMMSS`, or the raw seconds when the year does not fit four digits.
-pub(crate) fn timestamp(f: &mut fmt::Formatter<'_>, secs: i64) -> fmt::Result {
-    match format_timestamp(secs) {
-        Some(text) => f.write_str(&text),
-        None => write!(f, "{secs}"),
     }
 }
 

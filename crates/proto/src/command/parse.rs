@@ -1,6 +1,6 @@
 //! Command line to [`Command`].
 
-use super::args::Args;
+use crate::args::Args;
 use super::{
     Command, CommandError, Dcau, EpsvArg, Eret, Esto, Protection, Restart, Structure, TransferMode,
     TransferType, TrevEvent, MAX_COMMAND_LINE,

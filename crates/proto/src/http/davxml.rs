@@ -8,7 +8,52 @@ use std::ops::Range;
 use quick_xml::events::{BytesStart, Event};
 use quick_xml::NsReader;
 
-use super::propfind::{namespace, PropName, XmlError, MAX_DEPTH};
+use quick_xml::name::ResolveResult;
+
+/// The DAV: namespace.
+pub const DAV: &str = "DAV:";
+/// Deepest element nesting read.
+pub const MAX_DEPTH: usize = 32;
+/// A property's qualified name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PropName {
+    /// Namespace URI (`DAV:`; empty for no namespace).
+    pub ns: String,
+    /// Local name.
+    pub local: String,
+}
+
+impl PropName {
+    /// A DAV: property.
+    pub fn dav(local: &str) -> PropName {
+        PropName {
+            ns: DAV.into(),
+            local: local.into(),
+        }
+    }
+}
+
+/// A body that is not a PROPFIND we can answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid PROPFIND body: {0}")]
+pub struct XmlError(pub String);
+
+/// A namespace URI, refusing prefixes bound to nothing.
+pub(crate) fn namespace(r: &ResolveResult<'_>) -> Result<String, XmlError> {
+    match r {
+        ResolveResult::Bound(ns) => {
+            if ns.as_ref().is_empty() {
+                return Err(bad("a prefix bound to the empty namespace"));
+            }
+            Ok(String::from_utf8_lossy(ns.as_ref()).into_owned())
+        }
+        ResolveResult::Unbound => Ok(String::new()),
+        ResolveResult::Unknown(p) => Err(bad(format!(
+            "undeclared prefix {}",
+            String::from_utf8_lossy(p)
+        ))),
+    }
+}
 
 fn bad(why: impl Into<String>) -> XmlError {
     XmlError(why.into())

@@ -7,33 +7,11 @@
 use quick_xml::name::ResolveResult;
 
 use super::dav::xml_escape;
-use super::davxml::Walk;
+pub use super::davxml::{PropName, XmlError, DAV, MAX_DEPTH};
+use super::davxml::{namespace, Walk};
 
-/// The DAV: namespace.
-pub const DAV: &str = "DAV:";
-/// Deepest element nesting read.
-pub const MAX_DEPTH: usize = 32;
 /// Most properties one request may name.
 pub const MAX_PROPS: usize = 256;
-
-/// A property's qualified name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PropName {
-    /// Namespace URI (`DAV:`; empty for no namespace).
-    pub ns: String,
-    /// Local name.
-    pub local: String,
-}
-
-impl PropName {
-    /// A DAV: property.
-    pub fn dav(local: &str) -> PropName {
-        PropName {
-            ns: DAV.into(),
-            local: local.into(),
-        }
-    }
-}
 
 /// What a PROPFIND asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,11 +23,6 @@ pub enum Propfind {
     /// These properties.
     Props(Vec<PropName>),
 }
-
-/// A body that is not a PROPFIND we can answer.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid PROPFIND body: {0}")]
-pub struct XmlError(pub String);
 
 fn bad(why: impl Into<String>) -> XmlError {
     XmlError(why.into())
@@ -88,22 +61,6 @@ pub fn parse(body: &[u8]) -> Result<Propfind, XmlError> {
     })
 }
 
-/// A namespace URI, refusing prefixes bound to nothing.
-pub(crate) fn namespace(r: &ResolveResult<'_>) -> Result<String, XmlError> {
-    match r {
-        ResolveResult::Bound(ns) => {
-            if ns.as_ref().is_empty() {
-                return Err(bad("a prefix bound to the empty namespace"));
-            }
-            Ok(String::from_utf8_lossy(ns.as_ref()).into_owned())
-        }
-        ResolveResult::Unbound => Ok(String::new()),
-        ResolveResult::Unknown(p) => Err(bad(format!(
-            "undeclared prefix {}",
-            String::from_utf8_lossy(p)
-        ))),
-    }
-}
 
 /// The start of a multistatus body.
 pub const MULTISTATUS_START: &str =
