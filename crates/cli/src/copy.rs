@@ -12,7 +12,7 @@ use ferry_storage::ChecksumAlgorithm;
 
 use crate::demo::parse_size;
 use crate::exit;
-use crate::present::{self, Output, OutputArgs};
+use crate::present::{self, report, runtime, summary, Output, OutputArgs};
 
 /// `ferry copy` flags.
 #[derive(Debug, Args)]
@@ -319,22 +319,6 @@ pub(crate) fn run_job_measured(job: CopyJob) -> Measured {
 /// An exit code, and what the copy moved in how long when it ran.
 pub(crate) type Measured = (u8, Option<(ferry_client::CopySummary, Duration)>);
 
-/// The runtime copies run on; `None` (and a message) when it cannot start.
-pub(crate) fn runtime() -> Option<tokio::runtime::Runtime> {
-    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into());
-    crate::serve::init_logging(Some(&filter));
-    match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => Some(rt),
-        Err(e) => {
-            eprintln!("ferry: cannot start runtime: {e}");
-            None
-        }
-    }
-}
-
 /// Runs the job from `sessions` (which may be logged in already) on the current runtime.
 pub(crate) async fn run_job_async(job: CopyJob, sessions: ferry_client::Sessions) -> Measured {
     run_job_watched(job, sessions, Arc::new(|_: &CopyEvent| {})).await
@@ -420,28 +404,6 @@ pub(crate) async fn run_tuned(
     code
 }
 
-/// Prints a copy's failure with its hint; returns its exit code.
-pub(crate) fn report(e: &ferry_client::ClientError) -> u8 {
-    eprintln!("ferry: {e}");
-    if let Some(h) = exit::hint(e) {
-        eprintln!("  hint: {h}");
-    }
-    exit::code(e.class())
-}
-
-pub(crate) fn summary(done: usize, failed: usize, bytes: u64, elapsed: Duration) {
-    let secs = elapsed.as_secs_f64().max(1e-9);
-    let failed = if failed > 0 {
-        format!(", {failed} failed")
-    } else {
-        String::new()
-    };
-    eprintln!(
-        "{done} file{} copied{failed}: {bytes} bytes in {secs:.2} s ({:.1} MB/s)",
-        if done == 1 { "" } else { "s" },
-        bytes as f64 / secs / 1e6
-    );
-}
 
 pub(crate) fn run(mut args: CopyArgs) -> u8 {
     let tree = match args.tree() {
@@ -474,7 +436,7 @@ pub(crate) fn run(mut args: CopyArgs) -> u8 {
         args.paths.push(t.dests[0].url.clone());
     }
     match (args.resolve(), tree) {
-        (Ok(job), Some(tree)) => crate::multilink::run(job, tree),
+        (Ok(job), Some(tree)) => crate::multilink::run(&job.sources, &job.options, job.output, tree),
         (Ok(job), None) => run_job(job),
         (Err(e), _) => {
             eprintln!("ferry copy: {e}");

@@ -3,11 +3,10 @@
 use std::time::Duration;
 
 use ferry_client::multilink::{copy_to_many, Tree, Watch};
-use ferry_client::{ClientError, CopySummary, EventSink};
+use ferry_client::{ClientError, CopyOptions, CopySummary, EventSink, Location};
 
-use crate::copy::{report, runtime, summary, CopyJob};
 use crate::exit;
-use crate::present::{self, Output};
+use crate::present::{self, report, runtime, summary, Output};
 
 /// Shows a one-to-many copy as `ferry copy` shows one copy.
 struct Shown {
@@ -39,17 +38,17 @@ impl Watch for Shown {
     }
 }
 
-/// Runs `job` (one source; its destination is the tree's) to every destination of `tree`.
-pub(crate) fn run(job: CopyJob, tree: Tree) -> u8 {
-    let [source] = job.sources.as_slice() else {
+/// Copies `sources` (one file) with `options` to every destination of `tree`.
+pub(crate) fn run(sources: &[Location], options: &CopyOptions, output: Output, tree: Tree) -> u8 {
+    let [source] = sources else {
         eprintln!("ferry copy: --to-many and --via copy one source file");
         return exit::USAGE;
     };
     let Some(rt) = runtime() else {
         return 1;
     };
-    let shown = Shown { output: job.output };
-    match rt.block_on(copy_to_many(source, &tree, &job.options, &shown)) {
+    let shown = Shown { output };
+    match rt.block_on(copy_to_many(source, &tree, options, &shown)) {
         Ok(()) => exit::OK,
         Err(class) => exit::code(class),
     }

@@ -4,7 +4,11 @@
 use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 
+use std::time::Duration;
+
 use ferry_client::{CopyEvent, EventSink};
+
+use crate::exit;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// How to show progress.
@@ -201,3 +205,43 @@ fn line(s: &State, text: String) {
 }
 
 pub(crate) use ferry_client::human_bytes;
+
+/// The runtime copies run on; `None` (and a message) when it cannot start.
+pub(crate) fn runtime() -> Option<tokio::runtime::Runtime> {
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into());
+    crate::serve::init_logging(Some(&filter));
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => Some(rt),
+        Err(e) => {
+            eprintln!("ferry: cannot start runtime: {e}");
+            None
+        }
+    }
+}
+
+/// Prints a copy's failure with its hint; returns its exit code.
+pub(crate) fn report(e: &ferry_client::ClientError) -> u8 {
+    eprintln!("ferry: {e}");
+    if let Some(h) = exit::hint(e) {
+        eprintln!("  hint: {h}");
+    }
+    exit::code(e.class())
+}
+
+/// The closing line of a copy: files, bytes, time and rate.
+pub(crate) fn summary(done: usize, failed: usize, bytes: u64, elapsed: Duration) {
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    let failed = if failed > 0 {
+        format!(", {failed} failed")
+    } else {
+        String::new()
+    };
+    eprintln!(
+        "{done} file{} copied{failed}: {bytes} bytes in {secs:.2} s ({:.1} MB/s)",
+        if done == 1 { "" } else { "s" },
+        bytes as f64 / secs / 1e6
+    );
+}

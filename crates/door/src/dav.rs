@@ -9,7 +9,7 @@ use http::{header, HeaderValue, StatusCode};
 use hyper::body::Incoming;
 
 use crate::reply::{self, blocking, Reply};
-use crate::request::{Req, ALLOW};
+use crate::req::{Req, ALLOW};
 
 /// OPTIONS: WebDAV class 1 (no locks), the methods, byte ranges.
 pub(crate) fn options() -> Reply {
@@ -78,7 +78,7 @@ pub(crate) async fn mkcol(r: &Req, body: Incoming) -> Result<Reply, Reply> {
             .is_some_and(|l| l.trim() != "0");
     if has_body {
         // Read (a little of) it so the connection stays usable, then refuse.
-        let _ = crate::request::small_body(body, 64 * 1024).await;
+        let _ = crate::req::small_body(body, 64 * 1024).await;
         return Err(reply::status(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "MKCOL with a body is not supported",

@@ -15,7 +15,7 @@ use http::{header, HeaderValue, Response, StatusCode};
 use crate::body::Body;
 use crate::context::{DoorContext, HttpTransfer};
 use crate::reply::{self, blocking, Reply};
-use crate::request::Req;
+use crate::req::Req;
 use crate::zerocopy::Job;
 
 /// Buffers file data passes through (GET bodies read from storage, PUT bodies on their way to

@@ -25,6 +25,7 @@ mod principal;
 mod propfind;
 mod put;
 mod reply;
+mod req;
 mod request;
 mod zerocopy;
 

@@ -18,7 +18,7 @@ use hyper::body::Incoming;
 use crate::body::Body;
 use crate::deadprops::DeadProps;
 use crate::reply::{self, blocking, Reply};
-use crate::request::Req;
+use crate::req::Req;
 
 /// Largest PROPFIND or PROPPATCH body read.
 pub(crate) const MAX_BODY: usize = 1 << 20;
@@ -137,7 +137,7 @@ pub(crate) async fn propfind(r: &Req, body: Incoming) -> Result<Reply, Reply> {
         );
         return Err(refused);
     }
-    let bytes = crate::request::small_body(body, MAX_BODY).await?;
+    let bytes = crate::req::small_body(body, MAX_BODY).await?;
     let want = propfind::parse(&bytes).map_err(|e| reply::status(StatusCode::BAD_REQUEST, e))?;
     let (s, p, w) = (
         Arc::clone(&r.principal.storage),
@@ -242,7 +242,7 @@ impl HrefBase {
 /// PROPPATCH: every change or none (RFC 4918 §9.2); a live DAV: property cannot be set.
 pub(crate) async fn proppatch(r: &Req, body: Incoming) -> Result<Reply, Reply> {
     r.writable()?;
-    let bytes = crate::request::small_body(body, MAX_BODY).await?;
+    let bytes = crate::req::small_body(body, MAX_BODY).await?;
     let ops = proppatch::parse(&bytes).map_err(|e| reply::status(StatusCode::BAD_REQUEST, e))?;
     let names: Vec<PropName> = ops
         .iter()

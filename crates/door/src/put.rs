@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::context::{DoorContext, HttpTransfer};
 use crate::get::{data_buffers, storage_algorithm};
 use crate::reply::{self, blocking, Reply};
-use crate::request::Req;
+use crate::req::Req;
 
 /// Prefix of the temporary names uploads are written under.
 pub(crate) const TEMP_PREFIX: &str = ".ferry-put-";

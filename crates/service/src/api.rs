@@ -21,8 +21,7 @@ use crate::{delegation, now, ServiceError};
 
 /// The FTS3 REST API version ferry answers as (its client checks only that it is there).
 const API_VERSION: (u32, u32, u32) = (3, 12, 0);
-/// Largest request body: a job of many thousand files.
-pub const MAX_BODY: usize = 32 << 20;
+pub use crate::extract::MAX_BODY;
 
 /// What every handler shares.
 pub struct AppState {
@@ -40,32 +39,6 @@ pub struct AppState {
 
 pub(crate) type Shared = State<Arc<AppState>>;
 
-/// The routes.
-pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route("/", get(root))
-        .route("/whoami", get(whoami))
-        .route("/delegation/{id}", get(delegation_get))
-        .route("/delegation/{id}/request", get(delegation_request))
-        .route(
-            "/delegation/{id}/credential",
-            put(delegation_credential).post(delegation_credential),
-        )
-        .route("/jobs", post(submit).get(list_jobs))
-        .route("/jobs/{ids}", get(get_jobs).delete(cancel_jobs))
-        .route("/jobs/{id}/files", get(job_files))
-        .route("/jobs/{id}/files/{file_id}/retries", get(file_retries))
-        .route("/jobs/{id}/dm", get(job_dm))
-        .route("/openapi.json", get(openapi))
-        .route("/dashboard", get(crate::dashboard::page))
-        .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
-        .route("/dashboard/session", post(crate::dashboard::session))
-        .route("/dashboard/state", get(crate::dashboard::state))
-        .route("/dashboard/events", get(crate::dashboard::events))
-        .layer(axum::middleware::from_fn(crate::cross_site::guard))
-        .layer(DefaultBodyLimit::max(MAX_BODY))
-        .with_state(state)
-}
 
 /// Errors as FTS3 spells them: `{"status": "400 Bad Request", "message": …}`.
 impl IntoResponse for ServiceError {
@@ -151,7 +124,7 @@ fn session_cookie(parts: &Parts) -> Option<String> {
         .find_map(|c| c.trim().strip_prefix("ferry_session=").map(str::to_owned))
 }
 
-async fn root() -> Json<Value> {
+pub(crate) async fn root() -> Json<Value> {
     let (major, minor, patch) = API_VERSION;
     Json(json!({
         "api": {"major": major, "minor": minor, "patch": patch},
@@ -160,7 +133,7 @@ async fn root() -> Json<Value> {
     }))
 }
 
-async fn whoami(Caller(id): Caller) -> Json<Value> {
+pub(crate) async fn whoami(Caller(id): Caller) -> Json<Value> {
     let delegation_id = delegation::id_for(&id.dn);
     Json(json!({
         "dn": [id.dn],
@@ -189,7 +162,7 @@ fn own_delegation(id: &str, caller: &Identity) -> Result<(), ServiceError> {
     }
 }
 
-async fn delegation_get(
+pub(crate) async fn delegation_get(
     State(st): Shared,
     Caller(caller): Caller,
     Path(id): Path<String>,
@@ -204,7 +177,7 @@ async fn delegation_get(
     }))
 }
 
-async fn delegation_request(
+pub(crate) async fn delegation_request(
     State(st): Shared,
     Caller(caller): Caller,
     Path(id): Path<String>,
@@ -217,7 +190,7 @@ async fn delegation_request(
     Ok(([(header::CONTENT_TYPE, "application/x-pem-file")], request).into_response())
 }
 
-async fn delegation_credential(
+pub(crate) async fn delegation_credential(
     State(st): Shared,
     Caller(caller): Caller,
     Path(id): Path<String>,
@@ -243,7 +216,7 @@ async fn delegation_credential(
     Ok(StatusCode::CREATED.into_response())
 }
 
-async fn submit(
+pub(crate) async fn submit(
     State(st): Shared,
     Caller(caller): Caller,
     JsonBody(body): JsonBody,
@@ -266,7 +239,7 @@ struct ListQuery {
     limit: Option<i64>,
 }
 
-async fn list_jobs(
+pub(crate) async fn list_jobs(
     State(st): Shared,
     Caller(caller): Caller,
     Query(q): Query<ListQuery>,
@@ -348,7 +321,7 @@ async fn jobs_answer(
     }))
 }
 
-async fn get_jobs(
+pub(crate) async fn get_jobs(
     State(st): Shared,
     Caller(caller): Caller,
     Path(ids): Path<String>,
@@ -356,7 +329,7 @@ async fn get_jobs(
     jobs_answer(&st, &caller, &id_list(&ids)).await
 }
 
-async fn cancel_jobs(
+pub(crate) async fn cancel_jobs(
     State(st): Shared,
     Caller(caller): Caller,
     Path(ids): Path<String>,
@@ -368,7 +341,7 @@ async fn cancel_jobs(
     jobs_answer(&st, &caller, &list).await
 }
 
-async fn job_files(
+pub(crate) async fn job_files(
     State(st): Shared,
     Caller(caller): Caller,
     Path(id): Path<String>,
@@ -384,7 +357,7 @@ async fn job_files(
     )))
 }
 
-async fn file_retries(
+pub(crate) async fn file_retries(
     State(st): Shared,
     Caller(caller): Caller,
     Path((id, file_id)): Path<(String, i64)>,
@@ -407,7 +380,7 @@ async fn file_retries(
     Ok(Json(serde_json::to_value(attempts).unwrap_or(Value::Null)))
 }
 
-async fn job_dm(
+pub(crate) async fn job_dm(
     State(st): Shared,
     Caller(caller): Caller,
     Path(id): Path<String>,
@@ -417,7 +390,7 @@ async fn job_dm(
     Ok(Json(json!([])))
 }
 
-async fn openapi() -> Response {
+pub(crate) async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], crate::OPENAPI).into_response()
 }
 

@@ -4,8 +4,10 @@
 use axum::extract::{FromRequest, FromRequestParts};
 use axum::http::request::Parts;
 
-use crate::api::MAX_BODY;
 use crate::ServiceError;
+
+/// Largest request body: a job of many thousand files.
+pub const MAX_BODY: usize = 32 << 20;
 
 /// A path's parameters; a bad one is a JSON 400 like every other error.
 pub struct Path<T>(pub T);

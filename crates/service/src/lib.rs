@@ -14,6 +14,7 @@ pub mod dashboard;
 pub mod db;
 pub mod delegation;
 pub mod extract;
+mod routes;
 pub mod metrics;
 pub mod optimizer;
 pub mod redact;
@@ -212,7 +213,7 @@ impl Service {
         }
         let scheduler = Arc::clone(&self.state.scheduler);
         let sched_task = tokio::spawn(Arc::clone(&scheduler).run());
-        let router = api::router(Arc::clone(&self.state));
+        let router = routes::router(Arc::clone(&self.state));
         let acceptor = Arc::new(self.acceptor);
         let gate = admission::Gate::new(self.connections);
         loop {

@@ -180,7 +180,7 @@ pub(crate) fn run(args: GcpArgs) -> u8 {
     if queue {
         return crate::service::queue(&job, &service, dry_run);
     }
-    let Some(rt) = crate::copy::runtime() else {
+    let Some(rt) = crate::present::runtime() else {
         return 1;
     };
     rt.block_on(async {

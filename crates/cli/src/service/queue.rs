@@ -15,7 +15,7 @@ pub(crate) fn queue(job: &crate::copy::CopyJob, service: &str, dry_run: bool) ->
             return exit::USAGE;
         }
     }
-    let Some(rt) = crate::copy::runtime() else {
+    let Some(rt) = crate::present::runtime() else {
         return 1;
     };
     rt.block_on(async {
@@ -23,7 +23,7 @@ pub(crate) fn queue(job: &crate::copy::CopyJob, service: &str, dry_run: bool) ->
         let mut sessions = Sessions::with_gsi(gsi);
         let plan = match ferry_client::plan(&job.sources, &job.dest, job.recursive, &mut sessions).await {
             Ok(p) => p,
-            Err(e) => return crate::copy::report(&e),
+            Err(e) => return crate::present::report(&e),
         };
         let url = |l: &Location| match l {
             Location::Remote(r) => r.to_url(),
@@ -39,7 +39,7 @@ pub(crate) fn queue(job: &crate::copy::CopyJob, service: &str, dry_run: bool) ->
             if let Location::Remote(r) = dir {
                 let made = async { sessions.get(r).await?.mkdir_all(&r.path).await };
                 if let Err(e) = made.await {
-                    return crate::copy::report(&e);
+                    return crate::present::report(&e);
                 }
             }
         }
