@@ -404,7 +404,6 @@ pub(crate) async fn run_tuned(
     code
 }
 
-
 pub(crate) fn run(mut args: CopyArgs) -> u8 {
     let tree = match args.tree() {
         Ok(t) => t,
@@ -436,7 +435,9 @@ pub(crate) fn run(mut args: CopyArgs) -> u8 {
         args.paths.push(t.dests[0].url.clone());
     }
     match (args.resolve(), tree) {
-        (Ok(job), Some(tree)) => crate::multilink::run(&job.sources, &job.options, job.output, tree),
+        (Ok(job), Some(tree)) => {
+            crate::multilink::run(&job.sources, &job.options, job.output, tree)
+        }
         (Ok(job), None) => run_job(job),
         (Err(e), _) => {
             eprintln!("ferry copy: {e}");

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use ferry_storage::{ChecksumAlgorithm, PosixStorage, Storage};
 
-use crate::options::{CopyOptions, SyncLevel, Verify};
+use crate::options::{CopyOptions, Ends, SyncLevel, Verify};
 use crate::plan::{display, local, Job};
 use crate::request::{local_path, FileRequest};
 use crate::sessions::Sessions;

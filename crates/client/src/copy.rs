@@ -4,20 +4,19 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
-use tokio_util::sync::CancellationToken;
+use std::time::Instant;
 
 use crate::checks::{preserve, up_to_date};
 use crate::job::{FileCopy, FileCopyEvent, Retry};
-use crate::options::{finished, started, CopyEvent, CopyOptions, CopySummary, EventSink};
+use crate::options::{
+    finished, started, CopyEvent, CopyOptions, CopySummary, EventSink, SyncLevel,
+};
 use crate::pipeline::{run_pipeline, take_batch};
-use crate::plan::{display, Job, Plan};
-use crate::request::FileRequest;
-use crate::retune::{Retune, Retuned, Watch};
+use crate::plan::{Job, Plan};
+use crate::retune::{Retuned, Watch};
 use crate::sessions::Sessions;
 use crate::url::Location;
-use crate::{ClientError, ErrorClass};
+use crate::ClientError;
 
 /// Plans and runs a copy of `sources` to `dest`.
 pub async fn copy(

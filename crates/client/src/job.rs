@@ -10,8 +10,8 @@ use ferry_proto::RangeSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::checks::{verify, Checked};
-use crate::options::Verify;
 use crate::drive::Progress;
+use crate::options::Verify;
 use crate::request::{auto_parallelism, is_small, FileRequest};
 use crate::sessions::Sessions;
 use crate::url::Location;
@@ -544,5 +544,3 @@ async fn local_copy(src: &Path, dst: &Path, req: &FileRequest) -> Result<(u64, u
     to.flush().await?;
     Ok((n, 0))
 }
-
-

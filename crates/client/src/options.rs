@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::plan::{display, Job};
 use crate::request::FileRequest;
 use crate::retune::Retune;
-use crate::ClientError;
+use crate::{ClientError, ErrorClass};
 
 /// How `--sync` decides a destination is already up to date.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -291,4 +291,3 @@ pub(crate) fn finished(
         }
     }
 }
-

@@ -8,9 +8,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::checks::{verify_all, Checked};
-use crate::options::{finished, started, CopyEvent, CopyOptions, CopySummary, EventSink, SyncLevel};
-use crate::request::auto_parallelism;
+use crate::options::{
+    finished, started, CopyEvent, CopyOptions, CopySummary, EventSink, SyncLevel,
+};
 use crate::plan::{display, Job};
+use crate::request::auto_parallelism;
 use crate::sessions::Sessions;
 use crate::third_party_pipelined;
 use crate::url::Location;

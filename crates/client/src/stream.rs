@@ -8,9 +8,9 @@ use ferry_dtp::{ChannelSetup, Direction, TransferOutcome};
 use ferry_proto::command::{Restart, TransferMode};
 use ferry_proto::{Command, RangeSet};
 
-use crate::session::DataSetup;
 use crate::drive::Progress;
 use crate::request::FileRequest;
+use crate::session::DataSetup;
 use crate::session::RemoteSession;
 use crate::ClientError;
 

@@ -6,9 +6,9 @@ use ferry_dtp::TransferOutcome;
 use ferry_proto::opts::{Opts, RetrOpts, StripeLayout};
 use ferry_proto::{Command, HostPort};
 
-use crate::session::DataSetup;
 use crate::drive::{drive, Progress};
 use crate::request::FileRequest;
+use crate::session::DataSetup;
 use crate::session::RemoteSession;
 use crate::{ClientError, ErrorClass};
 

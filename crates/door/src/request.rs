@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use ferry_proto::http::dav;
 use ferry_storage::VirtualPath;
-use http::{header, HeaderMap, Method, Request, StatusCode};
+use http::{header, Request, StatusCode};
 use hyper::body::Incoming;
 
 use crate::context::DoorContext;
-use crate::principal::{ConnAuth, Principal};
+use crate::principal::ConnAuth;
 use crate::reply::{self, Reply};
 use crate::req::{Req, ALLOW};
 use crate::zerocopy::Splicer;

@@ -1,12 +1,12 @@
 //! Proxy certificates told apart: RFC 3820, pre-RFC GT3, legacy GT2; impersonation, limited,
 //! independent, restricted. The credential, the trust store and the signing all read this.
 
-use openssl::asn1::{Asn1Object, Asn1OctetString, Asn1Time};
+use openssl::asn1::Asn1Time;
 use openssl::nid::Nid;
 use openssl::x509::X509Ref;
 
 use crate::der::{self, ProxyCertInfo};
-use crate::error::{GsiError, Result};
+use crate::error::Result;
 
 /// What a proxy's policy lets it do.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,9 +9,9 @@ use ferry_proto::clock::unix_now;
 use openssl::pkey::{PKey, Private};
 use openssl::x509::{X509Ref, X509};
 
+use crate::certkind::{self as proxy, CertKind};
 use crate::dn;
 use crate::error::{GsiError, Result};
-use crate::certkind::{self as proxy, CertKind};
 
 /// A certificate with its key and the certificates above it (leaf first, CA not included).
 #[derive(Clone)]

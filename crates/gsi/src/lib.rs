@@ -16,12 +16,12 @@ pub mod data;
 mod der;
 #[doc(hidden)]
 pub use der::fuzz_readers as fuzz_der_readers;
+mod certkind;
 pub mod dn;
 pub mod error;
 pub mod gridmap;
 pub mod https;
 pub mod protect;
-mod certkind;
 pub mod proxy;
 pub mod record;
 pub mod signing_policy;

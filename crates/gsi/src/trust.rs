@@ -17,9 +17,9 @@ use openssl::x509::store::{X509Store, X509StoreBuilder};
 use openssl::x509::verify::X509VerifyFlags;
 use openssl::x509::{CrlStatus, X509Crl, X509PurposeId, X509Ref, X509StoreContext, X509};
 
+use crate::certkind::{self as proxy, CertKind, ProxyPolicy};
 use crate::dn;
 use crate::error::{GsiError, Result};
-use crate::certkind::{self as proxy, CertKind, ProxyPolicy};
 use crate::signing_policy::{self, SigningPolicy};
 
 /// Longest chain accepted: root, intermediates, end entity and proxies.

@@ -2,8 +2,8 @@
 
 use std::fmt;
 
-use crate::civil::parse_timestamp;
 use crate::args::{Args, CommandError};
+use crate::civil::parse_timestamp;
 
 #[cfg(test)]
 mod tests;

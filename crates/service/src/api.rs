@@ -3,12 +3,11 @@
 
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, FromRequestParts, State};
+use axum::extract::{FromRequestParts, State};
 
 pub use crate::extract::{Body, JsonBody, Path, Query};
 use axum::http::{header, request::Parts, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
 use axum::{Extension, Json, Router};
 use serde_json::{json, Value};
 
@@ -38,7 +37,6 @@ pub struct AppState {
 }
 
 pub(crate) type Shared = State<Arc<AppState>>;
-
 
 /// Errors as FTS3 spells them: `{"status": "400 Bad Request", "message": …}`.
 impl IntoResponse for ServiceError {
@@ -233,7 +231,7 @@ pub(crate) async fn submit(
 }
 
 #[derive(serde::Deserialize)]
-struct ListQuery {
+pub(crate) struct ListQuery {
     state_in: Option<String>,
     user_dn: Option<String>,
     limit: Option<i64>,

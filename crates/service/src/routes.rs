@@ -13,7 +13,7 @@ use crate::dashboard;
 use crate::extract::MAX_BODY;
 
 /// The routes.
-pub fn router(state: Arc<AppState>) -> Router {
+pub(crate) fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/", get(api::root))
         .route("/whoami", get(api::whoami))

@@ -50,7 +50,8 @@ impl Pki {
 /// A proxy of `issuer` with the given ProxyCertInfo policy language.
 fn proxy_with(issuer: &Credential, language: &[u8]) -> Credential {
     let key = PKey::from_rsa(Rsa::generate(2048).unwrap()).unwrap();
-    let cert = proxy::sign_with_language(issuer, &key, &ProxyOptions::default(), language).unwrap();
+    let cert =
+        crate::proxy::sign_with_language(issuer, &key, &ProxyOptions::default(), language).unwrap();
     chained(issuer, cert, key)
 }
 
@@ -61,7 +62,7 @@ fn ferry_proxy(issuer: &Credential, limited: bool) -> Credential {
         limited,
         ..ProxyOptions::default()
     };
-    let cert = proxy::sign_proxy(issuer, &key, &options).unwrap();
+    let cert = crate::proxy::sign_proxy(issuer, &key, &options).unwrap();
     chained(issuer, cert, key)
 }
 

@@ -1,10 +1,10 @@
 //! Command line to [`Command`].
 
-use crate::args::Args;
 use super::{
     Command, CommandError, Dcau, EpsvArg, Eret, Esto, Protection, Restart, Structure, TransferMode,
     TransferType, TrevEvent, MAX_COMMAND_LINE,
 };
+use crate::args::Args;
 use crate::civil::parse_timestamp;
 use crate::hostport::{HostPort, HostPortError};
 use crate::opts::parse_opts;

@@ -4,11 +4,9 @@
 //! Bodies are parsed with quick-xml, which never expands entities a document declares; a
 //! document with a DOCTYPE is refused outright, so entity tricks ("billion laughs") never start.
 
-use quick_xml::name::ResolveResult;
-
 use super::dav::xml_escape;
+use super::davxml::Walk;
 pub use super::davxml::{PropName, XmlError, DAV, MAX_DEPTH};
-use super::davxml::{namespace, Walk};
 
 /// Most properties one request may name.
 pub const MAX_PROPS: usize = 256;
@@ -60,7 +58,6 @@ pub fn parse(body: &[u8]) -> Result<Propfind, XmlError> {
         None => return Err(bad("DAV:propfind names neither prop, allprop nor propname")),
     })
 }
-
 
 /// The start of a multistatus body.
 pub const MULTISTATUS_START: &str =
