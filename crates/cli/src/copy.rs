@@ -5,10 +5,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use ferry_client::path::{Asked, CongestionArg, PathCache, Tuning};
-use ferry_client::{
-    CopyEvent, CopyOptions, Ends, FileRequest, GsiOptions, Location, SyncLevel, Verify,
-};
-use ferry_storage::ChecksumAlgorithm;
+use ferry_client::{CopyEvent, CopyOptions, FileRequest, GsiOptions, Location, SyncLevel, Verify};
 
 use crate::demo::parse_size;
 use crate::exit;
@@ -160,69 +157,10 @@ pub(crate) struct CopyJob {
     pub(crate) output: Output,
 }
 
-fn bytes_u32(v: Option<u64>, what: &str) -> Result<Option<u32>, String> {
+/// A size flag's value where the wire takes 32 bits.
+pub(crate) fn bytes_u32(v: Option<u64>, what: &str) -> Result<Option<u32>, String> {
     v.map(|n| u32::try_from(n).map_err(|_| format!("{what} must be below 4 GiB")))
         .transpose()
-}
-
-/// `--stripe` / `-stripe` with the block size (`--stripe-block-size` / `-sbs`; 0 = partitioned).
-pub(crate) fn stripe_layout(stripe: bool, block: Option<u64>) -> Option<ferry_dtp::LayoutSpec> {
-    stripe.then(|| match block {
-        Some(0) => ferry_dtp::LayoutSpec::Partitioned,
-        Some(n) => ferry_dtp::LayoutSpec::Blocked(n),
-        None => ferry_dtp::LayoutSpec::default(),
-    })
-}
-
-/// `--checksum`, `--checksum-value` and `--no-verify` as the verification they ask for.
-fn verification(
-    no_verify: bool,
-    named: Option<&str>,
-    required: bool,
-    value: Option<&str>,
-) -> Result<Option<Verify>, String> {
-    if no_verify {
-        return Ok(None);
-    }
-    let mut v = match named {
-        Some(name) => Verify::required(algorithm(Some(name))?),
-        None => Verify {
-            required,
-            ..Verify::by_default()
-        },
-    };
-    if let Some(value) = value {
-        let (alg, hex) = value.split_once(':').ok_or_else(|| {
-            format!("--checksum-value takes ALG:VALUE (ADLER32:1a2b3c4d), not '{value}'")
-        })?;
-        let alg = algorithm(Some(alg))?;
-        if named.is_some() && alg != v.algorithm {
-            return Err(format!(
-                "--checksum {} and --checksum-value {} name different algorithms",
-                v.algorithm.name(),
-                alg.name()
-            ));
-        }
-        if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(format!(
-                "--checksum-value: '{hex}' is not a hexadecimal value"
-            ));
-        }
-        v = Verify {
-            algorithm: alg,
-            expected: Some(hex.to_ascii_lowercase()),
-            required: true,
-            ends: Ends::Both,
-        };
-    }
-    Ok(Some(v))
-}
-
-pub(crate) fn algorithm(name: Option<&str>) -> Result<ChecksumAlgorithm, String> {
-    let name = name.unwrap_or("MD5");
-    ChecksumAlgorithm::from_name(name).ok_or_else(|| {
-        format!("unknown checksum algorithm '{name}' (MD5, ADLER32, CRC32C, SHA1, SHA256, SHA512)")
-    })
 }
 
 impl CopyArgs {
@@ -236,23 +174,14 @@ impl CopyArgs {
             return Err("need a source and a destination".into());
         }
         let dest = locs.pop().ok_or("need a source and a destination")?;
-        let sync = match self.sync.as_deref() {
-            None => SyncLevel::Off,
-            Some("exists") => SyncLevel::Exists,
-            Some("size") => SyncLevel::Size,
-            Some("checksum") => SyncLevel::Checksum,
-            Some(other) => {
-                return Err(format!(
-                    "--sync takes exists, size or checksum, not '{other}'"
-                ))
-            }
-        };
-        let verify = verification(
+        let sync = SyncLevel::from_flag(self.sync.as_deref()).map_err(|e| e.to_string())?;
+        let verify = Verify::from_flags(
             self.no_verify,
             self.checksum.as_deref(),
             self.verify_checksum,
             self.checksum_value.as_deref(),
-        )?;
+        )
+        .map_err(|e| e.to_string())?;
         if self.checksum_value.is_some() && (locs.len() != 1 || self.recursive) {
             return Err(
                 "--checksum-value is one file's checksum: give one source file and no -r".into(),
@@ -269,7 +198,7 @@ impl CopyArgs {
                 transport: (self.transport != "tcp").then(|| self.transport.clone()),
                 offset: self.offset.unwrap_or(0),
                 length: self.length,
-                stripe: stripe_layout(self.stripe, self.stripe_block_size),
+                stripe: ferry_dtp::LayoutSpec::asked(self.stripe, self.stripe_block_size),
                 require_parallel: self.require_parallel,
                 ..defaults.request.clone()
             },
@@ -386,20 +315,10 @@ pub(crate) async fn run_tuned(
     if dry_run {
         return exit::OK;
     }
-    job.options.request.large_file_streams = tuning.large_file_streams;
-    job.options.retune = tuning.retune();
-    job.options.request.congestion = tuning.congestion;
-    if tuning.tcp_only {
-        job.options.request.transport = None;
-    }
+    tuning.apply(&mut job.options);
     let (code, measured) = run_job_async(job, sessions).await;
     if let Some((summary, elapsed)) = measured {
-        say(&tuning.learn(
-            summary.bytes,
-            elapsed,
-            (summary.done, summary.failed),
-            summary.tcp.as_ref(),
-        ));
+        say(&tuning.learn_from(&summary, elapsed));
     }
     code
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use ferry_gsi::credential::{default_proxy_path, process_env, user_cert_paths};
+use ferry_gsi::credential::{process_env, user_cert_paths};
 use ferry_gsi::{Credential, ProxyOptions, TrustStore, VerifyOptions};
 
 /// `ferry proxy` subcommands.
@@ -93,13 +93,7 @@ pub(crate) fn run(cmd: ProxyCmd) -> u8 {
 }
 
 fn proxy_path(explicit: Option<PathBuf>) -> PathBuf {
-    explicit
-        .or_else(|| {
-            process_env("X509_USER_PROXY")
-                .filter(|p| !p.is_empty())
-                .map(PathBuf::from)
-        })
-        .unwrap_or_else(default_proxy_path)
+    ferry_gsi::credential::proxy_path(explicit, &process_env)
 }
 
 fn init(a: InitArgs) -> anyhow::Result<()> {
@@ -143,7 +137,6 @@ fn init(a: InitArgs) -> anyhow::Result<()> {
         }
         Err(e) => eprintln!("ferry: warning: not checking the certificate: {e}"),
     }
-    let key = openssl::pkey::PKey::from_rsa(openssl::rsa::Rsa::generate(a.bits)?)?;
     let options = ProxyOptions {
         lifetime: a.valid,
         limited: a.limited,
@@ -154,10 +147,7 @@ fn init(a: InitArgs) -> anyhow::Result<()> {
             _ => ferry_gsi::ProxyFormat::Rfc3820,
         }),
     };
-    let proxy_cert = ferry_gsi::proxy::sign_proxy(&user, &key, &options)?;
-    let mut chain = vec![user.cert.clone()];
-    chain.extend(user.chain.iter().cloned());
-    let proxy = Credential::new(proxy_cert, key, chain)?;
+    let proxy = ferry_gsi::proxy::create_proxy(&user, a.bits, &options)?;
     let out = proxy_path(a.out);
     proxy.save_proxy(&out)?;
     if !a.quiet {
@@ -219,17 +209,8 @@ fn info(a: InfoArgs) -> u8 {
 }
 
 fn destroy(path: &Path) -> anyhow::Result<()> {
-    use std::io::Write;
-    let len = std::fs::metadata(path)
-        .with_context(|| format!("no proxy at {}", path.display()))?
-        .len();
-    // Overwrite the key before unlinking, as grid-proxy-destroy does.
-    if let Ok(mut f) = std::fs::OpenOptions::new().write(true).open(path) {
-        let _ = f.write_all(&vec![0u8; len as usize]);
-        let _ = f.sync_all();
-    }
-    std::fs::remove_file(path).with_context(|| format!("removing {}", path.display()))?;
-    Ok(())
+    ferry_gsi::credential::destroy_proxy(path)
+        .with_context(|| format!("no proxy removed at {}", path.display()))
 }
 
 fn parse_hm(s: &str) -> Result<Duration, String> {

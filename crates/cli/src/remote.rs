@@ -215,26 +215,12 @@ async fn run_async(cmd: RemoteCmd) -> Result<(), ClientError> {
 }
 
 pub(crate) fn run(cmd: RemoteCmd) -> u8 {
-    crate::serve::init_logging(Some("warn"));
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("ferry: {e}");
-            return 1;
-        }
+    let Some(rt) = crate::present::runtime() else {
+        return 1;
     };
     match rt.block_on(run_async(cmd)) {
         Ok(()) => exit::OK,
-        Err(e) => {
-            eprintln!("ferry: {e}");
-            if let Some(h) = exit::hint(&e) {
-                eprintln!("  hint: {h}");
-            }
-            exit::code(e.class())
-        }
+        Err(e) => crate::present::report(&e),
     }
 }
 

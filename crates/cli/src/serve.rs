@@ -201,84 +201,42 @@ impl ServeArgs {
             Some(f) => ServerConfig::from_toml_file(f)?,
             None => ServerConfig::default(),
         };
-        if let Some(v) = self.listen {
-            c.listen = v;
-        }
-        if let Some(v) = self.root {
-            c.root = v;
-        }
+        given(&mut c.listen, self.listen);
+        given(&mut c.root, self.root);
         c.anonymous |= self.anonymous;
         c.anonymous_write |= self.anonymous_write;
-        if self.anonymous_user.is_some() {
-            c.anonymous_user = self.anonymous_user;
-        }
-        if self.password_file.is_some() {
-            c.password_file = self.password_file;
-        }
-        if self.password_account.is_some() {
-            c.password_account = self.password_account;
-        }
+        given_opt(&mut c.anonymous_user, self.anonymous_user);
+        given_opt(&mut c.password_file, self.password_file);
+        given_opt(&mut c.password_account, self.password_account);
         c.allow_root_sessions |= self.allow_root_sessions;
         c.anonymous_whole_fs |= self.anonymous_whole_fs;
-        if !self.allow_third_party.is_empty() {
-            c.allow_third_party = self.allow_third_party;
-        }
-        if !self.multicast_allow_to.is_empty() {
-            c.multicast_allow_to = self.multicast_allow_to;
-        }
-        if let Some(v) = self.data_streams_max {
-            c.data_streams_max = v;
-        }
-        if let Some(v) = self.data_connections_max {
-            c.data_connections_max = v;
-        }
+        given_list(&mut c.allow_third_party, self.allow_third_party);
+        given_list(&mut c.multicast_allow_to, self.multicast_allow_to);
+        given(&mut c.data_streams_max, self.data_streams_max);
+        given(&mut c.data_connections_max, self.data_connections_max);
         c.gsi |= self.gsi;
         if self.no_run_as_user {
             c.run_as_user = false;
         }
-        for (flag, key) in [
-            (self.host_cert, &mut c.host_cert),
-            (self.host_key, &mut c.host_key),
-            (self.cert_dir, &mut c.cert_dir),
-            (self.gridmap, &mut c.gridmap),
-        ] {
-            if flag.is_some() {
-                *key = flag;
-            }
-        }
-        if self.port_range.is_some() {
-            c.port_range = self.port_range;
-        }
-        if let Some(v) = self.connections_max {
-            c.connections_max = v;
-        }
-        if let Some(v) = self.control_idle_timeout {
-            c.control_idle_timeout = v;
-        }
-        if let Some(v) = self.control_preauth_timeout {
-            c.control_preauth_timeout = v;
-        }
-        if let Some(v) = self.data_idle_timeout {
-            c.data_idle_timeout = v;
-        }
-        if self.log_transfer.is_some() {
-            c.log_transfer = self.log_transfer;
-        }
+        given_opt(&mut c.host_cert, self.host_cert);
+        given_opt(&mut c.host_key, self.host_key);
+        given_opt(&mut c.cert_dir, self.cert_dir);
+        given_opt(&mut c.gridmap, self.gridmap);
+        given_opt(&mut c.port_range, self.port_range);
+        given(&mut c.connections_max, self.connections_max);
+        given(&mut c.control_idle_timeout, self.control_idle_timeout);
+        given(&mut c.control_preauth_timeout, self.control_preauth_timeout);
+        given(&mut c.data_idle_timeout, self.data_idle_timeout);
+        given_opt(&mut c.log_transfer, self.log_transfer);
         if let Some(f) = self.log_transfer_format {
             c.log_transfer_format = match f {
                 TransferLogFormatArg::Json => ferry_server::TransferLogFormat::Json,
                 TransferLogFormatArg::Globus => ferry_server::TransferLogFormat::Globus,
             };
         }
-        if self.metrics.is_some() {
-            c.metrics = self.metrics;
-        }
-        if self.http_listen.is_some() {
-            c.https.clear_listen = self.http_listen;
-        }
-        if self.https_listen.is_some() {
-            c.https.listen = self.https_listen;
-        }
+        given_opt(&mut c.metrics, self.metrics);
+        given_opt(&mut c.https.clear_listen, self.http_listen);
+        given_opt(&mut c.https.listen, self.https_listen);
         if let Some(m) = self.checksum_cache {
             c.checksum_cache = match m {
                 ChecksumCacheArg::Xattr => ferry_storage::CacheMode::Xattr,
@@ -286,50 +244,43 @@ impl ServeArgs {
                 ChecksumCacheArg::Off => ferry_storage::CacheMode::Off,
             };
         }
-        if !self.transfer_checksums.is_empty() {
-            c.transfer_checksums = self.transfer_checksums;
-        }
-        if let Some(v) = self.block_size {
-            c.block_size = Some(v);
-        }
-        if self.data_congestion.is_some() {
-            c.data_congestion = self.data_congestion;
-        }
-        if let Some(v) = self.polling_streams {
-            c.polling_streams = Some(v);
-        }
-        if self.banner.is_some() {
-            c.banner = self.banner;
-        }
-        if !self.dc_whitelist.is_empty() {
-            c.dc_whitelist = self.dc_whitelist;
-        }
-        if self.dc_default.is_some() {
-            c.dc_default = self.dc_default;
-        }
-        if !self.fs_whitelist.is_empty() {
-            c.fs_whitelist = self.fs_whitelist;
-        }
+        given_list(&mut c.transfer_checksums, self.transfer_checksums);
+        given_opt(&mut c.block_size, self.block_size);
+        given_opt(&mut c.data_congestion, self.data_congestion);
+        given_opt(&mut c.polling_streams, self.polling_streams);
+        given_opt(&mut c.banner, self.banner);
+        given_list(&mut c.dc_whitelist, self.dc_whitelist);
+        given_opt(&mut c.dc_default, self.dc_default);
+        given_list(&mut c.fs_whitelist, self.fs_whitelist);
         c.data_node |= self.data_node;
-        if !self.remote_nodes.is_empty() {
-            c.remote_nodes = self.remote_nodes;
-        }
-        if self.ipc_secret_file.is_some() {
-            c.ipc_secret_file = self.ipc_secret_file;
-        }
-        if self.ipc_subject.is_some() {
-            c.ipc_subject = self.ipc_subject;
-        }
-        if !self.ipc_allow_from.is_empty() {
-            c.ipc_allow_from = self.ipc_allow_from;
-        }
-        if self.data_interface.is_some() {
-            c.data_interface = self.data_interface;
-        }
-        if let Some(v) = self.ipc_connect_timeout {
-            c.ipc_connect_timeout = v;
-        }
+        given_list(&mut c.remote_nodes, self.remote_nodes);
+        given_opt(&mut c.ipc_secret_file, self.ipc_secret_file);
+        given_opt(&mut c.ipc_subject, self.ipc_subject);
+        given_list(&mut c.ipc_allow_from, self.ipc_allow_from);
+        given_opt(&mut c.data_interface, self.data_interface);
+        given(&mut c.ipc_connect_timeout, self.ipc_connect_timeout);
         Ok(c)
+    }
+}
+
+/// A flag given on the command line over the configuration's value.
+fn given<T>(slot: &mut T, flag: Option<T>) {
+    if let Some(v) = flag {
+        *slot = v;
+    }
+}
+
+/// [`given`] for a setting that may be absent.
+fn given_opt<T>(slot: &mut Option<T>, flag: Option<T>) {
+    if flag.is_some() {
+        *slot = flag;
+    }
+}
+
+/// [`given`] for a list flag: given when it has any value.
+fn given_list<T>(slot: &mut Vec<T>, flag: Vec<T>) {
+    if !flag.is_empty() {
+        *slot = flag;
     }
 }
 

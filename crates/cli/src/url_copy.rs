@@ -4,7 +4,7 @@
 
 use ferry_client::{CopyOptions, FileRequest, Location, SyncLevel};
 
-use crate::copy::{algorithm, run_job, CopyJob};
+use crate::copy::{bytes_u32, run_job, CopyJob};
 use crate::demo::parse_size;
 use crate::exit;
 use crate::present::Output;
@@ -238,10 +238,6 @@ fn resolve(raw: &Raw) -> Result<Vec<CopyJob>, String> {
         return Err("-ascii is not supported: ferry copies bytes as they are".into());
     }
     let defaults = CopyOptions::default();
-    let to_u32 = |v: Option<u64>, n: &str| {
-        v.map(|x| u32::try_from(x).map_err(|_| format!("{n} must be below 4 GiB")))
-            .transpose()
-    };
     let sync = match (raw.sync, num::<u32>(&raw.sync_level, "-sync-level")?) {
         (false, _) => SyncLevel::Off,
         (true, Some(0)) => SyncLevel::Exists,
@@ -251,13 +247,13 @@ fn resolve(raw: &Raw) -> Result<Vec<CopyJob>, String> {
     let options = CopyOptions {
         request: FileRequest {
             parallelism: num(&raw.parallel, "-p")?.unwrap_or(0),
-            tcp_buffer: to_u32(size(&raw.tcp_bs, "-tcp-bs")?, "-tcp-bs")?,
-            block_size: to_u32(size(&raw.block_size, "-bs")?, "-bs")?
+            tcp_buffer: bytes_u32(size(&raw.tcp_bs, "-tcp-bs")?, "-tcp-bs")?,
+            block_size: bytes_u32(size(&raw.block_size, "-bs")?, "-bs")?
                 .map(|b| b.max(4096))
                 .or(defaults.request.block_size),
             offset: size(&raw.offset, "-off")?.unwrap_or(0),
             length: size(&raw.length, "-len")?,
-            stripe: crate::copy::stripe_layout(raw.stripe, size(&raw.stripe_block_size, "-sbs")?),
+            stripe: ferry_dtp::LayoutSpec::asked(raw.stripe, size(&raw.stripe_block_size, "-sbs")?),
             transport: dcstack(raw)?,
             ..defaults.request.clone()
         },
@@ -271,9 +267,10 @@ fn resolve(raw: &Raw) -> Result<Vec<CopyJob>, String> {
         },
         // As globus-url-copy: verified only on request, MD5 unless -checksum-alg names another.
         verify: if raw.verify_checksum {
-            Some(ferry_client::Verify::required(algorithm(
-                raw.checksum_alg.as_deref(),
-            )?))
+            let alg = ferry_client::checksum_algorithm(raw.checksum_alg.as_deref());
+            Some(ferry_client::Verify::required(
+                alg.map_err(|e| e.to_string())?,
+            ))
         } else {
             None
         },
@@ -349,45 +346,17 @@ fn resolve(raw: &Raw) -> Result<Vec<CopyJob>, String> {
 /// `-f FILE`: one `src dst` pair per line, `#` comments, URLs with spaces in double quotes.
 fn read_pairs(path: &str) -> Result<Vec<(String, String)>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("-f {path}: {e}"))?;
-    let mut out = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let words = split_quoted(line);
-        match words.as_slice() {
-            [s, d] => out.push((s.clone(), d.clone())),
-            _ => {
-                return Err(format!(
-                    "-f {path}:{}: expected 'source destination'",
-                    n + 1
-                ))
-            }
-        }
-    }
-    Ok(out)
-}
-
-fn split_quoted(line: &str) -> Vec<String> {
-    let mut words = Vec::new();
-    let mut cur = String::new();
-    let mut quoted = false;
-    for c in line.chars() {
-        match c {
-            '"' => quoted = !quoted,
-            c if c.is_whitespace() && !quoted => {
-                if !cur.is_empty() {
-                    words.push(std::mem::take(&mut cur));
-                }
-            }
-            c => cur.push(c),
-        }
-    }
-    if !cur.is_empty() {
-        words.push(cur);
-    }
-    words
+    let listed = ferry_client::parse_transfer_list(&text).map_err(|e| format!("-f {path}: {e}"))?;
+    listed
+        .into_iter()
+        .map(|l| match l.checksum {
+            None => Ok((l.source, l.dest)),
+            Some(_) => Err(format!(
+                "-f {path}:{}: expected 'source destination'",
+                l.line
+            )),
+        })
+        .collect()
 }
 
 const HELP: &str = "ferry url-copy: globus-url-copy's options, run by ferry
@@ -551,13 +520,5 @@ mod tests {
         assert_eq!(gsi.subjects.len(), 1);
         assert_eq!(gsi.subjects[0].0.host, "b");
         assert!(resolve(&parse(&args("ftp://h/a")).unwrap()).is_err());
-    }
-
-    #[test]
-    fn pair_files_allow_quotes_and_comments() {
-        assert_eq!(
-            split_quoted(r#""ftp://h/a b" /tmp/c"#),
-            vec!["ftp://h/a b", "/tmp/c"]
-        );
     }
 }

@@ -196,6 +196,8 @@ impl Site {
             .arg("--cert-dir")
             .arg(self.path("ca/certificates"))
             .args(&self.service_args)
+            // The path cache of this host, which the clients below share.
+            .env("XDG_CACHE_HOME", self.path("cache"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -272,7 +274,8 @@ fn same_file(expected: &Path, actual: &Path) {
 #[test]
 fn ferry_submit_delegates_and_the_service_copies_and_verifies_as_the_user() {
     let site = Site::start();
-    let a = random_bytes(3 << 20, 1);
+    // Large enough for its streams to be chosen from the path and the copy to be measured.
+    let a = random_bytes(72 << 20, 1);
     let b = random_bytes(1, 2);
     write_file(&site.path("root/a.bin"), &a);
     write_file(&site.path("root/b.bin"), &b);
@@ -312,6 +315,14 @@ fn ferry_submit_delegates_and_the_service_copies_and_verifies_as_the_user() {
         !site.ok(&["jobs"]).contains(&id),
         "finished jobs are not listed by default"
     );
+    // The service chose a.bin's streams from this host's path cache and kept what it measured
+    // there: gcp on the same host starts from it.
+    let to = site.url("not-copied.bin");
+    let out = site.ferry(&["cp", "--explain", "--dry-run", &site.url("a.bin"), &to]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("1 measured copies in the cache"), "{said}");
+    assert!(!site.path("root/not-copied.bin").exists());
 
     // A second job whose destination exists, without --overwrite: refused, file untouched.
     let out = site.ferry(&[

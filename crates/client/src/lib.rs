@@ -31,6 +31,7 @@ mod stream;
 mod tcp_settings;
 mod third_party;
 mod transfer;
+mod transfer_list;
 pub mod url;
 
 pub use control::ControlClient;
@@ -42,7 +43,9 @@ pub use gsi::{GsiOptions, GsiSetup};
 pub use job::{run_pipelined, FileCopied, FileCopy, FileCopyError, FileCopyEvent, Retry};
 pub use oneshot::{get, put, TransferOptions};
 pub use ops::{parse_mlsx_line, EntryKind, RemoteEntry};
-pub use options::{CopyEvent, CopyOptions, CopySummary, Ends, EventSink, SyncLevel, Verify};
+pub use options::{
+    checksum_algorithm, CopyEvent, CopyOptions, CopySummary, Ends, EventSink, SyncLevel, Verify,
+};
 pub use plan::{display, plan, Job, Plan};
 pub use request::FileRequest;
 pub use retune::{FirstSeconds, Retune, RetuneRule, Retuned};
@@ -50,6 +53,7 @@ pub use session::RemoteSession;
 pub use sessions::Sessions;
 pub use third_party::{third_party, third_party_pipelined};
 pub use tokio_util::sync::CancellationToken;
+pub use transfer_list::{parse_transfer_list, Listed};
 pub use url::{Location, RemoteUrl};
 
 /// A byte count for people: GiB, MiB, KiB or bytes.

@@ -27,6 +27,21 @@ pub enum SyncLevel {
     Checksum,
 }
 
+impl SyncLevel {
+    /// `--sync NAME`: `exists`, `size` or `checksum`; `None` is [`SyncLevel::Off`].
+    pub fn from_flag(name: Option<&str>) -> Result<SyncLevel, ClientError> {
+        match name {
+            None => Ok(SyncLevel::Off),
+            Some("exists") => Ok(SyncLevel::Exists),
+            Some("size") => Ok(SyncLevel::Size),
+            Some("checksum") => Ok(SyncLevel::Checksum),
+            Some(other) => Err(ClientError::Usage(format!(
+                "--sync takes exists, size or checksum, not '{other}'"
+            ))),
+        }
+    }
+}
+
 /// Everything `ferry copy` can be told.
 #[derive(Debug, Clone)]
 pub struct CopyOptions {
@@ -252,6 +267,64 @@ impl Verify {
             ends: Ends::Both,
         }
     }
+
+    /// What `--no-verify`, `--checksum NAME`, `--verify-checksum` (`required`) and
+    /// `--checksum-value ALG:HEX` ask for together (`None`: no verification).
+    pub fn from_flags(
+        no_verify: bool,
+        named: Option<&str>,
+        required: bool,
+        value: Option<&str>,
+    ) -> Result<Option<Verify>, ClientError> {
+        if no_verify {
+            return Ok(None);
+        }
+        let usage = |s: String| Err(ClientError::Usage(s));
+        let mut v = match named {
+            Some(name) => Verify::required(checksum_algorithm(Some(name))?),
+            None => Verify {
+                required,
+                ..Verify::by_default()
+            },
+        };
+        if let Some(value) = value {
+            let Some((alg, hex)) = value.split_once(':') else {
+                return usage(format!(
+                    "--checksum-value takes ALG:VALUE (ADLER32:1a2b3c4d), not '{value}'"
+                ));
+            };
+            let alg = checksum_algorithm(Some(alg))?;
+            if named.is_some() && alg != v.algorithm {
+                return usage(format!(
+                    "--checksum {} and --checksum-value {} name different algorithms",
+                    v.algorithm.name(),
+                    alg.name()
+                ));
+            }
+            if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return usage(format!(
+                    "--checksum-value: '{hex}' is not a hexadecimal value"
+                ));
+            }
+            v = Verify {
+                algorithm: alg,
+                expected: Some(hex.to_ascii_lowercase()),
+                required: true,
+                ends: Ends::Both,
+            };
+        }
+        Ok(Some(v))
+    }
+}
+
+/// The checksum algorithm `name` names (MD5 when `None`), or the names there are.
+pub fn checksum_algorithm(name: Option<&str>) -> Result<ChecksumAlgorithm, ClientError> {
+    let name = name.unwrap_or("MD5");
+    ChecksumAlgorithm::from_name(name).ok_or_else(|| {
+        ClientError::Usage(format!(
+            "unknown checksum algorithm '{name}' (MD5, ADLER32, CRC32C, SHA1, SHA256, SHA512)"
+        ))
+    })
 }
 
 pub(crate) fn started(events: &EventSink, i: usize, job: &Job) {

@@ -29,6 +29,19 @@ pub struct Plan {
     pub dirs: Vec<Location>,
 }
 
+impl Plan {
+    /// Makes the plan's destination directories on servers (those on this host are the
+    /// copy's to make).
+    pub async fn make_remote_dirs(&self, sessions: &mut Sessions) -> Result<(), ClientError> {
+        for dir in &self.dirs {
+            if let Location::Remote(r) = dir {
+                sessions.get(r).await?.mkdir_all(&r.path).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
 fn child(loc: &Location, name: &str) -> Location {
     match loc {
         Location::Local(p) => Location::Local(p.join(name)),

@@ -122,6 +122,18 @@ impl Default for LayoutSpec {
 }
 
 impl LayoutSpec {
+    /// The layout a striped copy asks for (`None` when it is not striped): blocks of `block`
+    /// bytes, partitioned for 0, Globus' default when not given.
+    pub fn asked(striped: bool, block: Option<u64>) -> Option<LayoutSpec> {
+        striped.then(|| match block {
+            Some(0) => LayoutSpec::Partitioned,
+            Some(n) => LayoutSpec::Blocked(n),
+            None => LayoutSpec::default(),
+        })
+    }
+}
+
+impl LayoutSpec {
     /// The layout for `total` bytes over `stripes` stripes.
     pub fn resolve(self, total: u64, stripes: u32) -> ferry_proto::stripe::Layout {
         match self {

@@ -262,6 +262,29 @@ pub fn default_proxy_path() -> PathBuf {
     ))
 }
 
+/// The proxy file GSI tools mean: `explicit`, else `X509_USER_PROXY`, else
+/// [`default_proxy_path`].
+pub fn proxy_path(explicit: Option<PathBuf>, env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
+    explicit
+        .or_else(|| {
+            env("X509_USER_PROXY")
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from)
+        })
+        .unwrap_or_else(default_proxy_path)
+}
+
+/// Removes the proxy at `path` (grid-proxy-destroy), its bytes overwritten first so that the
+/// key does not stay on the disk.
+pub fn destroy_proxy(path: &Path) -> std::io::Result<()> {
+    let len = std::fs::metadata(path)?.len();
+    if let Ok(mut f) = std::fs::OpenOptions::new().write(true).open(path) {
+        let _ = f.write_all(&vec![0u8; len as usize]);
+        let _ = f.sync_all();
+    }
+    std::fs::remove_file(path)
+}
+
 /// The user certificate and key: `X509_USER_CERT`/`X509_USER_KEY`, else `~/.globus/`.
 pub fn user_cert_paths(env: &dyn Fn(&str) -> Option<String>) -> (PathBuf, PathBuf) {
     let home = env("HOME").unwrap_or_else(|| "/".into());

@@ -65,6 +65,15 @@ pub fn sign_proxy<T: HasPublic>(
     sign_with_language(issuer, public_key, options, language)
 }
 
+/// A new proxy of `user` (grid-proxy-init): a fresh RSA key of `bits`, signed as `options`
+/// say, above `user`'s own chain.
+pub fn create_proxy(user: &Credential, bits: u32, options: &ProxyOptions) -> Result<Credential> {
+    let key = openssl::pkey::PKey::from_rsa(openssl::rsa::Rsa::generate(bits)?)?;
+    let cert = sign_proxy(user, &key, options)?;
+    let chain = user.certs().into_iter().map(X509Ref::to_owned).collect();
+    Credential::new(cert, key, chain)
+}
+
 /// [`sign_proxy`] with the ProxyCertInfo policy language given (DER OID content bytes); a
 /// legacy proxy is limited when `language` is Globus' limited one.
 pub(crate) fn sign_with_language<T: HasPublic>(

@@ -37,6 +37,64 @@ pub struct ServiceClient {
 }
 
 impl ServiceClient {
+    /// A client of the service at `url` as this process's user: the CAs GSI tools trust, and
+    /// `token` when given, else the user's proxy (where GSI tools look for it).
+    pub fn for_user(url: &str, token: Option<String>) -> Result<ServiceClient, ServiceError> {
+        use ferry_gsi::credential::process_env;
+        let trust = TrustStore::load(&TrustStore::default_dir(&process_env))
+            .map_err(|e| ServiceError::Config(format!("the trusted CAs: {e}")))?;
+        let credential = match &token {
+            Some(_) => None,
+            None => Some(
+                Credential::find_user(&process_env, None)
+                    .map_err(|e| ServiceError::Unauthorized(format!("{e}; or give --token")))?
+                    .0,
+            ),
+        };
+        ServiceClient::new(url, &trust, credential, token)
+    }
+
+    /// Submits a job (`body` as `POST /jobs` takes it), delegating first when `delegate` and the
+    /// service needs a proxy; the service's answer, and whether it delegated.
+    pub async fn submit(
+        &self,
+        body: &Value,
+        delegate: bool,
+    ) -> Result<(Value, bool), ServiceError> {
+        let delegated = delegate && self.delegate_if_needed().await?;
+        let answer = self.json(Method::POST, "/jobs", Some(body)).await?;
+        Ok((answer, delegated))
+    }
+
+    /// Polls job `id` until it ends and returns its last state: every 50 ms for the first 5 s,
+    /// then every 0.25 s. `progress` sees the job every 2 s and at the end, so that a job of many
+    /// files is not slowed by being watched.
+    pub async fn wait(
+        &self,
+        id: &str,
+        mut progress: impl FnMut(&Value),
+    ) -> Result<Value, ServiceError> {
+        let started = std::time::Instant::now();
+        let mut said: Option<std::time::Instant> = None;
+        loop {
+            let job = self.json(Method::GET, &format!("/jobs/{id}"), None).await?;
+            let state = job["job_state"].as_str().unwrap_or("?");
+            let done = !matches!(state, "SUBMITTED" | "ACTIVE");
+            if done || said.is_none_or(|t| t.elapsed() >= Duration::from_secs(2)) {
+                said = Some(std::time::Instant::now());
+                progress(&job);
+            }
+            if done {
+                return Ok(job);
+            }
+            let pause = match started.elapsed() < Duration::from_secs(5) {
+                true => 50,
+                false => 250,
+            };
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+        }
+    }
+
     /// A client of the service at `url` (`https://host:port[/prefix]`), trusting the CAs of
     /// `trust`, proving itself with `credential` (a proxy) or `token`.
     pub fn new(
@@ -255,6 +313,36 @@ impl ServiceClient {
         check(status, &answer)?;
         Ok(true)
     }
+}
+
+/// The job that copies `jobs` (a planned copy) as `options` ask: its files, with their sizes,
+/// and FTS3's parameters for the retries, the verification and the streams.
+pub fn copy_submission(jobs: &[ferry_client::Job], options: &ferry_client::CopyOptions) -> Value {
+    use ferry_client::Location;
+    let url = |l: &Location| match l {
+        Location::Remote(r) => r.to_url(),
+        Location::Local(p) => p.display().to_string(),
+    };
+    let files: Vec<Value> = jobs
+        .iter()
+        .map(|j| serde_json::json!({"sources": [url(&j.src)], "destinations": [url(&j.dst)], "filesize": j.size}))
+        .collect();
+    let verify = match &options.verify {
+        None => Some("none"),
+        Some(v) if v.required => Some("both"),
+        Some(_) => None,
+    };
+    let streams = options.request.parallelism;
+    serde_json::json!({
+        "files": files,
+        "params": {
+            "retry": if options.retries == 0 { -1 } else { i64::from(options.retries) },
+            "retry_delay": options.retry_wait.as_secs().max(1),
+            "overwrite": true,
+            "verify_checksum": verify,
+            "nostreams": (streams > 0).then_some(streams),
+        }
+    })
 }
 
 fn check(status: u16, body: &[u8]) -> Result<(), ServiceError> {

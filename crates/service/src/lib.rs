@@ -113,6 +113,19 @@ pub struct Config {
     pub allow_local: bool,
     /// Where Prometheus scrapes `/metrics` and `/healthz` (plain HTTP), if anywhere.
     pub metrics: Option<SocketAddr>,
+    /// The path cache that large files' streams are chosen from and that learns from them,
+    /// shared with `gcp` and `ferry copy --tune` (`None`: streams by size and round trip).
+    pub path_cache: Option<PathBuf>,
+}
+
+impl Config {
+    /// A host's name in a shared queue when none is given: the host name and the port.
+    pub fn default_host_id(port: u16) -> String {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_else(|_| "localhost".into());
+        format!("{host}:{port}")
+    }
 }
 
 /// A service bound to its port, not yet serving.
@@ -147,8 +160,17 @@ impl Service {
             .await
             .map_err(|e| ServiceError::Database(e.to_string()))??;
         let metrics = Arc::new(metrics::Metrics::default());
-        let scheduler =
-            scheduler::Scheduler::new(db.clone(), config.limits, trust, Arc::clone(&metrics));
+        let path_cache = config
+            .path_cache
+            .clone()
+            .map(ferry_client::path::PathCache::at);
+        let scheduler = scheduler::Scheduler::new(
+            db.clone(),
+            config.limits,
+            trust,
+            Arc::clone(&metrics),
+            path_cache,
+        );
         let metrics_endpoint = match config.metrics {
             Some(addr) => {
                 let mut registry = ferry_metrics::prometheus_client::registry::Registry::default();

@@ -124,7 +124,7 @@ impl GcpArgs {
         let options = CopyOptions {
             request: FileRequest {
                 parallelism: self.streams.unwrap_or(0),
-                stripe: crate::copy::stripe_layout(self.big, None),
+                stripe: ferry_dtp::LayoutSpec::asked(self.big, None),
                 // QUIC where the path calls for it, as `ferry copy` (said with --explain).
                 transport: (!self.no_tune).then(|| ferry_client::choose::AUTO.to_string()),
                 ..defaults.request.clone()

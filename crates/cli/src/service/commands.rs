@@ -12,23 +12,11 @@ pub(crate) fn submission(args: &SubmitArgs) -> Result<Value, ServiceError> {
             let text = std::fs::read_to_string(path).map_err(|e| {
                 ServiceError::Config(format!("cannot read {}: {e}", path.display()))
             })?;
-            for (n, line) in text.lines().enumerate() {
-                let line = line.trim();
-                if line.is_empty() || line.starts_with('#') {
-                    continue;
-                }
-                let parts: Vec<&str> = line.split_whitespace().collect();
-                match parts.as_slice() {
-                    [s, d] => files.push(file_entry(s, d, args.checksum.as_deref())),
-                    [s, d, c] => files.push(file_entry(s, d, Some(c))),
-                    _ => {
-                        return Err(ServiceError::Config(format!(
-                            "{}:{}: a line is SRC DST [CHECKSUM]",
-                            path.display(),
-                            n + 1
-                        )))
-                    }
-                }
+            let listed = ferry_client::parse_transfer_list(&text)
+                .map_err(|e| ServiceError::Config(format!("{}: {e}", path.display())))?;
+            for l in &listed {
+                let checksum = l.checksum.as_deref().or(args.checksum.as_deref());
+                files.push(file_entry(&l.source, &l.dest, checksum));
             }
             if files.is_empty() {
                 return Err(ServiceError::Config(format!(
@@ -60,10 +48,10 @@ pub(crate) fn submit(args: SubmitArgs) -> u8 {
     run_client("submit", async {
         let body = submission(&args)?;
         let c = client(&args.conn)?;
-        if !args.no_delegate && c.delegate_if_needed().await? && !args.conn.json {
+        let (answer, delegated) = c.submit(&body, !args.no_delegate).await?;
+        if delegated && !args.conn.json {
             eprintln!("ferry submit: delegated a proxy to the service");
         }
-        let answer = c.json(Method::POST, "/jobs", Some(&body)).await?;
         let id = answer["job_id"].as_str().unwrap_or_default().to_owned();
         if args.conn.json && !args.wait {
             out!("{answer}");
@@ -77,44 +65,28 @@ pub(crate) fn submit(args: SubmitArgs) -> u8 {
     })
 }
 
-/// Polls a job until it ends; its end state is the exit code (0 only for FINISHED). The job
-/// is asked every 50 ms for its first 5 s, then every 0.25 s; its files (for the progress
-/// line) every 2 s and at the end, so that a job of many files is not slowed by being watched.
+/// Waits for a job to end, saying its progress; its end state is the exit code (0 only for
+/// FINISHED).
 async fn wait(c: &ServiceClient, id: &str, json_out: bool) -> Result<u8, ServiceError> {
-    let started = std::time::Instant::now();
     let mut last = String::new();
-    let mut said: Option<std::time::Instant> = None;
-    loop {
-        let job = c.json(Method::GET, &format!("/jobs/{id}"), None).await?;
-        let state = job["job_state"].as_str().unwrap_or("?").to_owned();
-        let done = !matches!(state.as_str(), "SUBMITTED" | "ACTIVE");
-        let due = said.is_none_or(|t| t.elapsed() >= Duration::from_secs(2));
-        if !json_out && (done || due) {
-            said = Some(std::time::Instant::now());
-            let line = progress_line(&state, &job);
-            if line != last {
+    let job = c
+        .wait(id, |job| {
+            let line = progress_line(job["job_state"].as_str().unwrap_or("?"), job);
+            if !json_out && line != last {
                 eprintln!("{line}");
                 last = line;
             }
-        }
-        if done {
-            if json_out {
-                let files = c
-                    .json(Method::GET, &format!("/jobs/{id}/files"), None)
-                    .await?;
-                out!("{}", json!({"job": job, "files": files}));
-            } else if let Some(r) = job["reason"].as_str() {
-                eprintln!("{id}: {state}: {r}");
-            }
-            return Ok(if state == "FINISHED" { exit::OK } else { 1 });
-        }
-        let pause = if started.elapsed() < Duration::from_secs(5) {
-            50
-        } else {
-            250
-        };
-        tokio::time::sleep(Duration::from_millis(pause)).await;
+        })
+        .await?;
+    let state = job["job_state"].as_str().unwrap_or("?");
+    if json_out {
+        let path = format!("/jobs/{id}/files");
+        let files = c.json(Method::GET, &path, None).await?;
+        out!("{}", json!({"job": job, "files": files}));
+    } else if let Some(r) = job["reason"].as_str() {
+        eprintln!("{id}: {state}: {r}");
     }
+    Ok(if state == "FINISHED" { exit::OK } else { 1 })
 }
 
 /// `STATE: 3 ACTIVE, 7 FINISHED` from a job answer's `files_by_state`, with the bytes moved

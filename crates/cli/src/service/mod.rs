@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use ferry_client::path::PathCache;
 use ferry_gsi::credential::process_env;
-use ferry_gsi::{Credential, TrustStore};
+use ferry_gsi::TrustStore;
 use ferry_service::client::{Method, ServiceClient};
 use ferry_service::{Config, Defaults, Limits, ServiceError};
 use serde_json::{json, Value};
@@ -109,6 +110,14 @@ pub(crate) struct ServiceArgs {
     /// service's own user: only where every user of the service may do that.
     #[arg(long)]
     allow_local: bool,
+    /// The path cache large files' streams are chosen from, and that learns from them, as
+    /// gcp's does (default: $FERRY_PATH_CACHE, else ~/.cache/ferry/gcp-paths.json of the
+    /// service's user).
+    #[arg(long, value_name = "FILE")]
+    path_cache: Option<PathBuf>,
+    /// Choose streams by size and round trip only, with no path cache.
+    #[arg(long, conflicts_with = "path_cache")]
+    no_path_cache: bool,
 }
 
 /// Where the service is and how to prove who you are.
@@ -216,22 +225,18 @@ pub(crate) struct CancelArgs {
 
 /// Runs `ferry service` until SIGINT or SIGTERM.
 pub(crate) fn serve(args: ServiceArgs) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
-    let host_id = args.host_id.unwrap_or_else(|| {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_owned())
-            .unwrap_or_else(|_| "localhost".into());
-        format!("{host}:{}", args.listen.port())
-    });
+    crate::serve::init_logging(None);
+    let path_cache = match args.path_cache {
+        _ if args.no_path_cache => None,
+        Some(file) => Some(file),
+        None => PathCache::default_for_user().map(|c| c.file().to_path_buf()),
+    };
     let config = Config {
         listen: args.listen,
         database: args.database,
-        host_id,
+        host_id: args
+            .host_id
+            .unwrap_or_else(|| Config::default_host_id(args.listen.port())),
         host_cert: args.host_cert,
         host_key: args.host_key,
         cert_dir: args
@@ -253,6 +258,7 @@ pub(crate) fn serve(args: ServiceArgs) -> anyhow::Result<()> {
         },
         allow_local: args.allow_local,
         metrics: args.metrics,
+        path_cache,
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
@@ -266,15 +272,7 @@ pub(crate) fn serve(args: ServiceArgs) -> anyhow::Result<()> {
         let stop = ferry_client::CancellationToken::new();
         let on_signal = stop.clone();
         tokio::spawn(async move {
-            let mut term =
-                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                    Ok(s) => s,
-                    Err(_) => return,
-                };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
+            ferry_server::stop_signal().await;
             on_signal.cancel();
         });
         service.serve(stop).await?;
@@ -283,16 +281,7 @@ pub(crate) fn serve(args: ServiceArgs) -> anyhow::Result<()> {
 }
 
 fn client(conn: &Conn) -> Result<ServiceClient, ServiceError> {
-    let trust = TrustStore::load(&TrustStore::default_dir(&process_env))
-        .map_err(|e| ServiceError::Config(format!("the trusted CAs: {e}")))?;
-    let credential = if conn.token.is_some() {
-        None
-    } else {
-        let (c, _) = Credential::find_user(&process_env, None)
-            .map_err(|e| ServiceError::Unauthorized(format!("{e}; or give --token")))?;
-        Some(c)
-    };
-    ServiceClient::new(&conn.service, &trust, credential, conn.token.clone())
+    ServiceClient::for_user(&conn.service, conn.token.clone())
 }
 
 fn code_of(e: &ServiceError) -> u8 {
@@ -310,23 +299,13 @@ fn code_of(e: &ServiceError) -> u8 {
 }
 
 fn run_client(what: &str, f: impl std::future::Future<Output = Result<u8, ServiceError>>) -> u8 {
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("ferry {what}: {e}");
-            return 1;
-        }
+    let Some(rt) = crate::present::runtime() else {
+        return 1;
     };
-    match rt.block_on(f) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("ferry {what}: {e}");
-            code_of(&e)
-        }
-    }
+    rt.block_on(f).unwrap_or_else(|e| {
+        eprintln!("ferry {what}: {e}");
+        code_of(&e)
+    })
 }
 
 /// Percent-escapes what a path segment or query value may not hold.

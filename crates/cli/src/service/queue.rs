@@ -21,64 +21,37 @@ pub(crate) fn queue(job: &crate::copy::CopyJob, service: &str, dry_run: bool) ->
     rt.block_on(async {
         let gsi = std::sync::Arc::new(ferry_client::GsiSetup::new(job.options.gsi.clone()));
         let mut sessions = Sessions::with_gsi(gsi);
-        let plan = match ferry_client::plan(&job.sources, &job.dest, job.recursive, &mut sessions).await {
+        let planned = ferry_client::plan(&job.sources, &job.dest, job.recursive, &mut sessions);
+        let plan = match planned.await {
             Ok(p) => p,
             Err(e) => return crate::present::report(&e),
         };
-        let url = |l: &Location| match l {
-            Location::Remote(r) => r.to_url(),
-            Location::Local(p) => p.display().to_string(),
-        };
         if dry_run {
             for j in &plan.jobs {
-                out!("{} -> {}", url(&j.src), url(&j.dst));
+                out!(
+                    "{} -> {}",
+                    ferry_client::display(&j.src),
+                    ferry_client::display(&j.dst)
+                );
             }
             return exit::OK;
         }
-        for dir in &plan.dirs {
-            if let Location::Remote(r) = dir {
-                let made = async { sessions.get(r).await?.mkdir_all(&r.path).await };
-                if let Err(e) = made.await {
-                    return crate::present::report(&e);
-                }
-            }
+        if let Err(e) = plan.make_remote_dirs(&mut sessions).await {
+            return crate::present::report(&e);
         }
-        let files: Vec<Value> = plan
-            .jobs
-            .iter()
-            .map(|j| json!({"sources": [url(&j.src)], "destinations": [url(&j.dst)], "filesize": j.size}))
-            .collect();
-        if files.is_empty() {
+        if plan.jobs.is_empty() {
             eprintln!("gcp: nothing to queue");
             return exit::OK;
         }
-        let verify = match &job.options.verify {
-            None => Some("none"),
-            Some(v) if v.required => Some("both"),
-            Some(_) => None,
-        };
-        let body = json!({
-            "files": files,
-            "params": {
-                "retry": if job.options.retries == 0 { -1 } else { i64::from(job.options.retries) },
-                "retry_delay": job.options.retry_wait.as_secs().max(1),
-                "overwrite": true,
-                "verify_checksum": verify,
-                "nostreams": (job.options.request.parallelism > 0).then_some(job.options.request.parallelism),
-            }
-        });
-        let conn = Conn {
-            service: service.to_owned(),
-            token: std::env::var("FERRY_TOKEN").ok().filter(|t| !t.is_empty()),
-            json: false,
-        };
+        let body = ferry_service::client::copy_submission(&plan.jobs, &job.options);
+        let token = std::env::var("FERRY_TOKEN").ok().filter(|t| !t.is_empty());
         let submitted = async {
-            let c = client(&conn)?;
-            c.delegate_if_needed().await?;
-            c.json(Method::POST, "/jobs", Some(&body)).await
+            ServiceClient::for_user(service, token)?
+                .submit(&body, true)
+                .await
         };
         match submitted.await {
-            Ok(answer) => {
+            Ok((answer, _)) => {
                 out!("{}", answer["job_id"].as_str().unwrap_or_default());
                 eprintln!(
                     "gcp: queued {} file(s) on {service}; follow with: ferry job ID",

@@ -147,6 +147,28 @@ impl Tuning {
             .map(|r| crate::Retune(std::sync::Arc::clone(r) as std::sync::Arc<_>))
     }
 
+    /// Sets the choice on a copy's `options`: large files' streams, the rule of their first
+    /// seconds, the sender's congestion control, and TCP where the choice keeps to it.
+    pub fn apply(&self, options: &mut crate::CopyOptions) {
+        self.apply_to_file(&mut options.request);
+        options.retune = self.retune();
+    }
+
+    /// [`Tuning::apply`] for one file's request, which runs without the first-seconds rule.
+    pub fn apply_to_file(&self, request: &mut crate::FileRequest) {
+        request.large_file_streams = self.large_file_streams;
+        request.congestion = self.congestion;
+        if self.tcp_only {
+            request.transport = None;
+        }
+    }
+
+    /// [`Tuning::learn`] from a copy's summary.
+    pub fn learn_from(self, summary: &crate::CopySummary, elapsed: Duration) -> Vec<String> {
+        let files = (summary.done, summary.failed);
+        self.learn(summary.bytes, elapsed, files, summary.tcp.as_ref())
+    }
+
     /// No tuning: what `--no-tune` and local copies get.
     pub fn none(why: &str) -> Tuning {
         Tuning {

@@ -262,7 +262,10 @@ impl Scheduler {
         };
         let resumed = stored.total();
         let started = Instant::now();
-        let copy = self.copy_of(row, job, &options, src, dst, size, may);
+        let mut copy = self.copy_of(row, job, &options, src, dst, size, may);
+        let tuning = self
+            .tuned(options.nostreams, &mut copy, &mut sessions)
+            .await;
 
         // Checkpoints go to the database in order, off the transfer's path.
         let (tx, mut rx) = mpsc::unbounded_channel::<String>();
@@ -328,6 +331,7 @@ impl Scheduler {
             }
             Some(Ok(done)) => {
                 self.give_back(job, &row.link, sessions, until);
+                super::tune::learn(tuning, &done);
                 let alg = copy.verify.as_ref().map(|v| v.algorithm.name());
                 Outcome::Ended(finished_ending(&done, resumed, alg))
             }

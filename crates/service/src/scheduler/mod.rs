@@ -30,6 +30,7 @@ mod destination;
 mod measure;
 mod sessions;
 mod sizing;
+mod tune;
 
 pub use attempt::verify_for;
 
@@ -118,6 +119,8 @@ pub struct Scheduler {
     sized: tokio::sync::Mutex<HashMap<(String, String), Sized>>,
     /// Fires at shutdown: running attempts stop and go back to the queue.
     shutdown: CancellationToken,
+    /// This host's path cache, shared with `gcp` and `ferry copy --tune` (see `tune.rs`).
+    path_cache: Option<ferry_client::path::PathCache>,
 }
 
 /// Sessions waiting for the next file of their link.
@@ -185,12 +188,14 @@ impl Scheduler {
         limits: Limits,
         trust: Arc<TrustStore>,
         metrics: Arc<Metrics>,
+        path_cache: Option<ferry_client::path::PathCache>,
     ) -> Arc<Scheduler> {
         Arc::new(Scheduler {
             db,
             limits,
             trust,
             metrics,
+            path_cache,
             pool: Mutex::new(HashMap::new()),
             listed: Mutex::new(HashMap::new()),
             sized: tokio::sync::Mutex::new(HashMap::new()),

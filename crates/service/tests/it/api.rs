@@ -85,6 +85,7 @@ pub(crate) async fn site_with(
         defaults: Defaults::default(),
         allow_local,
         metrics: Some("127.0.0.1:0".parse().unwrap()),
+        path_cache: None,
     };
     let mut service = Service::bind(&config).await.unwrap();
     if let Some(limits) = connections {
