@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use ferry_gsi::{CertificateAuthority, IssueSpec};
+use ferry_gsi::ca::{make_site, SiteSpec};
 
 /// Arguments of `ferry ca`.
 #[derive(Debug, Args)]
@@ -29,95 +29,37 @@ pub(crate) struct CaArgs {
 }
 
 pub(crate) fn run(a: CaArgs) -> anyhow::Result<()> {
-    let ca_dir = a.dir.join("ca");
-    let (ca, fresh) = if ca_dir.join("cacert.pem").exists() {
-        (
-            CertificateAuthority::load(&ca_dir).context("loading the existing CA")?,
-            false,
-        )
-    } else {
-        let tag: u32 = rand::random();
-        let subject = format!("/O=Grid/OU=ferry-{tag:08x}/CN=ferry throw-away CA");
-        let ca = CertificateAuthority::create(&subject, a.days.max(1) * 2, a.bits)?;
-        ca.save(&ca_dir)?;
-        (ca, true)
+    let spec = SiteSpec {
+        hosts: a.hosts,
+        users: a.users,
+        days: a.days,
+        bits: a.bits,
     };
-    let cert_dir = a.dir.join("certificates");
-    let hash = ca.install(&cert_dir)?;
-    let ca_dn = ca.subject();
-    let base = ca_dn
-        .rsplit_once('/')
-        .map(|(b, _)| b.to_owned())
-        .unwrap_or_default();
-    println!(
-        "CA            {ca_dn} ({})",
-        if fresh { "new" } else { "existing" }
-    );
-    println!(
-        "trusted CAs   {} ({hash}.0, {hash}.signing_policy)",
-        cert_dir.display()
-    );
-
-    let mut hosts = a.hosts.clone();
-    let mut users = a.users.clone();
-    if fresh && hosts.is_empty() && users.is_empty() {
-        hosts.push("localhost".into());
-        users.push(std::env::var("USER").unwrap_or_else(|_| "ferry-user".into()));
+    let user = std::env::var("USER").unwrap_or_else(|_| "ferry-user".into());
+    let site = make_site(&a.dir, &spec, &user).context("making the CA")?;
+    let (dn, hash) = (&site.ca_subject, &site.hash);
+    let new = if site.fresh { "new" } else { "existing" };
+    println!("CA            {dn} ({new})");
+    let certs = site.cert_dir.display();
+    println!("trusted CAs   {certs} ({hash}.0, {hash}.signing_policy)");
+    for host in &site.hosts {
+        println!("host          {} in {}", host.subject, host.dir.display());
     }
-    for host in &hosts {
-        let mut spec = IssueSpec::host(&base, host, a.days);
-        spec.bits = a.bits;
-        if host == "localhost" {
-            spec.ips = vec!["127.0.0.1".into(), "::1".into()];
-        }
-        let cred = ca.issue(&spec)?;
-        let dir = a.dir.join("hosts").join(host);
-        ferry_gsi::ca::save_pair(&dir, "hostcert.pem", "hostkey.pem", &cred)?;
-        println!("host          {} in {}", cred.subject(), dir.display());
+    for user in &site.users {
+        let account = user.account.as_deref().unwrap_or_default();
+        let at = user.dir.display();
+        println!("user          {} → {account} in {at}", user.subject);
     }
-    let gridmap = a.dir.join("grid-mapfile");
-    for user in &users {
-        let (name, account) = user.split_once(':').unwrap_or((user, user));
-        let mut spec = IssueSpec::user(&format!("{base}/CN={name}"), a.days);
-        spec.bits = a.bits;
-        let cred = ca.issue(&spec)?;
-        let dir = a.dir.join("users").join(name);
-        ferry_gsi::ca::save_pair(&dir, "usercert.pem", "userkey.pem", &cred)?;
-        append_mapping(&gridmap, &cred.subject(), account)?;
-        println!(
-            "user          {} → {account} in {}",
-            cred.subject(),
-            dir.display()
-        );
-    }
-    if let Some(user) = users.first() {
-        let name = user.split_once(':').map(|(n, _)| n).unwrap_or(user);
-        let dir = a.dir.join("users").join(name);
+    if let Some(user) = site.users.first() {
         println!("\nTo use it:");
-        println!("  export X509_CERT_DIR={}", abs(&cert_dir).display());
+        println!("  export X509_CERT_DIR={}", abs(&site.cert_dir).display());
         println!(
             "  ferry proxy init --cert {} --key {}",
-            abs(&dir.join("usercert.pem")).display(),
-            abs(&dir.join("userkey.pem")).display()
+            abs(&user.dir.join("usercert.pem")).display(),
+            abs(&user.dir.join("userkey.pem")).display()
         );
-        println!("  grid-mapfile: {}", abs(&gridmap).display());
+        println!("  grid-mapfile: {}", abs(&site.gridmap).display());
     }
-    Ok(())
-}
-
-fn append_mapping(gridmap: &Path, dn: &str, account: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    let line = format!("\"{}\" {account}\n", dn.replace('"', "\\\""));
-    let existing = std::fs::read_to_string(gridmap).unwrap_or_default();
-    if existing.contains(line.trim_end()) {
-        return Ok(());
-    }
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(gridmap)
-        .with_context(|| format!("writing {}", gridmap.display()))?;
-    f.write_all(line.as_bytes())?;
     Ok(())
 }
 

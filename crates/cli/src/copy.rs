@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use ferry_client::path::{Asked, CongestionArg, PathCache, Tuning};
-use ferry_client::{CopyEvent, CopyOptions, FileRequest, GsiOptions, Location, SyncLevel, Verify};
+use ferry_client::{CopyOptions, FileRequest, GsiOptions, Location, SyncLevel, Verify};
 
 use crate::demo::parse_size;
 use crate::exit;
@@ -232,17 +232,17 @@ impl CopyArgs {
 
 /// Runs a resolved copy and returns the exit code.
 pub(crate) fn run_job(job: CopyJob) -> u8 {
-    run_job_measured(job).0
+    let Some(rt) = runtime() else {
+        return 1;
+    };
+    let sessions = sessions_for(&job.options);
+    rt.block_on(run_job_async(job, sessions)).0
 }
 
-/// Runs the job as [`run_job`] does; also returns what it moved and how long it took (`None`
-/// when the copy could not start).
-pub(crate) fn run_job_measured(job: CopyJob) -> Measured {
-    let Some(rt) = runtime() else {
-        return (1, None);
-    };
-    let gsi = std::sync::Arc::new(ferry_client::GsiSetup::new(job.options.gsi.clone()));
-    rt.block_on(run_job_async(job, ferry_client::Sessions::with_gsi(gsi)))
+/// The sessions a copy with `options` logs in with.
+pub(crate) fn sessions_for(options: &CopyOptions) -> ferry_client::Sessions {
+    let gsi = ferry_client::GsiSetup::new(options.gsi.clone());
+    ferry_client::Sessions::with_gsi(Arc::new(gsi))
 }
 
 /// An exit code, and what the copy moved in how long when it ran.
@@ -250,21 +250,8 @@ pub(crate) type Measured = (u8, Option<(ferry_client::CopySummary, Duration)>);
 
 /// Runs the job from `sessions` (which may be logged in already) on the current runtime.
 pub(crate) async fn run_job_async(job: CopyJob, sessions: ferry_client::Sessions) -> Measured {
-    run_job_watched(job, sessions, Arc::new(|_: &CopyEvent| {})).await
-}
-
-/// [`run_job_async`], showing `watch` every event before it is presented.
-pub(crate) async fn run_job_watched(
-    job: CopyJob,
-    sessions: ferry_client::Sessions,
-    watch: Arc<dyn Fn(&CopyEvent) + Send + Sync>,
-) -> Measured {
     let started = Instant::now();
-    let shown = present::sink(job.output);
-    let sink: ferry_client::EventSink = Arc::new(move |ev: CopyEvent| {
-        watch(&ev);
-        shown(ev);
-    });
+    let sink = present::sink(job.output);
     let result = ferry_client::copy_with_sessions(
         &job.sources,
         &job.dest,
@@ -378,14 +365,8 @@ fn run_tuned_here(job: CopyJob, asked: Asked) -> u8 {
             }
         }
     };
-    let gsi = Arc::new(ferry_client::GsiSetup::new(job.options.gsi.clone()));
-    rt.block_on(run_tuned(
-        job,
-        ferry_client::Sessions::with_gsi(gsi),
-        Ok(asked),
-        &say,
-        false,
-    ))
+    let sessions = sessions_for(&job.options);
+    rt.block_on(run_tuned(job, sessions, Ok(asked), &say, false))
 }
 
 impl CopyArgs {

@@ -41,19 +41,10 @@ fn demo_parent(args: &DemoArgs) -> std::path::PathBuf {
     }
 }
 
+/// Bytes an unprivileged user may still write on `path`'s file system.
 fn free_bytes(path: &Path) -> Option<u64> {
-    let out = std::process::Command::new("df")
-        .arg("--output=avail")
-        .arg("-B1")
-        .arg(path)
-        .output()
-        .ok()?;
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .nth(1)?
-        .trim()
-        .parse()
-        .ok()
+    let fs = rustix::fs::statvfs(path).ok()?;
+    Some(fs.f_bavail.saturating_mul(fs.f_frsize))
 }
 
 pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
@@ -184,16 +175,11 @@ fn write_random(path: &Path, size: u64) -> anyhow::Result<String> {
 }
 
 fn md5_file(path: &Path) -> anyhow::Result<String> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path).with_context(|| format!("open {}", path.display()))?;
-    let mut h = Md5::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(hex::encode(h.finalize()))
+    let file = std::fs::File::open(path).with_context(|| format!("open {}", path.display()))?;
+    let mut sum = Md5::new();
+    std::io::copy(
+        &mut std::io::BufReader::with_capacity(1 << 20, file),
+        &mut sum,
+    )?;
+    Ok(hex::encode(sum.finalize()))
 }

@@ -1,7 +1,7 @@
 //! `ferry ls | mkdir | rm | mv | stat | cksum`: remote file management.
 
 use clap::{Args, Subcommand};
-use ferry_client::{ClientError, EntryKind, Location, RemoteEntry, RemoteSession, RemoteUrl};
+use ferry_client::{ClientError, EntryKind, RemoteEntry, RemoteSession, RemoteUrl};
 
 use crate::exit;
 
@@ -70,15 +70,6 @@ pub(crate) struct UrlArgs {
     ca_file: Option<std::path::PathBuf>,
 }
 
-fn remote(s: &str) -> Result<RemoteUrl, ClientError> {
-    match Location::parse(s)? {
-        Location::Remote(r) => Ok(r),
-        Location::Local(_) => Err(ClientError::Usage(format!(
-            "'{s}' is not a remote URL (ftp://host/path)"
-        ))),
-    }
-}
-
 fn print_entry(e: &RemoteEntry) {
     let kind = match e.kind {
         EntryKind::Dir => "d",
@@ -124,14 +115,9 @@ async fn connect(
 async fn run_async(cmd: RemoteCmd) -> Result<(), ClientError> {
     match cmd {
         RemoteCmd::Ls(a) => {
-            let url = remote(&a.url)?;
+            let url = RemoteUrl::parse(&a.url)?;
             let mut s = connect(&url, a.ca_file).await?;
-            let entry = s.stat(&url.path).await?;
-            let entries = if entry.kind == EntryKind::Dir {
-                s.list(&url.path).await?
-            } else {
-                vec![entry]
-            };
+            let entries = s.list_or_stat(&url.path).await?;
             if a.json {
                 json(&entries);
             } else {
@@ -139,7 +125,7 @@ async fn run_async(cmd: RemoteCmd) -> Result<(), ClientError> {
             }
         }
         RemoteCmd::Mkdir { url, parents } => {
-            let u = remote(&url.url)?;
+            let u = RemoteUrl::parse(&url.url)?;
             let mut s = connect(&u, url.ca_file).await?;
             if parents {
                 s.mkdir_all(&u.path).await?;
@@ -149,7 +135,7 @@ async fn run_async(cmd: RemoteCmd) -> Result<(), ClientError> {
             done_json(url.json, "mkdir", &u);
         }
         RemoteCmd::Rm { url, recursive } => {
-            let u = remote(&url.url)?;
+            let u = RemoteUrl::parse(&url.url)?;
             connect(&u, url.ca_file)
                 .await?
                 .remove(&u.path, recursive)
@@ -162,16 +148,8 @@ async fn run_async(cmd: RemoteCmd) -> Result<(), ClientError> {
             json: as_json,
             ca_file,
         } => {
-            let f = remote(&from)?;
-            let to_path = match Location::parse(&to)? {
-                Location::Remote(t) if t.same_server(&f) => t.path,
-                Location::Remote(_) => {
-                    return Err(ClientError::Usage(
-                        "mv works within one server; use ferry copy then ferry rm".into(),
-                    ))
-                }
-                Location::Local(p) => p.to_string_lossy().to_string(),
-            };
+            let f = RemoteUrl::parse(&from)?;
+            let to_path = f.path_here(&to)?;
             connect(&f, ca_file)
                 .await?
                 .rename(&f.path, &to_path)
@@ -183,7 +161,7 @@ async fn run_async(cmd: RemoteCmd) -> Result<(), ClientError> {
             }
         }
         RemoteCmd::Stat(a) => {
-            let u = remote(&a.url)?;
+            let u = RemoteUrl::parse(&a.url)?;
             let e = connect(&u, a.ca_file).await?.stat(&u.path).await?;
             if a.json {
                 json(&e);
@@ -197,7 +175,7 @@ async fn run_async(cmd: RemoteCmd) -> Result<(), ClientError> {
             offset,
             length,
         } => {
-            let u = remote(&url.url)?;
+            let u = RemoteUrl::parse(&url.url)?;
             let sum = connect(&u, url.ca_file)
                 .await?
                 .checksum(&u.path, &alg.to_ascii_uppercase(), offset, length)

@@ -210,20 +210,16 @@ fn multicast(raw: &Raw) -> Result<Option<(String, String)>, String> {
     }
     let text = std::fs::read_to_string(path).map_err(|e| format!("-MC {path}: {e}"))?;
     let subject = raw.dest_subject.as_deref().or(raw.subject.as_deref());
-    let lines = ferry_proto::multicast::parse_mc_file(&text, subject)
-        .map_err(|e| format!("-MC {path}: {e}"))?;
-    use ferry_proto::multicast::first_hop_stack;
-    match raw.urls.as_slice() {
-        [_] => {
-            let (first, rest) = lines.split_first().ok_or("-MC: no destination")?;
-            Ok(Some((
-                first.url.clone(),
-                first_hop_stack(Some(&first.options), rest),
-            )))
+    let dest = match raw.urls.as_slice() {
+        [_] => None,
+        [_, dest] => Some(dest.as_str()),
+        _ => {
+            return Err("-MC needs a source URL, and optionally the first destination's URL".into())
         }
-        [_, dest] => Ok(Some((dest.clone(), first_hop_stack(None, &lines)))),
-        _ => Err("-MC needs a source URL, and optionally the first destination's URL".into()),
-    }
+    };
+    ferry_proto::multicast::mc_first_hop(&text, subject, dest)
+        .map(Some)
+        .map_err(|e| format!("-MC {path}: {e}"))
 }
 
 /// The copy jobs a raw command line asks for (one per URL pair).

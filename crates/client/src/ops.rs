@@ -103,6 +103,15 @@ fn listed_entry(line: &str) -> Option<RemoteEntry> {
 }
 
 impl RemoteSession {
+    /// What `ls` shows of `path`: a directory's entries, or the one entry of a file.
+    pub async fn list_or_stat(&mut self, path: &str) -> Result<Vec<RemoteEntry>, ClientError> {
+        let entry = self.stat(path).await?;
+        match entry.kind {
+            EntryKind::Dir => self.list(path).await,
+            _ => Ok(vec![entry]),
+        }
+    }
+
     /// Lists a directory: `MLSD` where the server has it (RFC 3659, which FEAT shows as
     /// `MLST`; every GridFTP server has it), else `LIST` in the Unix or DOS form. Over the
     /// session's MODE E data channel, reused like a transfer's, or a stream-mode connection.

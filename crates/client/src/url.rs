@@ -199,6 +199,28 @@ impl RemoteUrl {
         }
     }
 
+    /// Parses a URL that must name a server.
+    pub fn parse(s: &str) -> Result<RemoteUrl, crate::ClientError> {
+        match Location::parse(s)? {
+            Location::Remote(r) => Ok(r),
+            Location::Local(_) => Err(crate::ClientError::Usage(format!(
+                "'{s}' is not a remote URL (ftp://host/path)"
+            ))),
+        }
+    }
+
+    /// The path `to` names on this URL's server: a path, or a URL of the same server (and
+    /// login); a rename cannot go elsewhere.
+    pub fn path_here(&self, to: &str) -> Result<String, crate::ClientError> {
+        match Location::parse(to)? {
+            Location::Remote(t) if t.same_server(self) => Ok(t.path),
+            Location::Remote(_) => Err(crate::ClientError::Usage(
+                "mv works within one server; use ferry copy then ferry rm".into(),
+            )),
+            Location::Local(p) => Ok(p.to_string_lossy().into_owned()),
+        }
+    }
+
     /// Whether two URLs are on the same server with the same login (sessions can be shared).
     pub fn same_server(&self, other: &RemoteUrl) -> bool {
         self.scheme == other.scheme

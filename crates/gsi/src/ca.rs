@@ -20,6 +20,10 @@ use crate::credential::Credential;
 use crate::dn;
 use crate::error::{GsiError, Result};
 
+mod site;
+
+pub use site::{make_site, Issued, Site, SiteSpec};
+
 /// A CA that can sign host and user certificates.
 #[derive(Clone)]
 pub struct CertificateAuthority {

@@ -267,6 +267,24 @@ pub fn parse_mc_file(
     Ok(out)
 }
 
+/// What `globus-url-copy -MC FILE` sends to (the destination `dest` given on its command line,
+/// else the file's first line) and the disk stack that makes it forward to the file's others.
+pub fn mc_first_hop(
+    text: &str,
+    subject: Option<&str>,
+    dest: Option<&str>,
+) -> Result<(String, String), MulticastError> {
+    let lines = parse_mc_file(text, subject)?;
+    if let Some(dest) = dest {
+        return Ok((dest.to_owned(), first_hop_stack(None, &lines)));
+    }
+    let (first, rest) = lines.split_first().ok_or(MulticastError::EmptyFile)?;
+    Ok((
+        first.url.clone(),
+        first_hop_stack(Some(&first.options), rest),
+    ))
+}
+
 /// Levels of a tree of `n` destinations in which every node forwards to up to `fan_out`
 /// children with [`MulticastOptions::children`]'s shares (a chain of `n` at fan-out 1).
 pub fn tree_depth(n: usize, fan_out: usize) -> usize {

@@ -77,6 +77,26 @@ pub enum ServiceError {
     Http(String),
 }
 
+impl ServiceError {
+    /// The kind of failure, as a copy's failures are told apart (a client's exit code).
+    pub fn class(&self) -> ferry_client::ErrorClass {
+        use ferry_client::ErrorClass;
+        match self {
+            ServiceError::BadRequest(_)
+            | ServiceError::Config(_)
+            | ServiceError::Conflict(_)
+            | ServiceError::TooLarge(_)
+            | ServiceError::UnsupportedMediaType(_) => ErrorClass::Usage,
+            ServiceError::Unauthorized(_) | ServiceError::Forbidden(_) | ServiceError::Tls(_) => {
+                ErrorClass::Auth
+            }
+            ServiceError::NotFound(_) => ErrorClass::NotFound,
+            ServiceError::Http(_) => ErrorClass::Network,
+            ServiceError::Database(_) => ErrorClass::Other,
+        }
+    }
+}
+
 /// Seconds since the epoch.
 pub fn now() -> i64 {
     std::time::SystemTime::now()

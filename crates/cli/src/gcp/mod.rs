@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use clap::Args;
 use ferry_client::path::{Asked, CongestionArg};
 use ferry_client::sites::{locate, Sites};
-use ferry_client::{CopyOptions, FileRequest, GsiOptions, GsiSetup, Sessions, Verify};
+use ferry_client::{CopyOptions, FileRequest, GsiOptions, Verify};
 
 use crate::copy::{run_tuned, CopyJob};
 use crate::exit;
@@ -183,8 +183,6 @@ pub(crate) fn run(args: GcpArgs) -> u8 {
     let Some(rt) = crate::present::runtime() else {
         return 1;
     };
-    rt.block_on(async {
-        let gsi = std::sync::Arc::new(GsiSetup::new(job.options.gsi.clone()));
-        run_tuned(job, Sessions::with_gsi(gsi), tune, &say, dry_run).await
-    })
+    let sessions = crate::copy::sessions_for(&job.options);
+    rt.block_on(run_tuned(job, sessions, tune, &say, dry_run))
 }

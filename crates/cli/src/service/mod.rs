@@ -285,17 +285,7 @@ fn client(conn: &Conn) -> Result<ServiceClient, ServiceError> {
 }
 
 fn code_of(e: &ServiceError) -> u8 {
-    match e {
-        ServiceError::BadRequest(_)
-        | ServiceError::Config(_)
-        | ServiceError::Conflict(_)
-        | ServiceError::TooLarge(_)
-        | ServiceError::UnsupportedMediaType(_) => exit::USAGE,
-        ServiceError::Unauthorized(_) | ServiceError::Forbidden(_) | ServiceError::Tls(_) => 3,
-        ServiceError::NotFound(_) => 4,
-        ServiceError::Http(_) => 5,
-        ServiceError::Database(_) => 1,
-    }
+    exit::code(e.class())
 }
 
 fn run_client(what: &str, f: impl std::future::Future<Output = Result<u8, ServiceError>>) -> u8 {

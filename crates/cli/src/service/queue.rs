@@ -5,7 +5,7 @@ use super::*;
 /// `gcp --queue`: plans the copy here (listing directories with the user's own logins, making
 /// the destination's directories) and submits its files as one job, delegating as needed.
 pub(crate) fn queue(job: &crate::copy::CopyJob, service: &str, dry_run: bool) -> u8 {
-    use ferry_client::{Location, Sessions};
+    use ferry_client::Location;
     for loc in job.sources.iter().chain(std::iter::once(&job.dest)) {
         if let Location::Local(p) = loc {
             eprintln!(
@@ -19,8 +19,7 @@ pub(crate) fn queue(job: &crate::copy::CopyJob, service: &str, dry_run: bool) ->
         return 1;
     };
     rt.block_on(async {
-        let gsi = std::sync::Arc::new(ferry_client::GsiSetup::new(job.options.gsi.clone()));
-        let mut sessions = Sessions::with_gsi(gsi);
+        let mut sessions = crate::copy::sessions_for(&job.options);
         let planned = ferry_client::plan(&job.sources, &job.dest, job.recursive, &mut sessions);
         let plan = match planned.await {
             Ok(p) => p,
