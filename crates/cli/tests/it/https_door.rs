@@ -6,17 +6,13 @@
 //!
 //! Each test starts its own CA and server (about a second). A test whose client is missing
 //! skips with a message; with `FERRY_REQUIRE_FTPD` set (CI, as root) it fails instead.
-//!
-//! Past 400 lines on purpose: every file under `tests/` is its own binary that links the whole
-//! workspace, so the door's interop tests share one.
 
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-mod common;
-#[path = "common/https.rs"]
-mod https;
+use crate::common;
+use crate::common::https;
 
 use common::{adler32, random_bytes, write_file};
 use https::{

@@ -3,7 +3,7 @@
 //! be one 5xx (no 150 first, as Globus answers) so every later reply stays in step, and the
 //! session goes on to move real files, whose bytes are compared.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::symlink;
 use std::process::Command;

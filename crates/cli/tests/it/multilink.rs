@@ -6,7 +6,7 @@
 //! libglobus-xio-gridftp-multicast) the tests that need them print why and pass; CI installs
 //! them.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

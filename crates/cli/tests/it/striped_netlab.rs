@@ -8,7 +8,7 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-mod common;
+use crate::common;
 
 use common::netlab::{missing, Lab};
 

@@ -7,7 +7,7 @@
 //! `client_against_bad_servers.rs`.
 //!
 //! ```text
-//! cargo test --release -p ferry-cli --test interop_plain_ftp
+//! cargo test --release -p ferry-cli --test it interop_plain_ftp::
 //! ```
 //!
 //! The servers need root (see `common/ftpd.rs`); elsewhere each test prints why and passes.
@@ -24,11 +24,8 @@
 //! - ProFTPD with `TLSRequired on` and Pure-FTPd with `-Y 3` refuse clear data connections, and
 //!   ProFTPD also one that does not resume the control connection's TLS session, so the TLS
 //!   tests prove both.
-//!
-//! Past 400 lines on purpose: each file under `tests/` is its own binary linking the workspace,
-//! so one peer's tests share a file.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::Path;

@@ -6,8 +6,8 @@
 //! 13.24 in anonymous mode), the reference every test was validated against first:
 //!
 //! ```text
-//! FERRY_INTEROP_SERVER=globus cargo test -p ferry-cli --test interop_globus_url_copy -- --test-threads=2
-//! cargo test -p ferry-cli --test interop_globus_url_copy -- --test-threads=2
+//! FERRY_INTEROP_SERVER=globus cargo test -p ferry-cli --test it interop_globus_url_copy:: -- --test-threads=2
+//! cargo test -p ferry-cli --test it interop_globus_url_copy:: -- --test-threads=2
 //! ```
 //!
 //! Without globus-url-copy every test prints why and passes. A failing test prints the
@@ -49,12 +49,7 @@
 //! - `-fast -p 2 -r`: one `PORT` (get) or `PASV` (put); the MLSD and every later RETR/STOR reuse
 //!   the MODE E data connections, answered `125 Beginning transfer; reusing existing data connection.`
 //!
-//! Past 400 lines on purpose: every file under `tests/` is its own binary that links the whole
-//! workspace (about a minute each in release on CI's 2 cores), so a peer's or a feature's
-//! tests share one file rather than spreading over several binaries.
-
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! mid-transfer and started again resumes from the ranges it had stored, never from byte 0;
 //! `gcp --queue` plans a tree and queues its files. Every test compares the bytes.
 
-mod common;
+use crate::common;
 
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -42,7 +42,7 @@ impl Drop for Site {
     }
 }
 
-#[path = "../../service/tests/it/pg/mod.rs"]
+#[path = "../../../service/tests/it/pg/mod.rs"]
 mod pg;
 
 fn free_port() -> u16 {
@@ -468,7 +468,7 @@ fn the_service_killed_mid_transfer_resumes_from_its_stored_ranges() {
             assert!(Instant::now() < deadline, "no restart marker stored: {j}");
             std::thread::sleep(Duration::from_millis(100));
         }
-        std::thread::sleep(Duration::from_millis(300));
+        // Killed and reaped: its port is free, and its claims wait for the next start.
         site.start_service();
     }
     let j = site.wait_job(&id, Duration::from_secs(300));
@@ -822,7 +822,6 @@ fn two_service_hosts_share_a_postgres_queue_and_one_finishes_what_a_killed_one_w
     }
     let b_port = free_port();
     let mut b = second_host(&site, b_port);
-    std::thread::sleep(Duration::from_millis(300));
     site.kill_service();
     // From now on host B answers: the client follows it.
     let b_url = format!("https://localhost:{b_port}");

@@ -4,7 +4,7 @@
 //! destination file is in place, and `ftpes://` to a server without TLS. Nothing may be
 //! reported done that is not, and each failure must say what happened.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};

@@ -3,10 +3,6 @@
 //! ferry cluster with another node count and against a striped globus-gridftp-server; and what
 //! happens when data nodes are down, come back, or die in the middle of a transfer. Every
 //! transfer's bytes are compared.
-//!
-//! Past 400 lines on purpose: every file under `tests/` is its own binary that links the whole
-//! workspace (about a minute each in release on CI's 2 cores), so a peer's or a feature's
-//! tests share one file rather than spreading over several binaries.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -17,7 +13,7 @@ use std::time::{Duration, Instant};
 use ferry_proto::stripe::Layout;
 use ferry_proto::RangeSet;
 
-mod common;
+use crate::common;
 
 use common::striping::{ferry, globus_striped, guc, pattern, source_dir, tool, FerryCluster};
 

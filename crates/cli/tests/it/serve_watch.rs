@@ -1,10 +1,6 @@
 //! Watching and reloading a running `ferry serve`: Prometheus metrics that count a scripted
 //! session exactly (and parse with the Prometheus client's own parser), `/healthz`, and SIGHUP
 //! reloads of the grid-mapfile and CRLs under a transfer that keeps going.
-//!
-//! Past 600 lines on purpose: every file under `tests/` is its own binary linking the whole
-//! workspace (about a minute each in release on CI's 2 cores), and the metrics and reload
-//! tests share one harness (a served child, scrapes, SIGHUP) that a second binary would repeat.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -2,7 +2,7 @@
 //! cache and its stream search, and what `--explain` says of them; against ferry and Globus
 //! servers, comparing the bytes.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

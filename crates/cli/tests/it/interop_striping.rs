@@ -10,7 +10,7 @@ use std::net::TcpListener;
 use ferry_proto::stripe::Layout;
 use ferry_proto::RangeSet;
 
-mod common;
+use crate::common;
 
 use common::striping::{ferry, ferry_server, globus_striped, guc, source_dir, tool};
 

@@ -3,7 +3,7 @@
 //! `-aa` as in the globus-url-copy suite), every transfer compared byte for byte.
 //!
 //! ```text
-//! cargo test --release -p ferry-cli --test interop_ferry_copy -- --test-threads=2
+//! cargo test --release -p ferry-cli --test it interop_ferry_copy:: -- --test-threads=2
 //! ```
 //!
 //! Without globus-gridftp-server every test prints why and passes; CI installs it. A failing
@@ -28,12 +28,8 @@
 //!   gets and puts resume from markers too, which globus-url-copy itself cannot do.
 //! - Refusals use odd codes: `STOR` into a missing directory is `500`, `RMD` of a non-empty
 //!   directory `451`, `MKD` of an existing one `553`.
-//!
-//! Past 400 lines on purpose: every file under `tests/` is its own binary that links the whole
-//! workspace (about a minute each in release on CI's 2 cores), so a peer's or a feature's
-//! tests share one file rather than spreading over several binaries.
 
-mod common;
+use crate::common;
 
 use std::fs::{self, OpenOptions};
 use std::io::{Seek, SeekFrom, Write};

@@ -5,16 +5,17 @@
 //! `FERRY_INTEROP_SERVER=globus|ferry` (default `ferry`) picks the server of the
 //! globus-url-copy suite; see [`ServerKind`].
 
-// Each test binary uses its own subset of the harness.
+// Each test module uses its own subset of the harness.
 #![allow(dead_code, unused_imports, unused_macros)]
 
-#[path = "../../../server/tests/it/common/audit.rs"]
+#[path = "../../../../server/tests/it/common/audit.rs"]
 pub mod audit;
 pub mod capture;
 pub mod ferry;
 pub mod files;
 pub mod ftpd;
 pub mod guc;
+pub mod https;
 pub mod netlab;
 pub mod process;
 pub mod sandbox;

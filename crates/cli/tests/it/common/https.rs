@@ -4,9 +4,6 @@
 //! when dropped. Clients (curl, davix, gfal2, litmus) run with a timeout through
 //! [`run_tool`]; raw requests go over TLS with the openssl crate ([`HttpsSite::raw`]).
 //!
-//! `https_door.rs` includes this file with `#[path]` beside `mod common;` (it uses the shared
-//! harness as `crate::common`), so the other test binaries do not compile it.
-//!
 //! Tools are found with [`require_tool`]: a test without its tool skips with a message, except
 //! where `FERRY_REQUIRE_FTPD` is set (CI runs the suite as root after `scripts/install-deps`),
 //! where a missing tool fails it.
