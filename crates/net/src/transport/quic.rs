@@ -348,12 +348,8 @@ impl QuicStream {
                 let config = client_config(&self.options, &self.tuning, protection, &refusal)?;
                 let bind = self.options.bind.as_ref();
                 let conn = async {
-                    let conn = endpoint
-                        .connect_with(config, peer, "ferry")
-                        .map_err(io::Error::other)?
-                        .await?;
-                    let (mut send, mut recv) = conn.open_bi().await?;
-                    binding::introduce(&conn, &mut send, &mut recv, bind).await?;
+                    let conn = dial(&endpoint, config, peer).await?;
+                    let (send, recv) = introduce(&conn, bind).await?;
                     Ok::<_, io::Error>((conn, send, recv))
                 };
                 let (conn, send, recv) = conn.await.map_err(|e| failed(e, &refusal))?;
@@ -393,15 +389,11 @@ impl QuicStream {
                 let joined = async {
                     let (shared, first) = shared::join(key, || async move {
                         let endpoint = dialing_endpoint(peer, &tuning, max_payload)?;
-                        let conn = endpoint
-                            .connect_with(config, peer, "ferry")
-                            .map_err(io::Error::other)?
-                            .await?;
+                        let conn = dial(&endpoint, config, peer).await?;
                         Ok(Shared::new(conn, Some(endpoint)))
                     })
                     .await?;
-                    let (mut send, mut recv) = shared.conn.open_bi().await?;
-                    binding::introduce(&shared.conn, &mut send, &mut recv, bind).await?;
+                    let (send, recv) = introduce(&shared.conn, bind).await?;
                     Ok::<_, io::Error>((shared, first, send, recv))
                 };
                 let (shared, first, send, recv) = joined.await.map_err(|e| failed(e, &refusal))?;
@@ -449,6 +441,28 @@ impl QuicStream {
             )),
         }
     }
+}
+
+/// Makes a QUIC connection from `endpoint` to `peer` with `config`.
+async fn dial(
+    endpoint: &quinn::Endpoint,
+    config: quinn::ClientConfig,
+    peer: SocketAddr,
+) -> io::Result<quinn::Connection> {
+    let connecting = endpoint
+        .connect_with(config, peer, "ferry")
+        .map_err(io::Error::other)?;
+    Ok(connecting.await?)
+}
+
+/// Opens a stream of `conn` and writes its preamble and proof (`binding`).
+async fn introduce(
+    conn: &quinn::Connection,
+    bind: Option<&SessionKey>,
+) -> io::Result<(quinn::SendStream, quinn::RecvStream)> {
+    let (mut send, mut recv) = conn.open_bi().await?;
+    binding::introduce(conn, &mut send, &mut recv, bind).await?;
+    Ok((send, recv))
 }
 
 /// Answers a connection attempt with `config`, then takes its stream, first bytes and proof
