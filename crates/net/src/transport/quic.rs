@@ -595,6 +595,7 @@ mod datagrams;
 mod errors;
 mod gsi;
 mod options;
+mod peer;
 mod shared;
 #[cfg(test)]
 mod tests;
