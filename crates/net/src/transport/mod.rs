@@ -7,6 +7,7 @@
 
 mod quic;
 mod tcp;
+mod udp;
 mod udt;
 
 use std::future::Future;
@@ -21,19 +22,6 @@ use crate::{DataConn, DataListener, NetError, PortRange, SocketTuning};
 /// The layer name globus-url-copy puts above the transport (`tcp,gsi`, `udt,gsi`): the GSI
 /// protection that DCAU and PROT apply to every connection whatever the stack says.
 pub const GSI_LAYER: &str = "gsi";
-
-/// A UDP socket for a transport over UDP, bound to `addr` with `recv` and `send` bytes of
-/// buffer asked of the kernel (it caps them at `rmem_max`/`wmem_max`: a smaller buffer is no
-/// error), non-blocking for tokio.
-fn udp_socket(addr: SocketAddr, recv: usize, send: usize) -> std::io::Result<std::net::UdpSocket> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-    let _ = s.set_recv_buffer_size(recv);
-    let _ = s.set_send_buffer_size(send);
-    s.bind(&addr.into())?;
-    s.set_nonblocking(true)?;
-    Ok(s.into())
-}
 
 /// A boxed connect future, so transports stay object-safe.
 pub type ConnectFuture<'a> = Pin<Box<dyn Future<Output = Result<DataConn, NetError>> + Send + 'a>>;

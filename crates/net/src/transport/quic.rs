@@ -40,7 +40,7 @@
 //!   allocation: memory is used only by bytes in flight.
 
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -56,8 +56,8 @@ use self::options::Options;
 use self::options::{Controller, DEFAULT_WINDOW, MIN_WINDOW};
 use self::shared::{DialKey, Shared};
 use self::tls::{client_config, server_config};
+use super::udp::{self, Buffers};
 use super::{ConnectFuture, Transport};
-use crate::listener::bind_in_range;
 use crate::{
     DataConn, DataListener, DataProtection, EstablishFuture, Established, NetError, PortRange,
     SocketTuning, TransportListener, TransportStream,
@@ -65,9 +65,6 @@ use crate::{
 
 /// The application protocol QUIC's TLS negotiates.
 const ALPN: &[u8] = b"ferry-dc/1";
-/// The UDP socket buffers asked of the kernel (it caps them at `net.core.rmem_max` and
-/// `wmem_max`): bursts of a fast sender queue here before quinn reads them.
-const SOCKET_BUFFER: usize = 8 << 20;
 /// A peer silent this long is gone (keep-alives flow every [`KEEP_ALIVE`]).
 const IDLE_TIMEOUT_MS: u32 = 30_000;
 /// Keep-alive interval: MODE E connections may idle between transfers.
@@ -105,17 +102,12 @@ impl Transport for Quic {
         Box::pin(async move {
             let options = Options::parse(options)?;
             let fail = |source: io::Error| NetError::Connect { addr, source };
-            let local = unspecified(addr);
             // Streams of a shared connection find (or open) it at their handshake.
             let (state, local) = match options.shared {
-                true => (State::Joining, local),
+                true => (State::Joining, udp::unspecified(addr)),
                 false => {
-                    let endpoint = endpoint(
-                        udp_socket(local, &tuning).map_err(fail)?,
-                        None,
-                        options.max_payload,
-                    )
-                    .map_err(fail)?;
+                    let endpoint =
+                        dialing_endpoint(addr, &tuning, options.max_payload).map_err(fail)?;
                     let local = endpoint.local_addr().map_err(fail)?;
                     (State::Dialing(endpoint), local)
                 }
@@ -143,7 +135,7 @@ impl Transport for Quic {
         // The endpoint's own configuration only lets it take connection attempts; each is
         // answered with the transfer's credential once the DTP takes it (`establish`).
         let server = server_config(&options, &tuning, None, &Refusal::default())?;
-        let socket = bind_in_range(range, |port| udp_socket(SocketAddr::new(ip, port), &tuning))?;
+        let socket = udp::listening(ip, range, &tuning, Buffers::default())?;
         let endpoint = endpoint(socket, Some(server), options.max_payload)?;
         let local = endpoint.local_addr()?;
         let (tx, rx) = mpsc::channel(BACKLOG);
@@ -161,18 +153,17 @@ impl Transport for Quic {
     }
 }
 
-/// The unspecified address of `peer`'s family, any port.
-fn unspecified(peer: SocketAddr) -> SocketAddr {
-    match peer {
-        SocketAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
-        SocketAddr::V6(_) => SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)),
-    }
-}
-
-/// A UDP socket bound to `addr` with large buffers, non-blocking for tokio.
-fn udp_socket(addr: SocketAddr, tuning: &SocketTuning) -> io::Result<std::net::UdpSocket> {
-    let want = |asked: Option<u32>| asked.map_or(0, |b| b as usize).max(SOCKET_BUFFER);
-    super::udp_socket(addr, want(tuning.recv_buffer), want(tuning.send_buffer))
+/// A connecting side's own endpoint, for a connection to `peer`.
+fn dialing_endpoint(
+    peer: SocketAddr,
+    tuning: &SocketTuning,
+    max_payload: u16,
+) -> io::Result<quinn::Endpoint> {
+    endpoint(
+        udp::connecting(peer, tuning, Buffers::default())?,
+        None,
+        max_payload,
+    )
 }
 
 /// An endpoint on `socket` that takes datagrams of up to `max_payload` bytes and sends its
@@ -357,12 +348,8 @@ impl QuicStream {
                 let config = client_config(&self.options, &self.tuning, protection, &refusal)?;
                 let bind = self.options.bind.as_ref();
                 let conn = async {
-                    let conn = endpoint
-                        .connect_with(config, peer, "ferry")
-                        .map_err(io::Error::other)?
-                        .await?;
-                    let (mut send, mut recv) = conn.open_bi().await?;
-                    binding::introduce(&conn, &mut send, &mut recv, bind).await?;
+                    let conn = dial(&endpoint, config, peer).await?;
+                    let (send, recv) = introduce(&conn, bind).await?;
                     Ok::<_, io::Error>((conn, send, recv))
                 };
                 let (conn, send, recv) = conn.await.map_err(|e| failed(e, &refusal))?;
@@ -397,21 +384,16 @@ impl QuicStream {
             State::Joining => {
                 let config = client_config(&self.options, &self.tuning, protection, &refusal)?;
                 let key = DialKey::new(peer, self.options, self.tuning, protection);
-                let (local, tuning) = (unspecified(peer), self.tuning);
-                let max_payload = self.options.max_payload;
+                let (tuning, max_payload) = (self.tuning, self.options.max_payload);
                 let bind = self.options.bind.as_ref();
                 let joined = async {
                     let (shared, first) = shared::join(key, || async move {
-                        let endpoint = endpoint(udp_socket(local, &tuning)?, None, max_payload)?;
-                        let conn = endpoint
-                            .connect_with(config, peer, "ferry")
-                            .map_err(io::Error::other)?
-                            .await?;
+                        let endpoint = dialing_endpoint(peer, &tuning, max_payload)?;
+                        let conn = dial(&endpoint, config, peer).await?;
                         Ok(Shared::new(conn, Some(endpoint)))
                     })
                     .await?;
-                    let (mut send, mut recv) = shared.conn.open_bi().await?;
-                    binding::introduce(&shared.conn, &mut send, &mut recv, bind).await?;
+                    let (send, recv) = introduce(&shared.conn, bind).await?;
                     Ok::<_, io::Error>((shared, first, send, recv))
                 };
                 let (shared, first, send, recv) = joined.await.map_err(|e| failed(e, &refusal))?;
@@ -459,6 +441,28 @@ impl QuicStream {
             )),
         }
     }
+}
+
+/// Makes a QUIC connection from `endpoint` to `peer` with `config`.
+async fn dial(
+    endpoint: &quinn::Endpoint,
+    config: quinn::ClientConfig,
+    peer: SocketAddr,
+) -> io::Result<quinn::Connection> {
+    let connecting = endpoint
+        .connect_with(config, peer, "ferry")
+        .map_err(io::Error::other)?;
+    Ok(connecting.await?)
+}
+
+/// Opens a stream of `conn` and writes its preamble and proof (`binding`).
+async fn introduce(
+    conn: &quinn::Connection,
+    bind: Option<&SessionKey>,
+) -> io::Result<(quinn::SendStream, quinn::RecvStream)> {
+    let (mut send, mut recv) = conn.open_bi().await?;
+    binding::introduce(conn, &mut send, &mut recv, bind).await?;
+    Ok((send, recv))
 }
 
 /// Answers a connection attempt with `config`, then takes its stream, first bytes and proof
@@ -591,6 +595,7 @@ mod datagrams;
 mod errors;
 mod gsi;
 mod options;
+mod peer;
 mod shared;
 #[cfg(test)]
 mod tests;

@@ -24,7 +24,7 @@ mod options;
 
 use std::future::poll_fn;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -36,15 +36,11 @@ use tokio::sync::mpsc;
 
 use self::endpoint::{Endpoint, Slot};
 use self::options::Options;
-use super::{ConnectFuture, Transport};
-use crate::listener::bind_in_range;
+use super::{udp, ConnectFuture, Transport};
 use crate::{
     DataConn, DataListener, NetError, PortRange, SocketTuning, TransportListener, TransportStream,
 };
 
-/// UDP socket buffers asked of the kernel unless the options say (it caps them at
-/// `net.core.rmem_max`/`wmem_max`).
-const SOCKET_BUFFER: u32 = 8 << 20;
 /// Connections a listener holds before the DTP takes them.
 const BACKLOG: usize = 128;
 /// Bytes one write copies into the connection at most. The copy holds the connection's lock,
@@ -75,11 +71,7 @@ impl Transport for Udt {
         Box::pin(async move {
             let options = Options::parse(options)?;
             let fail = |source: io::Error| NetError::Connect { addr, source };
-            let local = match addr {
-                SocketAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
-                SocketAddr::V6(_) => SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)),
-            };
-            let socket = udp_socket(local, &tuning, &options).map_err(fail)?;
+            let socket = udp::connecting(addr, &tuning, options.buffers).map_err(fail)?;
             let (ep, _) = Endpoint::start(socket, options.config(), None).map_err(fail)?;
             let slot = ep.connect(addr);
             ep.spawn();
@@ -114,9 +106,7 @@ impl Transport for Udt {
         options: &str,
     ) -> Result<DataListener, NetError> {
         let options = Options::parse(options)?;
-        let socket = bind_in_range(range, |port| {
-            udp_socket(SocketAddr::new(ip, port), &tuning, &options)
-        })?;
+        let socket = udp::listening(ip, range, &tuning, options.buffers)?;
         let (ep, ready) = Endpoint::start(socket, options.config(), Some(BACKLOG))?;
         ep.spawn();
         let local = ep.local_addr();
@@ -127,22 +117,6 @@ impl Transport for Udt {
             ready: Mutex::new(ready),
         })))
     }
-}
-
-/// A UDP socket bound to `addr`, its buffers as asked, non-blocking for tokio.
-fn udp_socket(
-    addr: SocketAddr,
-    tuning: &SocketTuning,
-    options: &Options,
-) -> io::Result<std::net::UdpSocket> {
-    let want = |explicit: Option<u32>, asked: Option<u32>| {
-        explicit.unwrap_or_else(|| asked.unwrap_or(0).max(SOCKET_BUFFER)) as usize
-    };
-    super::udp_socket(
-        addr,
-        want(options.recv_buffer, tuning.recv_buffer),
-        want(options.send_buffer, tuning.send_buffer),
-    )
 }
 
 #[derive(Debug)]

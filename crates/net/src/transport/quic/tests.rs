@@ -1,4 +1,5 @@
 use super::*;
+use std::net::Ipv4Addr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
@@ -135,7 +136,7 @@ async fn garbage_datagrams_are_dropped_and_a_wrong_preamble_is_refused_by_name()
     // fails with the reason, and the peer is told it.
     let o = Options::parse("").unwrap();
     let ep = endpoint(
-        udp_socket((LOOPBACK, 0).into(), &SocketTuning::default()).unwrap(),
+        udp::listening(LOOPBACK, None, &SocketTuning::default(), Buffers::default()).unwrap(),
         None,
         datagrams::DEFAULT_MAX_PAYLOAD,
     )
@@ -198,7 +199,7 @@ async fn a_peer_gone_mid_transfer_is_an_error_not_a_hang_or_an_end() {
     });
     // Built by hand (not boxed in a DataConn) to reach the connection and kill it.
     let ep = endpoint(
-        udp_socket((LOOPBACK, 0).into(), &SocketTuning::default()).unwrap(),
+        udp::listening(LOOPBACK, None, &SocketTuning::default(), Buffers::default()).unwrap(),
         None,
         datagrams::DEFAULT_MAX_PAYLOAD,
     )
@@ -314,7 +315,7 @@ async fn a_listener_that_cannot_prove_the_key_is_refused_by_the_connecting_side(
     let o = Options::parse("").unwrap();
     let server = server_config(&o, &SocketTuning::default(), None, &Refusal::default()).unwrap();
     let ep = endpoint(
-        udp_socket((LOOPBACK, 0).into(), &SocketTuning::default()).unwrap(),
+        udp::listening(LOOPBACK, None, &SocketTuning::default(), Buffers::default()).unwrap(),
         Some(server),
         datagrams::DEFAULT_MAX_PAYLOAD,
     )
@@ -446,7 +447,7 @@ async fn sender_after(options: &str, n: usize) -> quinn::Connection {
     let t = SocketTuning::default();
     let mk = |server| {
         endpoint(
-            udp_socket((LOOPBACK, 0).into(), &t).unwrap(),
+            udp::listening(LOOPBACK, None, &t, Buffers::default()).unwrap(),
             server,
             o.max_payload,
         )

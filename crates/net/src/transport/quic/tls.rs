@@ -4,13 +4,11 @@
 use std::sync::{Arc, OnceLock};
 
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
-use rustls::sign::SingleCertAndKey;
-use rustls::{DigitallySignedStruct, SignatureScheme};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
-use super::gsi::{certified_key, signed_by_key, GsiPeer, Refusal};
+use super::gsi::{self, Refusal};
+use super::peer::PeerCheck;
 use super::{Options, ALPN};
 use crate::{DataProtection, NetError, SocketTuning};
 
@@ -71,7 +69,7 @@ fn tls_error(e: impl std::fmt::Display) -> NetError {
 }
 
 /// The listening side's TLS: with DCAU A/S (`protection`) it presents the session's GSI
-/// credential and requires the peer's, checked by [`GsiPeer`]; with DCAU N the
+/// credential and requires the peer's, checked by [`PeerCheck`]; with DCAU N the
 /// process's ephemeral certificate and no client certificate.
 pub(super) fn server_config(
     o: &Options,
@@ -84,15 +82,12 @@ pub(super) fn server_config(
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(tls_error)?;
     let mut tls = match protection {
-        Some(p) => builder
-            .with_client_cert_verifier(Arc::new(GsiPeer::new(
-                p.clone(),
-                Arc::clone(&provider),
-                refusal.clone(),
-            )))
-            .with_cert_resolver(Arc::new(SingleCertAndKey::from(certified_key(
-                p, &provider,
-            )?))),
+        Some(p) => {
+            let (peer, own) = gsi::halves(p, &provider, refusal)?;
+            builder
+                .with_client_cert_verifier(peer)
+                .with_cert_resolver(own)
+        }
         None => {
             let id = identity()?;
             builder
@@ -124,17 +119,14 @@ pub(super) fn client_config(
         .map_err(tls_error)?
         .dangerous();
     let mut tls = match protection {
-        Some(p) => builder
-            .with_custom_certificate_verifier(Arc::new(GsiPeer::new(
-                p.clone(),
-                Arc::clone(&provider),
-                refusal.clone(),
-            )))
-            .with_client_cert_resolver(Arc::new(SingleCertAndKey::from(certified_key(
-                p, &provider,
-            )?))),
+        Some(p) => {
+            let (peer, own) = gsi::halves(p, &provider, refusal)?;
+            builder
+                .with_custom_certificate_verifier(peer)
+                .with_client_cert_resolver(own)
+        }
         None => builder
-            .with_custom_certificate_verifier(Arc::new(KeyProofOnly(provider)))
+            .with_custom_certificate_verifier(Arc::new(PeerCheck::key_proof_only(provider)))
             .with_no_client_auth(),
     };
     tls.alpn_protocols = vec![ALPN.to_vec()];
@@ -142,45 +134,4 @@ pub(super) fn client_config(
     let mut config = quinn::ClientConfig::new(Arc::new(crypto));
     config.transport_config(o.transport(tuning));
     Ok(config)
-}
-
-/// DCAU N: takes the listener's ephemeral certificate as it comes, but requires the handshake
-/// to be signed by its key. The connection is private from the path, its peer unnamed, as
-/// DCAU N means.
-#[derive(Debug)]
-struct KeyProofOnly(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for KeyProofOnly {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        _message: &[u8],
-        _cert: &CertificateDer<'_>,
-        _dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Err(rustls::Error::General("QUIC speaks only TLS 1.3".into()))
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        signed_by_key(&self.0, message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }

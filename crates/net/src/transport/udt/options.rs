@@ -5,6 +5,7 @@ use std::time::Duration;
 use ferry_udt::cc::Controller;
 use ferry_udt::Config;
 
+use crate::transport::udp::Buffers;
 use crate::NetError;
 
 /// A `udt:` stack entry's options.
@@ -13,8 +14,7 @@ pub(super) struct Options {
     pub(super) mss: Option<u32>,
     pub(super) flight_flag: Option<u32>,
     /// UDP socket buffers (Globus' `sndbuf`/`rcvbuf` set these, not libudt's own).
-    pub(super) send_buffer: Option<u32>,
-    pub(super) recv_buffer: Option<u32>,
+    pub(super) buffers: Buffers,
     pub(super) controller: Controller,
 }
 
@@ -52,8 +52,8 @@ impl Options {
             match key {
                 "mss" => o.mss = Some(number(key, value, 128, 65_535)?),
                 "fc" => o.flight_flag = Some(number(key, value, 32, 1 << 24)?),
-                "sndbuf" => o.send_buffer = Some(number(key, value, 1500, 1 << 30)?),
-                "rcvbuf" => o.recv_buffer = Some(number(key, value, 1500, 1 << 30)?),
+                "sndbuf" => o.buffers.send = Some(number(key, value, 1500, 1 << 30)?),
+                "rcvbuf" => o.buffers.recv = Some(number(key, value, 1500, 1 << 30)?),
                 "cc" => {
                     o.controller = Controller::parse(value).ok_or_else(|| {
                         bad(format!("unknown congestion control {value:?} (bbr or udt)"))
@@ -106,7 +106,7 @@ mod tests {
         let o = Options::parse("mss=9000;fc=25600;rcvbuf=10000000;linger=1;cc=udt").unwrap();
         assert_eq!(o.mss, Some(9000));
         assert_eq!(o.flight_flag, Some(25_600));
-        assert_eq!(o.recv_buffer, Some(10_000_000));
+        assert_eq!(o.buffers.recv, Some(10_000_000));
         assert_eq!(o.controller, Controller::Udt);
         assert_eq!(o.config().mss, 9000);
         let e = Options::parse("window=5").unwrap_err().to_string();
