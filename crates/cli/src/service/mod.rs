@@ -115,8 +115,9 @@ pub(crate) struct ServiceArgs {
     /// service's user).
     #[arg(long, value_name = "FILE")]
     path_cache: Option<PathBuf>,
-    /// Choose streams by size and round trip only, with no path cache.
-    #[arg(long, conflicts_with = "path_cache")]
+    /// Choose streams by size and round trip only, with no path cache (even where
+    /// --path-cache is given, as the packaged unit does).
+    #[arg(long)]
     no_path_cache: bool,
 }
 
