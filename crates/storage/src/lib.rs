@@ -95,10 +95,16 @@ pub trait FileHandle: Send + Sync + std::fmt::Debug {
     fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<(), StorageError>;
     /// Current size (0 for devices).
     fn size(&self) -> Result<u64, StorageError>;
-    /// Whether this is a regular file (sendfile and size-based planning apply).
-    fn is_regular(&self) -> bool;
-    /// The raw descriptor, for zero-copy `sendfile`/`splice` on clear channels.
-    fn raw_fd(&self) -> Option<RawFd>;
+    /// Whether this is a regular file (sendfile and size-based planning apply). By default
+    /// not: a handle that is not a file on disk sends until its data ends.
+    fn is_regular(&self) -> bool {
+        false
+    }
+    /// The raw descriptor, for zero-copy `sendfile`/`splice` on clear channels. By default
+    /// none, so a layer that must see the bytes cannot be bypassed by forgetting this.
+    fn raw_fd(&self) -> Option<RawFd> {
+        None
+    }
     /// Flushes data to stable storage.
     fn sync(&self) -> Result<(), StorageError>;
     /// Sets the length (used to truncate after a full stream-mode STOR).
