@@ -126,11 +126,11 @@ async fn accept_loop(listener: TcpListener, handle: DoorHandle, tls: bool) {
         let open = Arc::clone(&handle.open);
         if open.fetch_add(1, Ordering::AcqRel) >= ctx.https.connections_max {
             open.fetch_sub(1, Ordering::AcqRel);
-            ctx.metrics.connection_refused();
+            ctx.metrics.connections.refused();
             tracing::warn!(%peer, connections_max = ctx.https.connections_max, "http connection refused: too many connections");
             continue;
         }
-        ctx.metrics.connection_opened();
+        ctx.metrics.connections.opened();
         tokio::spawn(async move {
             if tls {
                 serve_tls(stream, peer, Arc::clone(&ctx)).await;
@@ -142,7 +142,7 @@ async fn accept_loop(listener: TcpListener, handle: DoorHandle, tls: bool) {
                 serve(io, false, conn, Some(splicer), peer, Arc::clone(&ctx)).await;
             }
             open.fetch_sub(1, Ordering::AcqRel);
-            ctx.metrics.connection_closed();
+            ctx.metrics.connections.closed();
         });
     }
 }

@@ -1,10 +1,10 @@
 //! The door's Prometheus families, registered in the server's one registry beside the GridFTP
 //! door's: requests by method and status, bytes by direction, connections open.
 
+use ferry_metrics::{Connections, ConnectionsHelp, DirectionLabel};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -13,19 +13,13 @@ struct RequestLabels {
     status: u16,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct DirectionLabel {
-    direction: &'static str,
-}
-
 /// The door's counters (cheap to clone: they share their values).
 #[derive(Debug, Clone)]
 pub struct DoorMetrics {
     requests: Family<RequestLabels, Counter>,
     bytes: Family<DirectionLabel, Counter>,
     spliced: Counter,
-    connections: Gauge,
-    refused: Counter,
+    pub(crate) connections: Connections,
 }
 
 impl DoorMetrics {
@@ -35,8 +29,7 @@ impl DoorMetrics {
             requests: Family::default(),
             bytes: Family::default(),
             spliced: Counter::default(),
-            connections: Gauge::default(),
-            refused: Counter::default(),
+            connections: Connections::default(),
         };
         registry.register(
             "ferry_http_requests",
@@ -55,15 +48,13 @@ impl DoorMetrics {
             Unit::Bytes,
             m.spliced.clone(),
         );
-        registry.register(
-            "ferry_http_connections",
-            "HTTPS connections open now",
-            m.connections.clone(),
-        );
-        registry.register(
-            "ferry_http_connections_refused",
-            "HTTPS connections closed at once because connections-max were open",
-            m.refused.clone(),
+        m.connections.register(
+            registry,
+            ConnectionsHelp {
+                name: "ferry_http_connections",
+                open: "HTTPS connections open now",
+                refused: "HTTPS connections closed at once because connections-max were open",
+            },
         );
         m
     }
@@ -99,17 +90,5 @@ impl DoorMetrics {
                 direction: "received",
             })
             .inc_by(n);
-    }
-
-    pub(crate) fn connection_opened(&self) {
-        self.connections.inc();
-    }
-
-    pub(crate) fn connection_closed(&self) {
-        self.connections.dec();
-    }
-
-    pub(crate) fn connection_refused(&self) {
-        self.refused.inc();
     }
 }

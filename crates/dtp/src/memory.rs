@@ -58,14 +58,6 @@ impl FileHandle for MemoryFile {
         Ok(self.data.lock().map(|d| d.len() as u64).unwrap_or(0))
     }
 
-    fn is_regular(&self) -> bool {
-        false
-    }
-
-    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
-        None
-    }
-
     fn sync(&self) -> Result<(), StorageError> {
         Ok(())
     }

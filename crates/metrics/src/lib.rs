@@ -2,9 +2,12 @@
 //! when it lands): one registry per program, the process metrics Prometheus' own clients export,
 //! and one HTTP endpoint serving `/metrics` (OpenMetrics text) and `/healthz`.
 //!
-//! The metric families themselves belong to the program that counts them; this crate only
-//! registers, encodes and serves them, so every program's scrape looks alike.
+//! The metric families themselves belong to the program that counts them; this crate holds
+//! only what several programs count alike (a listener's connections, common labels), and
+//! encodes and serves them all, so every program's scrape looks alike.
 
+mod connections;
+mod labels;
 mod process;
 
 use std::net::SocketAddr;
@@ -17,6 +20,8 @@ use axum::Router;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
+pub use connections::{Connections, ConnectionsHelp};
+pub use labels::{DirectionLabel, ResultLabel};
 pub use process::ProcessCollector;
 pub use prometheus_client;
 

@@ -1,5 +1,9 @@
 //! Bounded line framing for the control channel (server side).
 
+mod buffer;
+
+pub(crate) use buffer::LineBuffer;
+
 /// Splits a byte stream into CRLF (or bare LF) terminated lines of bounded length.
 ///
 /// A line longer than the limit is reported once as [`LineEvent::TooLong`] and its bytes are
@@ -7,11 +11,8 @@
 /// session.
 #[derive(Debug)]
 pub struct LineFramer {
-    buf: Vec<u8>,
-    /// Bytes of `buf` already handed out.
-    start: usize,
+    lines: LineBuffer,
     max: usize,
-    discarding: bool,
 }
 
 /// What the framer found.
@@ -27,52 +28,33 @@ impl LineFramer {
     /// A framer for lines of at most `max` bytes (line end included).
     pub fn new(max: usize) -> LineFramer {
         LineFramer {
-            buf: Vec::new(),
-            start: 0,
+            lines: LineBuffer::default(),
             max,
-            discarding: false,
         }
     }
 
     /// Appends received bytes.
     pub fn feed(&mut self, bytes: &[u8]) {
-        if self.start > 0 {
-            self.buf.drain(..self.start);
-            self.start = 0;
-        }
-        if !self.discarding {
-            self.buf.extend_from_slice(bytes);
-        } else if let Some(lf) = bytes.iter().position(|&b| b == b'\n') {
-            // The over-long line ends here; what follows is the next line.
-            self.discarding = false;
-            self.buf.extend_from_slice(&bytes[lf + 1..]);
-        }
+        self.lines.feed(bytes);
     }
 
     /// The next event, `None` if more bytes are needed.
     pub fn next_event(&mut self) -> Option<LineEvent> {
-        if self.discarding {
+        if self.lines.is_discarding() {
             return None;
         }
-        let avail = &self.buf[self.start..];
+        let avail = self.lines.available();
         match avail.iter().position(|&b| b == b'\n') {
             Some(lf) => {
-                let line_start = self.start;
-                self.start += lf + 1;
+                let line = self.lines.take_line(lf);
                 if lf + 1 > self.max {
                     return Some(LineEvent::TooLong);
-                }
-                let mut line = &self.buf[line_start..line_start + lf];
-                if let [rest @ .., b'\r'] = line {
-                    line = rest;
                 }
                 Some(LineEvent::Line(line.to_vec()))
             }
             // Even if the LF came next, this line would be over the limit.
             None if avail.len() >= self.max => {
-                self.buf.clear();
-                self.start = 0;
-                self.discarding = true;
+                self.lines.discard_line();
                 Some(LineEvent::TooLong)
             }
             None => None,
@@ -81,15 +63,12 @@ impl LineFramer {
 
     /// Bytes currently buffered (for memory accounting).
     pub fn buffered(&self) -> usize {
-        self.buf.len() - self.start
+        self.lines.available().len()
     }
 
     /// Releases buffer capacity when idle, so idle sessions stay small.
     pub fn shrink(&mut self) {
-        if self.start == self.buf.len() {
-            self.buf = Vec::new();
-            self.start = 0;
-        }
+        self.lines.shrink();
     }
 }
 
@@ -159,7 +138,7 @@ mod tests {
         assert!(matches!(framer.next_event(), Some(LineEvent::Line(_))));
         framer.shrink();
         assert_eq!(framer.buffered(), 0);
-        assert_eq!(framer.buf.capacity(), 0);
+        assert_eq!(framer.lines.capacity(), 0);
     }
 
     proptest! {

@@ -417,10 +417,10 @@ impl OpenConnection {
         let n = shared.connections.fetch_add(1, Ordering::AcqRel) + 1;
         if n > max {
             shared.connections.fetch_sub(1, Ordering::AcqRel);
-            shared.metrics.connection_refused();
+            shared.metrics.connections.refused();
             return None;
         }
-        shared.metrics.connection_opened();
+        shared.metrics.connections.opened();
         Some(OpenConnection(Arc::clone(shared)))
     }
 }
@@ -428,7 +428,7 @@ impl OpenConnection {
 impl Drop for OpenConnection {
     fn drop(&mut self) {
         self.0.connections.fetch_sub(1, Ordering::AcqRel);
-        self.0.metrics.connection_closed();
+        self.0.metrics.connections.closed();
     }
 }
 

@@ -3,6 +3,7 @@
 //! [`ferry_metrics::Endpoint`] with the process metrics beside them.
 
 use ferry_dtp::{DtpError, TransferDescription, TransferOutcome};
+use ferry_metrics::{Connections, ConnectionsHelp, DirectionLabel, ResultLabel};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -40,11 +41,6 @@ struct TransferLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct DirectionLabel {
-    direction: &'static str,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct KindLabel {
     kind: &'static str,
 }
@@ -54,16 +50,10 @@ struct ReasonLabel {
     reason: &'static str,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct ResultLabel {
-    result: &'static str,
-}
-
 /// Every family the server counts. Cheap to update from any task (atomics).
 #[derive(Debug)]
 pub(crate) struct ServerMetrics {
-    connections: Gauge,
-    connections_refused: Counter,
+    pub(crate) connections: Connections,
     sessions: Family<AuthLabel, Gauge>,
     logins: Family<AuthLabel, Counter>,
     login_failures: Family<AuthLabel, Counter>,
@@ -83,8 +73,7 @@ impl ServerMetrics {
     /// Fresh families, registered in `registry` under `ferry_`.
     pub(crate) fn new(registry: &mut Registry) -> ServerMetrics {
         let m = ServerMetrics {
-            connections: Gauge::default(),
-            connections_refused: Counter::default(),
+            connections: Connections::default(),
             sessions: Family::default(),
             logins: Family::default(),
             login_failures: Family::default(),
@@ -116,15 +105,13 @@ impl ServerMetrics {
             let _ = m.reloads.get_or_create(&ResultLabel { result });
         }
         let r = registry.sub_registry_with_prefix("ferry");
-        r.register(
-            "control_connections",
-            "Control connections open now, logged in or not",
-            m.connections.clone(),
-        );
-        r.register(
-            "control_connections_refused",
-            "Control connections refused with 421 because connections-max was reached",
-            m.connections_refused.clone(),
+        m.connections.register(
+            r,
+            ConnectionsHelp {
+                name: "control_connections",
+                open: "Control connections open now, logged in or not",
+                refused: "Control connections refused with 421 because connections-max was reached",
+            },
         );
         r.register(
             "sessions",
@@ -193,18 +180,6 @@ impl ServerMetrics {
             m.reloads.clone(),
         );
         m
-    }
-
-    pub(crate) fn connection_opened(&self) {
-        self.connections.inc();
-    }
-
-    pub(crate) fn connection_closed(&self) {
-        self.connections.dec();
-    }
-
-    pub(crate) fn connection_refused(&self) {
-        self.connections_refused.inc();
     }
 
     /// A login succeeded: counted, and the session counted as logged in until
@@ -327,7 +302,7 @@ mod tests {
     fn families_encode_with_their_prefix_and_labels() {
         let mut registry = Registry::default();
         let m = ServerMetrics::new(&mut registry);
-        m.connection_opened();
+        m.connections.opened();
         m.logged_in(AuthKind::Gsi);
         m.gsi_failed("revoked");
         m.reloaded(false);

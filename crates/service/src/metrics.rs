@@ -3,6 +3,7 @@
 
 use std::sync::atomic::AtomicU64;
 
+use ferry_metrics::ResultLabel;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -17,11 +18,6 @@ pub(crate) struct StateLabel {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub(crate) struct LinkLabel {
     pub(crate) link: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-pub(crate) struct ResultLabel {
-    pub(crate) result: &'static str,
 }
 
 /// What the service counts.

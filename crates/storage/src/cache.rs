@@ -520,8 +520,8 @@ fn digest_len(alg: ChecksumAlgorithm) -> usize {
 /// The checksum `storage` answers for `[offset, offset + length)` of the open `file`: a
 /// whole-file request is answered from the cache when it holds a value for this version, and
 /// a value read is kept; a part of the file is always read.
-pub fn checksum_cached(
-    storage: &dyn crate::Storage,
+pub fn checksum_cached<S: crate::Storage + ?Sized>(
+    storage: &S,
     file: &std::sync::Arc<dyn FileHandle>,
     alg: ChecksumAlgorithm,
     offset: u64,

@@ -21,10 +21,7 @@ use std::collections::HashMap;
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use crate::{
-    ChecksumAlgorithm, DirEntry, FileHandle, Metadata, Storage, StorageError, VirtualPath,
-    WriteOptions,
-};
+use crate::{DirEntry, FileHandle, Metadata, Storage, StorageError, VirtualPath, WriteOptions};
 
 /// A local account: name, uid, primary gid and every group it belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -271,18 +268,6 @@ impl Storage for AsUser {
     fn symlink(&self, target: &str, link: &VirtualPath) -> Result<(), StorageError> {
         let (t, l) = (target.to_string(), link.clone());
         self.run(move |s| s.symlink(&t, &l))
-    }
-    fn checksum(
-        &self,
-        path: &VirtualPath,
-        algorithm: ChecksumAlgorithm,
-        offset: u64,
-        length: Option<u64>,
-    ) -> Result<String, StorageError> {
-        // Opened as the user; the reading runs on the caller's thread so a long checksum
-        // does not hold up the account's other sessions.
-        let handle = self.open_read(path)?;
-        crate::cache::checksum_cached(self, &handle, algorithm, offset, length)
     }
     fn checksum_cache(&self) -> Option<&crate::ChecksumCache> {
         self.inner.checksum_cache()

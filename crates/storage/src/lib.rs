@@ -95,10 +95,16 @@ pub trait FileHandle: Send + Sync + std::fmt::Debug {
     fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<(), StorageError>;
     /// Current size (0 for devices).
     fn size(&self) -> Result<u64, StorageError>;
-    /// Whether this is a regular file (sendfile and size-based planning apply).
-    fn is_regular(&self) -> bool;
-    /// The raw descriptor, for zero-copy `sendfile`/`splice` on clear channels.
-    fn raw_fd(&self) -> Option<RawFd>;
+    /// Whether this is a regular file (sendfile and size-based planning apply). By default
+    /// not: a handle that is not a file on disk sends until its data ends.
+    fn is_regular(&self) -> bool {
+        false
+    }
+    /// The raw descriptor, for zero-copy `sendfile`/`splice` on clear channels. By default
+    /// none, so a layer that must see the bytes cannot be bypassed by forgetting this.
+    fn raw_fd(&self) -> Option<RawFd> {
+        None
+    }
     /// Flushes data to stable storage.
     fn sync(&self) -> Result<(), StorageError>;
     /// Sets the length (used to truncate after a full stream-mode STOR).
@@ -185,14 +191,20 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// Creates a symlink at `link` pointing to `target` (target stored as given; it is resolved
     /// beneath the root when followed, so it cannot escape).
     fn symlink(&self, target: &str, link: &VirtualPath) -> Result<(), StorageError>;
-    /// Checksum of `[offset, offset + length)` (`None` = to end).
+    /// Checksum of `[offset, offset + length)` (`None` = to end). The default opens the file
+    /// with [`Storage::open_read`] (as the account, for a storage that switches identity) and
+    /// reads it on the caller's thread through [`cache::checksum_cached`], so a long checksum
+    /// holds up nothing else.
     fn checksum(
         &self,
         path: &VirtualPath,
         algorithm: ChecksumAlgorithm,
         offset: u64,
         length: Option<u64>,
-    ) -> Result<String, StorageError>;
+    ) -> Result<String, StorageError> {
+        let handle = self.open_read(path)?;
+        cache::checksum_cached(self, &handle, algorithm, offset, length)
+    }
     /// The whole-file checksum of `alg` this storage has at hand for the file as it is now,
     /// found without reading the file or its attributes (one `stat`): a value kept in this
     /// process's memory. `None` sends the caller to [`Storage::checksum`]. The server asks

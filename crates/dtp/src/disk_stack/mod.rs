@@ -441,12 +441,6 @@ impl FileHandle for Nowhere {
     fn size(&self) -> Result<u64, StorageError> {
         Ok(0)
     }
-    fn is_regular(&self) -> bool {
-        false
-    }
-    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
-        None
-    }
     fn sync(&self) -> Result<(), StorageError> {
         Ok(())
     }

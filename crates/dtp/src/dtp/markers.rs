@@ -44,67 +44,83 @@ impl Stack {
     }
 }
 
-/// Drives `fut` while emitting restart and perf markers at the description's intervals, and
-/// a perf marker at once for each line of news from the disk stack. Once the data connections'
-/// round trip is known (`data_rtt_us`, µs, 0 until then), each perf marker says it.
-pub(super) async fn with_markers<T>(
-    fut: impl std::future::Future<Output = Result<T, DtpError>>,
-    desc: &TransferDescription,
-    events: &mpsc::Sender<DtpEvent>,
-    bytes: &(dyn Fn() -> u64 + Sync),
-    take_written: &(dyn Fn() -> RangeSet + Sync),
-    stack: &mut Stack,
-    data_rtt_us: &AtomicU32,
-) -> Result<T, DtpError> {
-    tokio::pin!(fut);
-    let mut restart = desc.markers.restart_ms.map(ticker);
-    let mut perf = desc.markers.perf_ms.map(ticker);
-    let perf_now = |news: Vec<String>| DtpEvent::Perf {
-        stripe_index: desc.stripe.index,
-        stripe_count: desc.stripe.count,
-        bytes: bytes(),
-        timestamp_tenths: now_tenths(),
-        news,
-        data_rtt_us: Some(data_rtt_us.load(Ordering::Relaxed)).filter(|us| *us > 0),
-    };
-    // Drivers that say when their destinations stored more: one of them, for the wake-up (a
-    // stack forwards through one driver; others are read at each tick all the same).
-    let changed = stack.beyond.iter().find_map(|b| b.changed());
-    loop {
-        tokio::select! {
-            r = &mut fut => {
-                if desc.direction == Direction::Receive && restart.is_some() {
+/// What one transfer's markers are made of, from its start to the end of its stack's work.
+pub(super) struct Markers<'a> {
+    /// The transfer, for its marker intervals and stripe.
+    pub(super) desc: &'a TransferDescription,
+    /// The PI's event channel.
+    pub(super) events: &'a mpsc::Sender<DtpEvent>,
+    /// The bytes moved so far.
+    pub(super) bytes: &'a (dyn Fn() -> u64 + Sync),
+    /// The ranges written since last asked (none for a send).
+    pub(super) take_written: &'a (dyn Fn() -> RangeSet + Sync),
+    /// The data connections' round trip in µs, 0 until known.
+    pub(super) data_rtt_us: &'a AtomicU32,
+    /// What the disk stack reports.
+    pub(super) stack: Stack,
+}
+
+impl Markers<'_> {
+    /// Drives `fut` while emitting restart and perf markers at the description's intervals,
+    /// and a perf marker at once for each line of news from the disk stack. Once the data
+    /// connections' round trip is known, each perf marker says it.
+    pub(super) async fn drive<T>(
+        &mut self,
+        fut: impl std::future::Future<Output = Result<T, DtpError>>,
+    ) -> Result<T, DtpError> {
+        let (desc, events, bytes) = (self.desc, self.events, self.bytes);
+        let (take_written, data_rtt_us) = (self.take_written, self.data_rtt_us);
+        let stack = &mut self.stack;
+        tokio::pin!(fut);
+        let mut restart = desc.markers.restart_ms.map(ticker);
+        let mut perf = desc.markers.perf_ms.map(ticker);
+        let perf_now = |news: Vec<String>| DtpEvent::Perf {
+            stripe_index: desc.stripe.index,
+            stripe_count: desc.stripe.count,
+            bytes: bytes(),
+            timestamp_tenths: now_tenths(),
+            news,
+            data_rtt_us: Some(data_rtt_us.load(Ordering::Relaxed)).filter(|us| *us > 0),
+        };
+        // Drivers that say when their destinations stored more: one of them, for the wake-up (a
+        // stack forwards through one driver; others are read at each tick all the same).
+        let changed = stack.beyond.iter().find_map(|b| b.changed());
+        loop {
+            tokio::select! {
+                r = &mut fut => {
+                    if desc.direction == Direction::Receive && restart.is_some() {
+                        let done = stack.due(take_written);
+                        if !done.is_empty() {
+                            let _ = events.try_send(DtpEvent::Restart(done));
+                        }
+                    }
+                    return r;
+                }
+                _ = tick(&mut restart) => {
                     let done = stack.due(take_written);
                     if !done.is_empty() {
                         let _ = events.try_send(DtpEvent::Restart(done));
                     }
                 }
-                return r;
-            }
-            _ = tick(&mut restart) => {
-                let done = stack.due(take_written);
-                if !done.is_empty() {
-                    let _ = events.try_send(DtpEvent::Restart(done));
-                }
-            }
-            _ = wake(changed.as_deref()), if restart.is_some() => {
-                let done = stack.due(take_written);
-                if !done.is_empty() {
-                    let _ = events.try_send(DtpEvent::Restart(done));
-                }
-            }
-            _ = tick(&mut perf) => {
-                let _ = events.try_send(perf_now(Vec::new()));
-            }
-            Some(mut news) = next_news(&mut stack.news) => {
-                // Not dropped when the PI lags, unlike the periodic markers: a failure
-                // reported late is still worth reporting.
-                if let Some(rx) = &mut stack.news {
-                    while let Ok(more) = rx.try_recv() {
-                        news.push(more);
+                _ = wake(changed.as_deref()), if restart.is_some() => {
+                    let done = stack.due(take_written);
+                    if !done.is_empty() {
+                        let _ = events.try_send(DtpEvent::Restart(done));
                     }
                 }
-                let _ = events.send(perf_now(news)).await;
+                _ = tick(&mut perf) => {
+                    let _ = events.try_send(perf_now(Vec::new()));
+                }
+                Some(mut news) = next_news(&mut stack.news) => {
+                    // Not dropped when the PI lags, unlike the periodic markers: a failure
+                    // reported late is still worth reporting.
+                    if let Some(rx) = &mut stack.news {
+                        while let Ok(more) = rx.try_recv() {
+                            news.push(more);
+                        }
+                    }
+                    let _ = events.send(perf_now(news)).await;
+                }
             }
         }
     }

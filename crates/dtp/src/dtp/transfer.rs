@@ -14,7 +14,7 @@ use ferry_storage::{FileHandle, FileVersion, Storage, WriteOptions};
 use tokio::sync::mpsc;
 
 use super::connect::{connect_all, secure};
-use super::markers::{begin, with_markers, Stack};
+use super::markers::{begin, Markers, Stack};
 use super::{access, Dtp, Moved};
 use crate::digest::{Taken, TransferDigest};
 use crate::disk_stack::News;
@@ -153,27 +153,28 @@ impl Dtp {
                 .sum::<u64>()
         };
         self.moved = Moved(Arc::new(total_bytes.clone()));
+        // What the kernel measured on the way to the receiver (MODE E), for the client's
+        // judgement of the streams (a third party's client sees neither server's data path).
+        let data_rtt_us = match desc.mode {
+            TransferMode::Extended => groups
+                .iter()
+                .flatten()
+                .filter_map(|c| c.path_rtt_us())
+                .max(),
+            TransferMode::Stream => None,
+        };
+        let data_rtt_us = AtomicU32::new(data_rtt_us.unwrap_or(0));
+        let mut markers = Markers {
+            desc,
+            events,
+            bytes: &total_bytes,
+            take_written: &RangeSet::new,
+            data_rtt_us: &data_rtt_us,
+            stack: Stack::default(),
+        };
         match desc.mode {
             TransferMode::Extended => {
-                // What the kernel measured on the way to the receiver, for the client's judgement
-                // of the streams (a third party's client sees neither server's data path).
-                let data_rtt_us = groups
-                    .iter()
-                    .flatten()
-                    .filter_map(|c| c.path_rtt_us())
-                    .max();
-                let data_rtt_us = AtomicU32::new(data_rtt_us.unwrap_or(0));
-                let fut = send_stripes(groups, jobs);
-                let mut conns = with_markers(
-                    fut,
-                    desc,
-                    events,
-                    &total_bytes,
-                    &RangeSet::new,
-                    &mut Stack::default(),
-                    &data_rtt_us,
-                )
-                .await?;
+                let mut conns = markers.drive(send_stripes(groups, jobs)).await?;
                 self.tcp = ferry_net::TcpStats::of_all(&mut conns);
                 self.channel.put_back(Direction::Send, &desc.channel, conns);
             }
@@ -184,17 +185,7 @@ impl Dtp {
                     .next()
                     .ok_or(DtpError::NoDataChannel)?;
                 let job = jobs.into_iter().next().ok_or(DtpError::NoDataChannel)?;
-                let fut = send_stream(conn, job, desc.ascii);
-                with_markers(
-                    fut,
-                    desc,
-                    events,
-                    &total_bytes,
-                    &RangeSet::new,
-                    &mut Stack::default(),
-                    &AtomicU32::new(0),
-                )
-                .await?;
+                markers.drive(send_stream(conn, job, desc.ascii)).await?;
             }
         }
         if let Some(o) = opened {
@@ -286,6 +277,14 @@ impl Dtp {
             let j = Arc::clone(&job);
             move || j.take_written()
         };
+        let mut markers = Markers {
+            desc,
+            events,
+            bytes: &total_bytes,
+            take_written: &take_written,
+            data_rtt_us: &data_rtt,
+            stack,
+        };
         let streams = match desc.mode {
             TransferMode::Extended => {
                 let prot = self.protection(desc)?;
@@ -309,16 +308,7 @@ impl Dtp {
                     }
                 };
                 let fut = receive_mode_e(cached, listener, prot, Arc::clone(&job));
-                let (mut conns, used) = with_markers(
-                    fut,
-                    desc,
-                    events,
-                    &total_bytes,
-                    &take_written,
-                    &mut stack,
-                    &data_rtt,
-                )
-                .await?;
+                let (mut conns, used) = markers.drive(fut).await?;
                 self.tcp = ferry_net::TcpStats::of_all(&mut conns);
                 self.channel
                     .put_back(Direction::Receive, &desc.channel, conns);
@@ -347,17 +337,9 @@ impl Dtp {
                     w.push(Arc::new(Mutex::new(RangeSet::new())));
                 }
                 let start = stream_restart_offset(&desc.restart);
-                let fut = receive_stream(conn, &job, start, desc.ascii);
-                with_markers(
-                    fut,
-                    desc,
-                    events,
-                    &total_bytes,
-                    &take_written,
-                    &mut stack,
-                    &data_rtt,
-                )
-                .await?;
+                markers
+                    .drive(receive_stream(conn, &job, start, desc.ascii))
+                    .await?;
                 1
             }
         };
@@ -365,16 +347,7 @@ impl Dtp {
         if let Some(o) = opened {
             // A forwarder's children may go on well after the last byte came in: markers go
             // on too, with what they store and any hop that fails.
-            with_markers(
-                finish_stack(o),
-                desc,
-                events,
-                &total_bytes,
-                &take_written,
-                &mut stack,
-                &data_rtt,
-            )
-            .await?;
+            markers.drive(finish_stack(o)).await?;
         }
         let taken = match digest {
             Some(d) => match self.storage.open_read(&desc.path) {

@@ -1,6 +1,7 @@
 //! The incremental reply parser a client reads its control channel with.
 
 use super::{Reply, ReplyError, MAX_REPLY_BYTES, MAX_REPLY_LINE, MAX_REPLY_LINES};
+use crate::line::LineBuffer;
 
 /// Incremental reply parser: feed bytes as they arrive, take complete replies out.
 ///
@@ -21,13 +22,10 @@ use super::{Reply, ReplyError, MAX_REPLY_BYTES, MAX_REPLY_LINE, MAX_REPLY_LINES}
 /// A control connection usually closes instead.
 #[derive(Debug)]
 pub struct ReplyParser {
-    buf: Vec<u8>,
-    /// Bytes of `buf` already handed out.
-    start: usize,
-    /// Bytes after `start` known to hold no LF (so a slow line is not rescanned per feed).
+    lines: LineBuffer,
+    /// Bytes of those available known to hold no LF (so a slow line is not rescanned per
+    /// feed).
     scanned: usize,
-    /// Dropping the rest of an over-long line up to its LF.
-    discarding: bool,
     pending: Option<Pending>,
     /// Dropping the lines of a refused multi-line reply (of these digits) up to its last line.
     skipping: Option<[u8; 3]>,
@@ -60,10 +58,8 @@ impl ReplyParser {
     /// are longer than the ones they carry (GSI's protected replies: base64 of wrapped lines).
     pub fn with_max_bytes(max_bytes: usize) -> ReplyParser {
         ReplyParser {
-            buf: Vec::new(),
-            start: 0,
+            lines: LineBuffer::default(),
             scanned: 0,
-            discarding: false,
             pending: None,
             skipping: None,
             max_bytes,
@@ -72,46 +68,31 @@ impl ReplyParser {
 
     /// Appends received bytes.
     pub fn feed(&mut self, bytes: &[u8]) {
-        if self.start > 0 {
-            self.buf.drain(..self.start);
-            self.start = 0;
-        }
-        if !self.discarding {
-            self.buf.extend_from_slice(bytes);
-        } else if let Some(lf) = bytes.iter().position(|&b| b == b'\n') {
-            // The over-long line ends here; what follows is the next line.
-            self.discarding = false;
-            self.buf.extend_from_slice(&bytes[lf + 1..]);
-        }
+        self.lines.feed(bytes);
     }
 
     /// Whether received bytes are waiting that no reply has taken yet.
     pub fn has_buffered(&self) -> bool {
-        self.buf.len() > self.start
+        !self.lines.available().is_empty()
             || self.pending.is_some()
-            || self.discarding
+            || self.lines.is_discarding()
             || self.skipping.is_some()
     }
 
     /// The next complete reply, `Ok(None)` if more bytes are needed.
     pub fn next_reply(&mut self) -> Result<Option<Reply>, ReplyError> {
         loop {
-            if self.discarding {
+            if self.lines.is_discarding() {
                 return Ok(None);
             }
-            let avail = &self.buf[self.start..];
+            let avail = self.lines.available();
             let Some(lf) = avail[self.scanned..].iter().position(|&b| b == b'\n') else {
                 self.scanned = avail.len();
                 return self.partial_line();
             };
             let end = self.scanned + lf;
-            let line_start = self.start;
-            self.start += end + 1;
             self.scanned = 0;
-            let mut line = &self.buf[line_start..line_start + end];
-            if let [rest @ .., b'\r'] = line {
-                line = rest;
-            }
+            let line = self.lines.take_line(end);
             if let Some(digits) = self.skipping {
                 if is_last_line(line, digits) {
                     self.skipping = None;
@@ -183,7 +164,7 @@ impl ReplyParser {
     /// What a line without its LF yet means: more bytes needed, or a refusal once the line
     /// is too long or takes its reply past the bound (its rest up to the LF is dropped).
     fn partial_line(&mut self) -> Result<Option<Reply>, ReplyError> {
-        let avail = &self.buf[self.start..];
+        let avail = self.lines.available();
         let held = self.pending.as_ref().map_or(0, |p| p.bytes);
         if let Some(digits) = self.skipping {
             // Part of a reply already refused: dropped without another error, as soon as its
@@ -216,10 +197,8 @@ impl ReplyParser {
 
     /// Drops the buffered line in progress and the rest of it up to its LF.
     fn discard_line(&mut self) {
-        self.buf.clear();
-        self.start = 0;
+        self.lines.discard_line();
         self.scanned = 0;
-        self.discarding = true;
     }
 
     /// Bytes held: unparsed input and the text of a half-read reply.
@@ -229,7 +208,7 @@ impl ReplyParser {
             .pending
             .as_ref()
             .map_or(0, |p| p.reply.lines.iter().map(String::len).sum::<usize>());
-        self.buf.len() - self.start + pending
+        self.lines.available().len() + pending
     }
 }
 

@@ -419,7 +419,8 @@ fn gone() -> StorageError {
 }
 
 /// The file a multicast node's transfer writes: the local file (unless `local_write=n`), and
-/// the children's buffer.
+/// the children's buffer. It offers no raw descriptor: every byte must pass `write_all_at`,
+/// so nothing is spliced to the file beneath.
 #[derive(Debug)]
 pub(super) struct TeeFile {
     pub(super) local: Option<Arc<dyn FileHandle>>,
@@ -443,10 +444,6 @@ impl FileHandle for TeeFile {
     fn is_regular(&self) -> bool {
         self.below.is_regular()
     }
-    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
-        // Every byte must pass write_all_at: no splicing to the descriptor.
-        None
-    }
     fn sync(&self) -> Result<(), StorageError> {
         self.below.sync()
     }
@@ -458,7 +455,8 @@ impl FileHandle for TeeFile {
     }
 }
 
-/// What one child's forwarding transfer sends from: the buffer, read as that child.
+/// What one child's forwarding transfer sends from: the buffer, read as that child. Not a
+/// file of known size, so the forwarding transfer sends until the data ends.
 #[derive(Debug)]
 pub(super) struct ChildView {
     pub(super) tee: Arc<Tee>,
@@ -480,13 +478,6 @@ impl FileHandle for ChildView {
     }
     fn size(&self) -> Result<u64, StorageError> {
         Ok(0)
-    }
-    fn is_regular(&self) -> bool {
-        // Not a file of known size: the forwarding transfer sends until the data ends.
-        false
-    }
-    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
-        None
     }
     fn sync(&self) -> Result<(), StorageError> {
         Ok(())

@@ -1,10 +1,102 @@
-//! Schema versions, one script per version and database. A database is brought forward from
-//! whatever version it has, each step in its own transaction; a newer database is refused.
+//! Schema versions, one script per version, written once where the two databases differ only
+//! in their column types and once for each where they differ more. A database is brought
+//! forward from whatever version it has, each step in its own transaction; a newer database is
+//! refused.
 //! SQLite keeps its version in `PRAGMA user_version`; PostgreSQL in `ferry_schema`, changed
 //! under an advisory lock so that service hosts starting together migrate once.
 
+use std::borrow::Cow;
+
 use super::sql::{Kind, Store};
 use crate::ServiceError;
+
+/// Version 1, in SQLite's types (PostgreSQL's are spelled from them, see [`Step::script`]):
+/// jobs, their files, the files' attempts, and delegated proxies.
+const JOBS: &str = r#"
+CREATE TABLE jobs (
+    job_id        TEXT PRIMARY KEY,
+    user_dn       TEXT NOT NULL,
+    state         TEXT NOT NULL,
+    priority      INTEGER NOT NULL,
+    submit_time   INTEGER NOT NULL,
+    finish_time   INTEGER,
+    reason        TEXT,
+    canceled      INTEGER NOT NULL DEFAULT 0,
+    retry         INTEGER NOT NULL,
+    retry_delay   INTEGER NOT NULL,
+    verify        TEXT NOT NULL,
+    overwrite     INTEGER NOT NULL,
+    metadata      TEXT,
+    ignored       TEXT NOT NULL,
+    options       TEXT NOT NULL,
+    body_hash     TEXT NOT NULL
+);
+CREATE INDEX jobs_user ON jobs(user_dn, state);
+CREATE TABLE files (
+    file_id       INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id        TEXT NOT NULL REFERENCES jobs(job_id),
+    file_index    INTEGER NOT NULL,
+    source        TEXT NOT NULL,
+    dest          TEXT NOT NULL,
+    link          TEXT NOT NULL,
+    state         TEXT NOT NULL,
+    filesize      INTEGER,
+    checksum      TEXT,
+    metadata      TEXT,
+    reason        TEXT,
+    failures      INTEGER NOT NULL DEFAULT 0,
+    attempts      INTEGER NOT NULL DEFAULT 0,
+    stored        TEXT NOT NULL DEFAULT '',
+    next_try      INTEGER NOT NULL,
+    start_time    INTEGER,
+    finish_time   INTEGER,
+    bytes         INTEGER NOT NULL DEFAULT 0,
+    throughput    REAL
+);
+CREATE INDEX files_state ON files(state, next_try);
+CREATE INDEX files_job ON files(job_id);
+CREATE TABLE attempts (
+    file_id       INTEGER NOT NULL REFERENCES files(file_id),
+    attempt       INTEGER NOT NULL,
+    start_time    INTEGER NOT NULL,
+    end_time      INTEGER,
+    resumed_bytes INTEGER NOT NULL,
+    moved         INTEGER,
+    error         TEXT,
+    retryable     INTEGER,
+    PRIMARY KEY (file_id, attempt)
+);
+CREATE TABLE delegations (
+    delegation_id TEXT PRIMARY KEY,
+    user_dn       TEXT NOT NULL,
+    pending_key   TEXT,
+    proxy         TEXT,
+    termination   INTEGER
+);
+"#;
+
+/// Version 2, in SQLite's types: the optimizer's decisions.
+const DECISIONS: &str = r#"
+CREATE TABLE decisions (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    link          TEXT NOT NULL,
+    time          INTEGER NOT NULL,
+    from_active   INTEGER NOT NULL,
+    to_active     INTEGER NOT NULL,
+    throughput    REAL NOT NULL,
+    reason        TEXT NOT NULL
+);
+CREATE INDEX decisions_time ON decisions(time);
+"#;
+
+/// Version 3, in SQLite's types: the hosts sharing a queue, and which one claimed a file.
+const HOSTS: &str = r#"
+ALTER TABLE files ADD COLUMN claimed_by TEXT;
+CREATE TABLE hosts (
+    host_id       TEXT PRIMARY KEY,
+    heartbeat     INTEGER NOT NULL
+);
+"#;
 
 /// Version 4, the same in both dialects: files by job and state.
 const INDEX_JOB_STATE: &str = r#"
@@ -102,195 +194,58 @@ const DEST_OWN: &str = r#"
 ALTER TABLE files ADD COLUMN dest_own BIGINT NOT NULL DEFAULT 0;
 "#;
 
-/// SQLite: index N takes a database from version N to N + 1.
-const SQLITE: &[&str] = &[
-    r#"
-CREATE TABLE jobs (
-    job_id        TEXT PRIMARY KEY,
-    user_dn       TEXT NOT NULL,
-    state         TEXT NOT NULL,
-    priority      INTEGER NOT NULL,
-    submit_time   INTEGER NOT NULL,
-    finish_time   INTEGER,
-    reason        TEXT,
-    canceled      INTEGER NOT NULL DEFAULT 0,
-    retry         INTEGER NOT NULL,
-    retry_delay   INTEGER NOT NULL,
-    verify        TEXT NOT NULL,
-    overwrite     INTEGER NOT NULL,
-    metadata      TEXT,
-    ignored       TEXT NOT NULL,
-    options       TEXT NOT NULL,
-    body_hash     TEXT NOT NULL
-);
-CREATE INDEX jobs_user ON jobs(user_dn, state);
-CREATE TABLE files (
-    file_id       INTEGER PRIMARY KEY AUTOINCREMENT,
-    job_id        TEXT NOT NULL REFERENCES jobs(job_id),
-    file_index    INTEGER NOT NULL,
-    source        TEXT NOT NULL,
-    dest          TEXT NOT NULL,
-    link          TEXT NOT NULL,
-    state         TEXT NOT NULL,
-    filesize      INTEGER,
-    checksum      TEXT,
-    metadata      TEXT,
-    reason        TEXT,
-    failures      INTEGER NOT NULL DEFAULT 0,
-    attempts      INTEGER NOT NULL DEFAULT 0,
-    stored        TEXT NOT NULL DEFAULT '',
-    next_try      INTEGER NOT NULL,
-    start_time    INTEGER,
-    finish_time   INTEGER,
-    bytes         INTEGER NOT NULL DEFAULT 0,
-    throughput    REAL
-);
-CREATE INDEX files_state ON files(state, next_try);
-CREATE INDEX files_job ON files(job_id);
-CREATE TABLE attempts (
-    file_id       INTEGER NOT NULL REFERENCES files(file_id),
-    attempt       INTEGER NOT NULL,
-    start_time    INTEGER NOT NULL,
-    end_time      INTEGER,
-    resumed_bytes INTEGER NOT NULL,
-    moved         INTEGER,
-    error         TEXT,
-    retryable     INTEGER,
-    PRIMARY KEY (file_id, attempt)
-);
-CREATE TABLE delegations (
-    delegation_id TEXT PRIMARY KEY,
-    user_dn       TEXT NOT NULL,
-    pending_key   TEXT,
-    proxy         TEXT,
-    termination   INTEGER
-);
-"#,
-    r#"
-CREATE TABLE decisions (
-    id            INTEGER PRIMARY KEY AUTOINCREMENT,
-    link          TEXT NOT NULL,
-    time          INTEGER NOT NULL,
-    from_active   INTEGER NOT NULL,
-    to_active     INTEGER NOT NULL,
-    throughput    REAL NOT NULL,
-    reason        TEXT NOT NULL
-);
-CREATE INDEX decisions_time ON decisions(time);
-"#,
-    r#"
-ALTER TABLE files ADD COLUMN claimed_by TEXT;
-CREATE TABLE hosts (
-    host_id       TEXT PRIMARY KEY,
-    heartbeat     INTEGER NOT NULL
-);
-"#,
-    INDEX_JOB_STATE,
-    INDEX_JOB_STATE_LINK,
-    SLOTS,
-    SQLITE_COUNTS,
-    DEST_OWN,
-];
+/// One version's script: written once where the dialects differ only in their types, or once
+/// per dialect.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    /// The same text in both.
+    Same(&'static str),
+    /// SQLite's text; PostgreSQL runs it in its own types.
+    SqliteTypes(&'static str),
+    /// A text for each.
+    Each {
+        sqlite: &'static str,
+        postgres: &'static str,
+    },
+}
 
-/// PostgreSQL: the same versions in its types.
-const POSTGRES: &[&str] = &[
-    r#"
-CREATE TABLE jobs (
-    job_id        TEXT PRIMARY KEY,
-    user_dn       TEXT NOT NULL,
-    state         TEXT NOT NULL,
-    priority      BIGINT NOT NULL,
-    submit_time   BIGINT NOT NULL,
-    finish_time   BIGINT,
-    reason        TEXT,
-    canceled      BIGINT NOT NULL DEFAULT 0,
-    retry         BIGINT NOT NULL,
-    retry_delay   BIGINT NOT NULL,
-    verify        TEXT NOT NULL,
-    overwrite     BIGINT NOT NULL,
-    metadata      TEXT,
-    ignored       TEXT NOT NULL,
-    options       TEXT NOT NULL,
-    body_hash     TEXT NOT NULL
-);
-CREATE INDEX jobs_user ON jobs(user_dn, state);
-CREATE TABLE files (
-    file_id       BIGSERIAL PRIMARY KEY,
-    job_id        TEXT NOT NULL REFERENCES jobs(job_id),
-    file_index    BIGINT NOT NULL,
-    source        TEXT NOT NULL,
-    dest          TEXT NOT NULL,
-    link          TEXT NOT NULL,
-    state         TEXT NOT NULL,
-    filesize      BIGINT,
-    checksum      TEXT,
-    metadata      TEXT,
-    reason        TEXT,
-    failures      BIGINT NOT NULL DEFAULT 0,
-    attempts      BIGINT NOT NULL DEFAULT 0,
-    stored        TEXT NOT NULL DEFAULT '',
-    next_try      BIGINT NOT NULL,
-    start_time    BIGINT,
-    finish_time   BIGINT,
-    bytes         BIGINT NOT NULL DEFAULT 0,
-    throughput    DOUBLE PRECISION
-);
-CREATE INDEX files_state ON files(state, next_try);
-CREATE INDEX files_job ON files(job_id);
-CREATE TABLE attempts (
-    file_id       BIGINT NOT NULL REFERENCES files(file_id),
-    attempt       BIGINT NOT NULL,
-    start_time    BIGINT NOT NULL,
-    end_time      BIGINT,
-    resumed_bytes BIGINT NOT NULL,
-    moved         BIGINT,
-    error         TEXT,
-    retryable     BIGINT,
-    PRIMARY KEY (file_id, attempt)
-);
-CREATE TABLE delegations (
-    delegation_id TEXT PRIMARY KEY,
-    user_dn       TEXT NOT NULL,
-    pending_key   TEXT,
-    proxy         TEXT,
-    termination   BIGINT
-);
-"#,
-    r#"
-CREATE TABLE decisions (
-    id            BIGSERIAL PRIMARY KEY,
-    link          TEXT NOT NULL,
-    time          BIGINT NOT NULL,
-    from_active   BIGINT NOT NULL,
-    to_active     BIGINT NOT NULL,
-    throughput    DOUBLE PRECISION NOT NULL,
-    reason        TEXT NOT NULL
-);
-CREATE INDEX decisions_time ON decisions(time);
-"#,
-    r#"
-ALTER TABLE files ADD COLUMN claimed_by TEXT;
-CREATE TABLE hosts (
-    host_id       TEXT PRIMARY KEY,
-    heartbeat     BIGINT NOT NULL
-);
-"#,
-    INDEX_JOB_STATE,
-    INDEX_JOB_STATE_LINK,
-    SLOTS,
-    POSTGRES_COUNTS,
-    DEST_OWN,
+impl Step {
+    /// The step's script for a `kind` database.
+    fn script(self, kind: Kind) -> Cow<'static, str> {
+        match (self, kind) {
+            (Step::Same(sql), _) | (Step::SqliteTypes(sql), Kind::Sqlite) => Cow::Borrowed(sql),
+            (Step::SqliteTypes(sql), Kind::Postgres) => Cow::Owned(
+                sql.replace("INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY")
+                    .replace("INTEGER", "BIGINT")
+                    .replace("REAL", "DOUBLE PRECISION"),
+            ),
+            (Step::Each { sqlite, .. }, Kind::Sqlite) => Cow::Borrowed(sqlite),
+            (Step::Each { postgres, .. }, Kind::Postgres) => Cow::Borrowed(postgres),
+        }
+    }
+}
+
+/// Index N takes a database from version N to N + 1.
+const STEPS: &[Step] = &[
+    Step::SqliteTypes(JOBS),
+    Step::SqliteTypes(DECISIONS),
+    Step::SqliteTypes(HOSTS),
+    Step::Same(INDEX_JOB_STATE),
+    Step::Same(INDEX_JOB_STATE_LINK),
+    Step::Same(SLOTS),
+    Step::Each {
+        sqlite: SQLITE_COUNTS,
+        postgres: POSTGRES_COUNTS,
+    },
+    Step::Same(DEST_OWN),
 ];
 
 /// The newest version this ferry knows.
-pub(crate) const VERSION: i64 = SQLITE.len() as i64;
+pub(crate) const VERSION: i64 = STEPS.len() as i64;
 
 /// Brings the database's schema up to [`VERSION`].
 pub(crate) fn migrate(store: &mut dyn Store) -> Result<(), ServiceError> {
-    let (scripts, kind) = match store.kind() {
-        Kind::Sqlite => (SQLITE, Kind::Sqlite),
-        Kind::Postgres => (POSTGRES, Kind::Postgres),
-    };
+    let kind = store.kind();
     loop {
         let mut tx = store.begin()?;
         let version = match kind {
@@ -320,10 +275,10 @@ pub(crate) fn migrate(store: &mut dyn Store) -> Result<(), ServiceError> {
                 "the database has schema version {version}, newer than this ferry knows ({VERSION}): use a newer ferry"
             )));
         }
-        let Some(script) = scripts.get(version as usize) else {
+        let Some(step) = STEPS.get(version as usize) else {
             return Ok(());
         };
-        tx.script(script)?;
+        tx.script(&step.script(kind))?;
         match kind {
             Kind::Sqlite => {
                 tx.exec(&format!("PRAGMA user_version = {}", version + 1), &[])?;
@@ -336,5 +291,24 @@ pub(crate) fn migrate(store: &mut dyn Store) -> Result<(), ServiceError> {
             }
         }
         tx.commit()?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn postgres_spells_the_sqlite_typed_versions_in_its_own_types() {
+        let jobs = Step::SqliteTypes(JOBS).script(Kind::Postgres);
+        assert!(jobs.contains("file_id       BIGSERIAL PRIMARY KEY,"));
+        assert!(jobs.contains("throughput    DOUBLE PRECISION\n"));
+        for step in STEPS {
+            let sql = step.script(Kind::Postgres);
+            for sqlite_only in ["INTEGER", "REAL", "AUTOINCREMENT"] {
+                assert!(!sql.contains(sqlite_only), "{sqlite_only} in {sql}");
+            }
+        }
+        assert_eq!(Step::SqliteTypes(JOBS).script(Kind::Sqlite), JOBS);
     }
 }

@@ -68,45 +68,55 @@ fn wrong(i: usize, want: &str, got: &V) -> ServiceError {
 }
 
 impl Row {
-    pub(crate) fn i(&self, i: usize) -> Result<i64, ServiceError> {
+    /// Column `i` as `pick` reads it (a missing column reads as NULL); `want` names what
+    /// `pick` takes, for the error when it takes nothing.
+    fn get<T>(
+        &self,
+        i: usize,
+        want: &str,
+        pick: impl FnOnce(&V) -> Option<T>,
+    ) -> Result<T, ServiceError> {
+        let v = self.0.get(i).unwrap_or(&V::Null);
+        pick(v).ok_or_else(|| wrong(i, want, v))
+    }
+    /// Column `i` by `read`, or `None` where it is NULL or missing.
+    fn optional<T>(
+        &self,
+        i: usize,
+        read: fn(&Row, usize) -> Result<T, ServiceError>,
+    ) -> Result<Option<T>, ServiceError> {
         match self.0.get(i) {
-            Some(V::I(v)) => Ok(*v),
-            Some(other) => Err(wrong(i, "an integer", other)),
-            None => Err(wrong(i, "an integer", &V::Null)),
+            Some(V::Null) | None => Ok(None),
+            _ => read(self, i).map(Some),
         }
+    }
+    pub(crate) fn i(&self, i: usize) -> Result<i64, ServiceError> {
+        self.get(i, "an integer", |v| match v {
+            V::I(v) => Some(*v),
+            _ => None,
+        })
     }
     pub(crate) fn oi(&self, i: usize) -> Result<Option<i64>, ServiceError> {
-        match self.0.get(i) {
-            Some(V::Null) | None => Ok(None),
-            _ => self.i(i).map(Some),
-        }
+        self.optional(i, Row::i)
     }
     pub(crate) fn r(&self, i: usize) -> Result<f64, ServiceError> {
-        match self.0.get(i) {
-            Some(V::R(v)) => Ok(*v),
-            Some(V::I(v)) => Ok(*v as f64),
-            Some(other) => Err(wrong(i, "a number", other)),
-            None => Err(wrong(i, "a number", &V::Null)),
-        }
+        self.get(i, "a number", |v| match v {
+            V::R(v) => Some(*v),
+            V::I(v) => Some(*v as f64),
+            _ => None,
+        })
     }
     pub(crate) fn or(&self, i: usize) -> Result<Option<f64>, ServiceError> {
-        match self.0.get(i) {
-            Some(V::Null) | None => Ok(None),
-            _ => self.r(i).map(Some),
-        }
+        self.optional(i, Row::r)
     }
     pub(crate) fn t(&self, i: usize) -> Result<String, ServiceError> {
-        match self.0.get(i) {
-            Some(V::T(v)) => Ok(v.clone()),
-            Some(other) => Err(wrong(i, "text", other)),
-            None => Err(wrong(i, "text", &V::Null)),
-        }
+        self.get(i, "text", |v| match v {
+            V::T(v) => Some(v.clone()),
+            _ => None,
+        })
     }
     pub(crate) fn ot(&self, i: usize) -> Result<Option<String>, ServiceError> {
-        match self.0.get(i) {
-            Some(V::Null) | None => Ok(None),
-            _ => self.t(i).map(Some),
-        }
+        self.optional(i, Row::t)
     }
 }
 
@@ -289,32 +299,39 @@ fn pg_value(row: &postgres::Row, i: usize) -> Result<V, ServiceError> {
     })
 }
 
+/// Prepares `sql` in `tx` and runs it by `run` with `params`, each passed as its declared
+/// type asks.
+fn pg_run<T>(
+    tx: &mut postgres::Transaction<'_>,
+    sql: &str,
+    params: &[V],
+    run: impl FnOnce(
+        &mut postgres::Transaction<'_>,
+        &postgres::Statement,
+        &[&(dyn ToSql + Sync)],
+    ) -> Result<T, postgres::Error>,
+) -> Result<T, ServiceError> {
+    let st = tx.prepare(&dollar_placeholders(sql))?;
+    let boxed = st
+        .params()
+        .iter()
+        .zip(params)
+        .map(|(ty, v)| pg_param(v, ty))
+        .collect::<Result<Vec<_>, _>>()?;
+    let refs: Vec<&(dyn ToSql + Sync)> = boxed.iter().map(|b| b.as_ref()).collect();
+    Ok(run(tx, &st, &refs)?)
+}
+
 impl Tx for postgres::Transaction<'_> {
     fn exec(&mut self, sql: &str, params: &[V]) -> Result<u64, ServiceError> {
-        let st = self.prepare(&dollar_placeholders(sql))?;
-        let boxed = st
-            .params()
-            .iter()
-            .zip(params)
-            .map(|(ty, v)| pg_param(v, ty))
-            .collect::<Result<Vec<_>, _>>()?;
-        let refs: Vec<&(dyn ToSql + Sync)> = boxed.iter().map(|b| b.as_ref()).collect();
-        Ok(self.execute(&st, &refs)?)
+        pg_run(self, sql, params, |tx, st, refs| tx.execute(st, refs))
     }
     fn script(&mut self, sql: &str) -> Result<(), ServiceError> {
         self.batch_execute(sql)?;
         Ok(())
     }
     fn rows(&mut self, sql: &str, params: &[V]) -> Result<Vec<Row>, ServiceError> {
-        let st = self.prepare(&dollar_placeholders(sql))?;
-        let boxed = st
-            .params()
-            .iter()
-            .zip(params)
-            .map(|(ty, v)| pg_param(v, ty))
-            .collect::<Result<Vec<_>, _>>()?;
-        let refs: Vec<&(dyn ToSql + Sync)> = boxed.iter().map(|b| b.as_ref()).collect();
-        self.query(&st, &refs)?
+        pg_run(self, sql, params, |tx, st, refs| tx.query(st, refs))?
             .iter()
             .map(|r| {
                 (0..r.len())

@@ -15,12 +15,13 @@ use ferry_client::{
     Retry, Sessions, Verify,
 };
 use ferry_gsi::{Credential, TrustStore};
+use ferry_metrics::ResultLabel;
 use ferry_proto::RangeSet;
 use ferry_storage::ChecksumAlgorithm;
 use tokio::sync::{mpsc, Notify};
 
 use crate::db::{endpoints_of, Db, DecisionRow, Ending, FileRow, JobRow, Room};
-use crate::metrics::{LinkLabel, Metrics, ResultLabel, StateLabel};
+use crate::metrics::{LinkLabel, Metrics, StateLabel};
 use crate::optimizer::{LinkOptimizer, Window};
 use crate::submit::JobOptions;
 use crate::{now, ServiceError};

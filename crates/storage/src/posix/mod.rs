@@ -20,7 +20,7 @@ use cap_fs_ext::{DirExt, SystemTimeSpec};
 use cap_std::fs::{Dir, OpenOptions, Permissions, PermissionsExt};
 use std::os::unix::fs::PermissionsExt as _;
 
-use crate::cache::{checksum_cached, Sum};
+use crate::cache::Sum;
 use crate::{
     ChecksumAlgorithm, ChecksumCache, DirEntry, FileHandle, FileVersion, Metadata, Storage,
     StorageError, VirtualPath, WriteOptions,
@@ -355,17 +355,6 @@ impl Storage for PosixStorage {
         self.root
             .symlink(target, link.relative())
             .map_err(io_err(link))
-    }
-
-    fn checksum(
-        &self,
-        path: &VirtualPath,
-        algorithm: ChecksumAlgorithm,
-        offset: u64,
-        length: Option<u64>,
-    ) -> Result<String, StorageError> {
-        let handle = self.open_read(path)?;
-        checksum_cached(self, &handle, algorithm, offset, length)
     }
 
     /// A `stat` by path (no open: a FIFO cannot block it), then the memory's value for that
