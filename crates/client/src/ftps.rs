@@ -8,14 +8,13 @@
 //! vsftpd refuse a data connection that does not, as proof that it comes from the same client.
 //! openssl has no safe call for that, hence the one `unsafe` block below.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 
 use ferry_net::{
-    ConnectFuture, DataConn, DataListener, NetError, PortRange, SocketTuning, Transport,
-    TransportStream,
+    Bind, ConnectFuture, DataConn, DataListener, Dial, NetError, Transport, TransportStream,
 };
 use openssl::ssl::{SslConnector, SslMethod, SslSession, SslVersion};
 use tokio::net::TcpStream;
@@ -162,12 +161,8 @@ impl Transport for FtpsData {
         FTPS_TRANSPORT
     }
 
-    fn connect<'a>(
-        &'a self,
-        addr: SocketAddr,
-        tuning: SocketTuning,
-        _options: &'a str,
-    ) -> ConnectFuture<'a> {
+    fn connect<'a>(&'a self, dial: Dial<'a>) -> ConnectFuture<'a> {
+        let Dial { addr, tuning, .. } = dial;
         Box::pin(async move {
             let tcp = ferry_net::connect_tcp(addr, tuning).await?;
             tcp.set_nodelay(true)
@@ -181,13 +176,7 @@ impl Transport for FtpsData {
         })
     }
 
-    fn listen(
-        &self,
-        _ip: IpAddr,
-        _range: Option<PortRange>,
-        _tuning: SocketTuning,
-        _options: &str,
-    ) -> Result<DataListener, NetError> {
+    fn listen(&self, _bind: Bind<'_>) -> Result<DataListener, NetError> {
         Err(NetError::DriverOptions {
             driver: FTPS_TRANSPORT.into(),
             why: "FTPS data connections are made by the client (passive mode)".into(),

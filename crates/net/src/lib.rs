@@ -22,5 +22,5 @@ pub use link::{EstablishFuture, Established, TransportStream};
 pub use listener::{bind_listener, DataListener, PortRange, TransportListener};
 pub use tcpinfo::TcpStats;
 pub use tls::DataProtection;
-pub use transport::{ConnectFuture, Transport, Transports, GSI_LAYER};
+pub use transport::{Bind, ConnectFuture, Dial, Transport, Transports, GSI_LAYER};
 pub use tuning::{autotune_max, Congestion, SocketTuning};

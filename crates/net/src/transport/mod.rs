@@ -23,6 +23,32 @@ use crate::{DataConn, DataListener, NetError, PortRange, SocketTuning};
 /// protection that DCAU and PROT apply to every connection whatever the stack says.
 pub const GSI_LAYER: &str = "gsi";
 
+/// What a transport is asked to connect to: the peer, the socket tuning applied before the
+/// handshake, and the options of its stack entry.
+#[derive(Debug, Clone, Copy)]
+pub struct Dial<'a> {
+    /// The peer.
+    pub addr: SocketAddr,
+    /// Buffers and congestion control.
+    pub tuning: SocketTuning,
+    /// The stack entry's options (`mss=9000`).
+    pub options: &'a str,
+}
+
+/// Where a transport is asked to listen: the address, the admin's port range if any, the socket
+/// tuning and the options of its stack entry.
+#[derive(Debug, Clone, Copy)]
+pub struct Bind<'a> {
+    /// The local address.
+    pub ip: IpAddr,
+    /// The ports it may take (`None`: any).
+    pub range: Option<PortRange>,
+    /// Buffers and congestion control.
+    pub tuning: SocketTuning,
+    /// The stack entry's options.
+    pub options: &'a str,
+}
+
 /// A boxed connect future, so transports stay object-safe.
 pub type ConnectFuture<'a> = Pin<Box<dyn Future<Output = Result<DataConn, NetError>> + Send + 'a>>;
 
@@ -50,22 +76,11 @@ pub trait Transport: std::fmt::Debug + Send + Sync {
         false
     }
 
-    /// Connects to `addr` with `tuning` applied before the handshake.
-    fn connect<'a>(
-        &'a self,
-        addr: SocketAddr,
-        tuning: SocketTuning,
-        options: &'a str,
-    ) -> ConnectFuture<'a>;
+    /// Connects as `dial` says, its tuning applied before the handshake.
+    fn connect<'a>(&'a self, dial: Dial<'a>) -> ConnectFuture<'a>;
 
-    /// Listens on `ip`, in the admin's port `range` if given.
-    fn listen(
-        &self,
-        ip: IpAddr,
-        range: Option<PortRange>,
-        tuning: SocketTuning,
-        options: &str,
-    ) -> Result<DataListener, NetError>;
+    /// Listens as `bind` says.
+    fn listen(&self, bind: Bind<'_>) -> Result<DataListener, NetError>;
 }
 
 /// The registry of transports this program offers.
@@ -135,7 +150,12 @@ impl Transports {
         tuning: SocketTuning,
     ) -> Result<DataConn, NetError> {
         let (transport, options) = self.transport_of(stack)?;
-        transport.connect(addr, tuning, options).await
+        let dial = Dial {
+            addr,
+            tuning,
+            options,
+        };
+        transport.connect(dial).await
     }
 
     /// Listens over `stack`'s transport.
@@ -147,7 +167,12 @@ impl Transports {
         tuning: SocketTuning,
     ) -> Result<DataListener, NetError> {
         let (transport, options) = self.transport_of(stack)?;
-        transport.listen(ip, range, tuning, options)
+        transport.listen(Bind {
+            ip,
+            range,
+            tuning,
+            options,
+        })
     }
 }
 

@@ -40,7 +40,7 @@
 //!   allocation: memory is used only by bytes in flight.
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -57,10 +57,10 @@ use self::options::{Controller, DEFAULT_WINDOW, MIN_WINDOW};
 use self::shared::{DialKey, Shared};
 use self::tls::{client_config, server_config};
 use super::udp::{self, Buffers};
-use super::{ConnectFuture, Transport};
+use super::{Bind, ConnectFuture, Dial, Transport};
 use crate::{
-    DataConn, DataListener, DataProtection, EstablishFuture, Established, NetError, PortRange,
-    SocketTuning, TransportListener, TransportStream,
+    DataConn, DataListener, DataProtection, EstablishFuture, Established, NetError, SocketTuning,
+    TransportListener, TransportStream,
 };
 
 /// The application protocol QUIC's TLS negotiates.
@@ -93,12 +93,8 @@ impl Transport for Quic {
         true
     }
 
-    fn connect<'a>(
-        &'a self,
-        addr: SocketAddr,
-        tuning: SocketTuning,
-        options: &'a str,
-    ) -> ConnectFuture<'a> {
+    fn connect<'a>(&'a self, dial: Dial<'a>) -> ConnectFuture<'a> {
+        let (addr, tuning, options) = (dial.addr, dial.tuning, dial.options);
         Box::pin(async move {
             let options = Options::parse(options)?;
             let fail = |source: io::Error| NetError::Connect { addr, source };
@@ -124,18 +120,12 @@ impl Transport for Quic {
         })
     }
 
-    fn listen(
-        &self,
-        ip: IpAddr,
-        range: Option<PortRange>,
-        tuning: SocketTuning,
-        options: &str,
-    ) -> Result<DataListener, NetError> {
-        let options = Options::parse(options)?;
+    fn listen(&self, bind: Bind<'_>) -> Result<DataListener, NetError> {
+        let options = Options::parse(bind.options)?;
         // The endpoint's own configuration only lets it take connection attempts; each is
         // answered with the transfer's credential once the DTP takes it (`establish`).
-        let server = server_config(&options, &tuning, None, &Refusal::default())?;
-        let socket = udp::listening(ip, range, &tuning, Buffers::default())?;
+        let server = server_config(&options, &bind.tuning, None, &Refusal::default())?;
+        let socket = udp::listening(bind.ip, bind.range, &bind.tuning, Buffers::default())?;
         let endpoint = endpoint(socket, Some(server), options.max_payload)?;
         let local = endpoint.local_addr()?;
         let (tx, rx) = mpsc::channel(BACKLOG);
@@ -145,7 +135,7 @@ impl Transport for Quic {
             endpoint,
             local,
             options,
-            tuning,
+            tuning: bind.tuning,
             ready: Mutex::new(rx),
             more,
             accepting,

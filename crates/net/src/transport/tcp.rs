@@ -6,10 +6,8 @@
 //! asks it of a server that will send. Options are `;`-separated `key=value` pairs, as
 //! Globus XIO's string options are.
 
-use std::net::{IpAddr, SocketAddr};
-
-use super::{ConnectFuture, Transport};
-use crate::{bind_listener, connect, Congestion, DataListener, NetError, PortRange, SocketTuning};
+use super::{Bind, ConnectFuture, Dial, Transport};
+use crate::{bind_listener, connect, Congestion, DataListener, NetError, SocketTuning};
 
 /// TCP.
 #[derive(Debug)]
@@ -56,23 +54,13 @@ impl Transport for Tcp {
         Ok(())
     }
 
-    fn connect<'a>(
-        &'a self,
-        addr: SocketAddr,
-        tuning: SocketTuning,
-        options: &'a str,
-    ) -> ConnectFuture<'a> {
+    fn connect<'a>(&'a self, dial: Dial<'a>) -> ConnectFuture<'a> {
+        let (addr, tuning, options) = (dial.addr, dial.tuning, dial.options);
         Box::pin(async move { connect(addr, Tcp::tuned(options, tuning)?).await })
     }
 
-    fn listen(
-        &self,
-        ip: IpAddr,
-        range: Option<PortRange>,
-        tuning: SocketTuning,
-        options: &str,
-    ) -> Result<DataListener, NetError> {
-        bind_listener(ip, range, Tcp::tuned(options, tuning)?)
+    fn listen(&self, bind: Bind<'_>) -> Result<DataListener, NetError> {
+        bind_listener(bind.ip, bind.range, Tcp::tuned(bind.options, bind.tuning)?)
     }
 }
 

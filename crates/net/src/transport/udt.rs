@@ -24,7 +24,7 @@ mod options;
 
 use std::future::poll_fn;
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -36,10 +36,8 @@ use tokio::sync::mpsc;
 
 use self::endpoint::{Endpoint, Slot};
 use self::options::Options;
-use super::{udp, ConnectFuture, Transport};
-use crate::{
-    DataConn, DataListener, NetError, PortRange, SocketTuning, TransportListener, TransportStream,
-};
+use super::{udp, Bind, ConnectFuture, Dial, Transport};
+use crate::{DataConn, DataListener, NetError, TransportListener, TransportStream};
 
 /// Connections a listener holds before the DTP takes them.
 const BACKLOG: usize = 128;
@@ -62,12 +60,8 @@ impl Transport for Udt {
         Options::parse(options).map(drop)
     }
 
-    fn connect<'a>(
-        &'a self,
-        addr: SocketAddr,
-        tuning: SocketTuning,
-        options: &'a str,
-    ) -> ConnectFuture<'a> {
+    fn connect<'a>(&'a self, dial: Dial<'a>) -> ConnectFuture<'a> {
+        let (addr, tuning, options) = (dial.addr, dial.tuning, dial.options);
         Box::pin(async move {
             let options = Options::parse(options)?;
             let fail = |source: io::Error| NetError::Connect { addr, source };
@@ -98,15 +92,9 @@ impl Transport for Udt {
         })
     }
 
-    fn listen(
-        &self,
-        ip: IpAddr,
-        range: Option<PortRange>,
-        tuning: SocketTuning,
-        options: &str,
-    ) -> Result<DataListener, NetError> {
-        let options = Options::parse(options)?;
-        let socket = udp::listening(ip, range, &tuning, options.buffers)?;
+    fn listen(&self, bind: Bind<'_>) -> Result<DataListener, NetError> {
+        let options = Options::parse(bind.options)?;
+        let socket = udp::listening(bind.ip, bind.range, &bind.tuning, options.buffers)?;
         let (ep, ready) = Endpoint::start(socket, options.config(), Some(BACKLOG))?;
         ep.spawn();
         let local = ep.local_addr();

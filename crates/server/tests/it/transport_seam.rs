@@ -6,7 +6,7 @@
 use crate::common;
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,8 +14,8 @@ use std::task::{Context, Poll};
 
 use common::*;
 use ferry_net::{
-    ConnectFuture, DataConn, DataListener, NetError, PortRange, SocketTuning, Transport,
-    TransportListener, TransportStream, Transports,
+    Bind, ConnectFuture, DataConn, DataListener, Dial, NetError, Transport, TransportListener,
+    TransportStream, Transports,
 };
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -35,12 +35,8 @@ impl Transport for Counted {
         "counted"
     }
 
-    fn connect<'a>(
-        &'a self,
-        addr: SocketAddr,
-        _tuning: SocketTuning,
-        _options: &'a str,
-    ) -> ConnectFuture<'a> {
+    fn connect<'a>(&'a self, dial: Dial<'a>) -> ConnectFuture<'a> {
+        let addr = dial.addr;
         Box::pin(async move {
             let s = TcpStream::connect(addr)
                 .await
@@ -53,13 +49,8 @@ impl Transport for Counted {
         })
     }
 
-    fn listen(
-        &self,
-        ip: IpAddr,
-        _range: Option<PortRange>,
-        _tuning: SocketTuning,
-        _options: &str,
-    ) -> Result<DataListener, NetError> {
+    fn listen(&self, bind: Bind<'_>) -> Result<DataListener, NetError> {
+        let Bind { ip, .. } = bind;
         let std = std::net::TcpListener::bind((ip, 0))?;
         std.set_nonblocking(true)?;
         let l = TcpListener::from_std(std)?;

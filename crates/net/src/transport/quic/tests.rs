@@ -1,5 +1,7 @@
 use super::*;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
+
+use crate::PortRange;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
@@ -9,18 +11,27 @@ fn pattern(n: usize) -> Vec<u8> {
 }
 
 fn listen(options: &str) -> DataListener {
-    Quic.listen(LOOPBACK, None, SocketTuning::default(), options)
-        .unwrap()
+    Quic.listen(Bind {
+        ip: LOOPBACK,
+        range: None,
+        tuning: SocketTuning::default(),
+        options,
+    })
+    .unwrap()
 }
 
 /// A DCAU N connection to `addr`, handshake done.
 async fn dial(addr: SocketAddr, options: &str) -> DataConn {
-    Quic.connect(addr, SocketTuning::default(), options)
-        .await
-        .unwrap()
-        .establish(true, None)
-        .await
-        .unwrap()
+    Quic.connect(Dial {
+        addr,
+        tuning: SocketTuning::default(),
+        options,
+    })
+    .await
+    .unwrap()
+    .establish(true, None)
+    .await
+    .unwrap()
 }
 
 /// The next DCAU N connection of `listener`, handshake done.
@@ -235,10 +246,20 @@ async fn a_port_range_is_honoured_and_a_second_listener_takes_another_port() {
         hi: 42309,
     });
     let a = Quic
-        .listen(LOOPBACK, range, SocketTuning::default(), "")
+        .listen(Bind {
+            ip: LOOPBACK,
+            range,
+            tuning: SocketTuning::default(),
+            options: "",
+        })
         .unwrap();
     let b = Quic
-        .listen(LOOPBACK, range, SocketTuning::default(), "")
+        .listen(Bind {
+            ip: LOOPBACK,
+            range,
+            tuning: SocketTuning::default(),
+            options: "",
+        })
         .unwrap();
     let (pa, pb) = (
         a.local_addr().unwrap().port(),
@@ -280,7 +301,11 @@ async fn a_session_key_binds_each_connection_and_any_other_peer_is_refused_by_bo
         let addr = listener.local_addr().unwrap();
         let dialer = tokio::spawn(async move {
             let c = Quic
-                .connect(addr, SocketTuning::default(), &dialer_opts)
+                .connect(Dial {
+                    addr,
+                    tuning: SocketTuning::default(),
+                    options: &dialer_opts,
+                })
                 .await
                 .unwrap();
             c.establish(true, None).await.map(drop)
@@ -333,7 +358,11 @@ async fn a_listener_that_cannot_prove_the_key_is_refused_by_the_connecting_side(
         conn.closed().await
     });
     let e = Quic
-        .connect(addr, SocketTuning::default(), &bind(0x5a))
+        .connect(Dial {
+            addr,
+            tuning: SocketTuning::default(),
+            options: &bind(0x5a),
+        })
         .await
         .unwrap()
         .establish(true, None)

@@ -4,6 +4,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::*;
+use crate::SocketTuning;
 
 fn data(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 31 + i / 4093) as u8).collect()
@@ -11,12 +12,12 @@ fn data(len: usize) -> Vec<u8> {
 
 /// A UDT listener on a free loopback port.
 fn local_listener(options: &str) -> DataListener {
-    Udt.listen(
-        "127.0.0.1".parse().unwrap(),
-        None,
-        SocketTuning::default(),
+    Udt.listen(Bind {
+        ip: "127.0.0.1".parse().unwrap(),
+        range: None,
+        tuning: SocketTuning::default(),
         options,
-    )
+    })
     .unwrap()
 }
 
@@ -25,7 +26,11 @@ async fn pair(options: &str) -> (DataConn, DataConn) {
     let addr = listener.local_addr().unwrap();
     let (accepted, connected) = tokio::join!(
         listener.accept(),
-        Udt.connect(addr, SocketTuning::default(), options)
+        Udt.connect(Dial {
+            addr,
+            tuning: SocketTuning::default(),
+            options
+        })
     );
     (accepted.unwrap(), connected.unwrap())
 }
@@ -71,7 +76,11 @@ async fn one_listener_takes_parallel_streams_and_ignores_garbage() {
     for i in 0..4 {
         tasks.push(tokio::spawn(async move {
             let mut c = Udt
-                .connect(addr, SocketTuning::default(), "")
+                .connect(Dial {
+                    addr,
+                    tuning: SocketTuning::default(),
+                    options: "",
+                })
                 .await
                 .unwrap();
             c.write_all(&data(1 << 20 | i)).await.unwrap();
@@ -99,7 +108,11 @@ async fn a_port_with_no_listener_fails_the_connect_with_a_reason() {
     let idle = UdpSocket::bind("127.0.0.1:0").unwrap();
     let addr = idle.local_addr().unwrap();
     let e = Udt
-        .connect(addr, SocketTuning::default(), "")
+        .connect(Dial {
+            addr,
+            tuning: SocketTuning::default(),
+            options: "",
+        })
         .await
         .unwrap_err()
         .to_string();
@@ -214,7 +227,11 @@ async fn forged_handshakes_open_nothing_and_the_listener_serves_on() {
     assert_eq!(refused.request_type, handshake::REFUSED);
     // A real client connects after all that, and it is the first and only one accepted.
     let mut real = Udt
-        .connect(addr, SocketTuning::default(), "")
+        .connect(Dial {
+            addr,
+            tuning: SocketTuning::default(),
+            options: "",
+        })
         .await
         .unwrap();
     let mut accepted = tokio::time::timeout(Duration::from_secs(10), listener.accept())
