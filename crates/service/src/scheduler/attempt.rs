@@ -331,7 +331,7 @@ impl Scheduler {
             }
             Some(Ok(done)) => {
                 self.give_back(job, &row.link, sessions, until);
-                super::tune::learn(tuning, &done);
+                super::tune::learn(tuning, &done, resumed);
                 let alg = copy.verify.as_ref().map(|v| v.algorithm.name());
                 Outcome::Ended(finished_ending(&done, resumed, alg))
             }

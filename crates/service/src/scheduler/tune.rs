@@ -44,11 +44,15 @@ impl Scheduler {
     }
 }
 
-/// Keeps in the path cache what a finished transfer measured.
-pub(super) fn learn(tuning: Option<Tuning>, done: &FileCopied) {
+/// Keeps in the path cache what a finished transfer measured; `resumed` bytes were there
+/// before it.
+pub(super) fn learn(tuning: Option<Tuning>, done: &FileCopied, resumed: u64) {
     if let Some(tuning) = tuning {
         let seconds = Duration::from_secs_f64(done.seconds.max(0.0));
-        let said = tuning.learn(done.moved, seconds, (1, 0), done.tcp.as_ref());
+        // A third-party copy moves nothing through the service: what the destination gained
+        // is what moved.
+        let moved = done.bytes.saturating_sub(resumed).max(done.moved);
+        let said = tuning.learn(moved, seconds, (1, 0), done.tcp.as_ref());
         tracing::debug!(learnt = %said.join("; "), "path cache");
     }
 }
