@@ -49,6 +49,8 @@ pub struct DoorContext {
     pub run_as_user: bool,
     /// X.509 logins (`None`: GSI is off, client certificates are not looked at).
     pub x509: Option<X509Logins>,
+    /// Bearer tokens of the issuers the site trusts (`None`: none is, tokens are refused).
+    pub tokens: Option<Arc<ferry_site::TokenAuthority>>,
     /// TLS with the host credential; `None` for a door with no HTTPS listener (clear text
     /// only), which needs no credential.
     pub tls: Option<SslAcceptor>,

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use ferry_proto::http::dav::{self, Depth};
 use ferry_storage::{FileKind, Storage, StorageError, VirtualPath, WriteOptions};
+use ferry_token::Operation;
 use http::{header, HeaderValue, StatusCode};
 use hyper::body::Incoming;
 
@@ -56,6 +57,7 @@ pub(crate) async fn delete(r: &Req) -> Result<Reply, Reply> {
             "the root is not deleted",
         ));
     }
+    r.may(Operation::Delete, &r.path)?;
     let (s, p) = (Arc::clone(&r.principal.storage), r.path.clone());
     blocking(move || {
         let m = s.symlink_metadata(&p)?;
@@ -73,6 +75,7 @@ pub(crate) async fn delete(r: &Req) -> Result<Reply, Reply> {
 /// MKCOL: one collection, whose parent must exist; no body.
 pub(crate) async fn mkcol(r: &Req, body: Incoming) -> Result<Reply, Reply> {
     r.writable()?;
+    r.may(Operation::Mkdir, &r.path)?;
     let has_body = r.headers.contains_key(header::TRANSFER_ENCODING)
         || r.header(header::CONTENT_LENGTH)
             .is_some_and(|l| l.trim() != "0");
@@ -148,6 +151,13 @@ pub(crate) async fn copy_or_move(r: &Req, is_move: bool) -> Result<Reply, Reply>
             "a collection cannot be copied or moved into itself",
         ));
     }
+    if is_move {
+        r.may(Operation::Rename, &from)?;
+        r.may(Operation::Rename, &to)?;
+    } else {
+        r.may(Operation::Read, &from)?;
+    }
+    r.may_write(&to).await?;
     let s = Arc::clone(&r.principal.storage);
     let replaced = blocking(move || {
         let src = s.symlink_metadata(&from)?;

@@ -10,6 +10,7 @@ use ferry_proto::http::dates;
 use ferry_proto::http::digest::{self, DigestAlgorithm};
 use ferry_proto::http::range::{self, ByteRange, RangeRequest};
 use ferry_storage::{ChecksumAlgorithm, FileHandle, FileKind, Metadata, Storage};
+use ferry_token::Operation;
 use http::{header, HeaderValue, Response, StatusCode};
 
 use crate::body::Body;
@@ -108,6 +109,15 @@ async fn digests(
 
 /// GET (`head == false`) or HEAD.
 pub(crate) async fn get(ctx: &Arc<DoorContext>, r: &Req, head: bool) -> Result<Reply, Reply> {
+    // A HEAD says what a stat says; a GET reads the file or lists the collection.
+    r.may(
+        if head {
+            Operation::Stat
+        } else {
+            Operation::Read
+        },
+        &r.path,
+    )?;
     let storage = Arc::clone(&r.principal.storage);
     let (s, p) = (Arc::clone(&storage), r.path.clone());
     let m = blocking(move || s.stat(&p))

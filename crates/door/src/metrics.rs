@@ -8,6 +8,11 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::{Registry, Unit};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RequestLabels {
     method: String,
     status: u16,
@@ -19,6 +24,7 @@ pub struct DoorMetrics {
     requests: Family<RequestLabels, Counter>,
     bytes: Family<DirectionLabel, Counter>,
     spliced: Counter,
+    tokens_refused: Family<ReasonLabel, Counter>,
     pub(crate) connections: Connections,
 }
 
@@ -29,8 +35,14 @@ impl DoorMetrics {
             requests: Family::default(),
             bytes: Family::default(),
             spliced: Counter::default(),
+            tokens_refused: Family::default(),
             connections: Connections::default(),
         };
+        registry.register(
+            "ferry_http_tokens_refused",
+            "Bearer tokens the HTTPS door refused, by reason (expired, audience, signature, ...)",
+            m.tokens_refused.clone(),
+        );
         registry.register(
             "ferry_http_requests",
             "HTTP requests answered by the HTTPS door, by method and status",
@@ -71,6 +83,12 @@ impl DoorMetrics {
                 method: method.to_string(),
                 status,
             })
+            .inc();
+    }
+
+    pub(crate) fn token_refused(&self, reason: &'static str) {
+        self.tokens_refused
+            .get_or_create(&ReasonLabel { reason })
             .inc();
     }
 

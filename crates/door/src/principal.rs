@@ -1,6 +1,7 @@
 //! Who is asking, and the storage they see: an X.509 client certificate or proxy mapped
-//! through the grid-mapfile, HTTP Basic checked against the password file, or anonymous;
-//! each works as the account the GridFTP door would give the same login
+//! through the grid-mapfile, HTTP Basic checked against the password file, a bearer token of
+//! a trusted issuer (working as the issuer's account, within the token's scopes), or
+//! anonymous; each works as the account the GridFTP door would give the same login
 //! (`ferry_site::accounts`). A connection remembers who it proved to be.
 
 use std::sync::{Arc, Mutex};
@@ -8,7 +9,10 @@ use std::sync::{Arc, Mutex};
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use ferry_gsi::https::PeerCertificate;
+use ferry_site::TokenAuthority;
 use ferry_storage::Storage;
+use ferry_token::claims::LEEWAY_S;
+use ferry_token::{Bearer, TokenError};
 use http::{header, HeaderMap, StatusCode};
 use sha2::{Digest as _, Sha256};
 use tokio::sync::OnceCell;
@@ -25,12 +29,17 @@ pub(crate) struct Principal {
     pub(crate) read_only: bool,
     /// The root as this login sees it (on a root server, through its account's identity).
     pub(crate) storage: Arc<dyn Storage>,
+    /// A bearer token's grants: what this login may do beyond what its account may.
+    pub(crate) token: Option<Arc<Bearer>>,
 }
 
 /// The last Basic login of a connection: user, SHA-256 of `user:password`, the login.
 type LastPassword = Option<(String, [u8; 32], Arc<Principal>)>;
 
-/// What one connection proved: its certificate once, its last Basic login.
+/// The last token of a connection: SHA-256 of the token, the login.
+type LastToken = Option<([u8; 32], Arc<Principal>)>;
+
+/// What one connection proved: its certificate once, its last Basic login, its last token.
 #[derive(Debug)]
 pub(crate) struct ConnAuth {
     /// The connection is clear text: no passwords cross it.
@@ -38,6 +47,7 @@ pub(crate) struct ConnAuth {
     certificate: PeerCertificate,
     by_certificate: OnceCell<Result<Arc<Principal>, (StatusCode, String)>>,
     by_password: Mutex<LastPassword>,
+    by_token: Mutex<LastToken>,
     anonymous: OnceCell<Result<Arc<Principal>, (StatusCode, String)>>,
 }
 
@@ -48,6 +58,7 @@ impl ConnAuth {
             certificate,
             by_certificate: OnceCell::new(),
             by_password: Mutex::new(None),
+            by_token: Mutex::new(None),
             anonymous: OnceCell::new(),
         }
     }
@@ -71,9 +82,15 @@ impl ConnAuth {
 fn unauthorized(ctx: &DoorContext, why: &str) -> Reply {
     let mut r = reply::status(StatusCode::UNAUTHORIZED, why);
     if ctx.https.basic_auth && !ctx.passwords.is_empty() {
-        r.headers_mut().insert(
+        r.headers_mut().append(
             header::WWW_AUTHENTICATE,
             header::HeaderValue::from_static("Basic realm=\"ferry\", charset=\"UTF-8\""),
+        );
+    }
+    if ctx.tokens.is_some() {
+        r.headers_mut().append(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer realm=\"ferry\""),
         );
     }
     r
@@ -100,10 +117,19 @@ pub(crate) async fn principal(
             return basic(ctx, conn, rest.trim()).await;
         }
         if scheme.eq_ignore_ascii_case("bearer") {
-            return Err(unauthorized(
-                ctx,
-                "bearer tokens are not accepted by this server: use an X.509 certificate or proxy",
-            ));
+            let Some(tokens) = &ctx.tokens else {
+                return Err(unauthorized(
+                    ctx,
+                    "bearer tokens are not accepted by this server: use an X.509 certificate or proxy",
+                ));
+            };
+            if conn.clear {
+                return Err(reply::status(
+                    StatusCode::FORBIDDEN,
+                    "tokens are not taken over clear-text HTTP: use https://",
+                ));
+            }
+            return bearer(ctx, conn, tokens, rest.trim()).await;
         }
         return Err(unauthorized(
             ctx,
@@ -129,7 +155,7 @@ pub(crate) async fn principal(
                             .authorize(&dn, None)
                             .map_err(|e| (StatusCode::FORBIDDEN, format!("{dn}: {e}")))?;
                         let as_account = ctx.run_as_user.then(|| account.clone());
-                        login(ctx, account, as_account, false).await
+                        login(ctx, account, as_account, false, None).await
                     })
                     .await;
                 return r.clone().map_err(|(s, why)| reply::status(s, why));
@@ -145,6 +171,7 @@ pub(crate) async fn principal(
                     "anonymous".into(),
                     ctx.accounts.anonymous(),
                     !ctx.anonymous_write,
+                    None,
                 )
                 .await
             })
@@ -153,7 +180,7 @@ pub(crate) async fn principal(
     }
     Err(unauthorized(
         ctx,
-        "authentication required: an X.509 certificate or proxy, or a user name and password",
+        "authentication required: an X.509 certificate or proxy, a bearer token, or a user name and password",
     ))
 }
 
@@ -191,11 +218,71 @@ async fn basic(ctx: &DoorContext, conn: &ConnAuth, encoded: &str) -> Result<Arc<
         return Err(unauthorized(ctx, "login incorrect"));
     }
     let account = ctx.accounts.password(&ctx.passwords, user);
-    let p = login(ctx, user.to_string(), account, false)
+    let p = login(ctx, user.to_string(), account, false, None)
         .await
         .map_err(|(s, why)| reply::status(s, why))?;
     if let Ok(mut cached) = conn.by_password.lock() {
         *cached = Some((user.to_string(), digest, Arc::clone(&p)));
+    }
+    Ok(p)
+}
+
+/// A refused token: 401 with RFC 6750's `invalid_token` and why (never the token).
+fn invalid_token(e: &TokenError) -> Reply {
+    let why = e.to_string();
+    let mut r = reply::status(
+        StatusCode::UNAUTHORIZED,
+        format!("the token is refused: {why}"),
+    );
+    let value = format!(
+        "Bearer error=\"invalid_token\", error_description=\"{}\"",
+        why.replace(['"', '\\'], "'")
+    );
+    if let Ok(v) = header::HeaderValue::from_str(&value) {
+        r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+    }
+    r
+}
+
+/// A bearer token's login: validated once per connection (until it expires), working as its
+/// issuer's account.
+async fn bearer(
+    ctx: &DoorContext,
+    conn: &ConnAuth,
+    tokens: &TokenAuthority,
+    token: &str,
+) -> Result<Arc<Principal>, Reply> {
+    let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+    let now = ferry_proto::clock::now_since_epoch().as_secs() as i64;
+    if let Ok(cached) = conn.by_token.lock() {
+        if let Some((d, p)) = cached.as_ref() {
+            let live = p
+                .token
+                .as_ref()
+                .is_some_and(|t| now <= t.expires + LEEWAY_S);
+            if *d == digest && live {
+                return Ok(Arc::clone(p));
+            }
+        }
+    }
+    let bearer = tokens.validate(token).await.map_err(|e| {
+        tracing::info!(reason = %e, "bearer token refused");
+        ctx.metrics.token_refused(e.label());
+        invalid_token(&e)
+    })?;
+    tracing::debug!(issuer = %bearer.issuer, subject = ?bearer.subject, id = ?bearer.id, account = %bearer.account, "bearer token accepted");
+    let account = ctx.run_as_user.then(|| bearer.account.clone());
+    let p = login(
+        ctx,
+        bearer.account.clone(),
+        account,
+        false,
+        Some(Arc::new(bearer)),
+    )
+    .await
+    .map_err(|(s, why)| reply::status(s, why))?;
+    if let Ok(mut cached) = conn.by_token.lock() {
+        *cached = Some((digest, Arc::clone(&p)));
     }
     Ok(p)
 }
@@ -205,6 +292,7 @@ async fn login(
     user: String,
     account: Option<String>,
     read_only: bool,
+    token: Option<Arc<Bearer>>,
 ) -> Result<Arc<Principal>, (StatusCode, String)> {
     let base = if read_only {
         Arc::clone(&ctx.storage_ro)
@@ -231,5 +319,6 @@ async fn login(
         user,
         read_only,
         storage,
+        token,
     }))
 }

@@ -12,6 +12,7 @@ use ferry_proto::http::propfind::{
 };
 use ferry_proto::http::proppatch::{self, PatchOp};
 use ferry_storage::{FileKind, Metadata, Storage, VirtualPath};
+use ferry_token::Operation;
 use http::{header, HeaderValue, Response, StatusCode};
 use hyper::body::Incoming;
 
@@ -137,6 +138,7 @@ pub(crate) async fn propfind(r: &Req, body: Incoming) -> Result<Reply, Reply> {
         );
         return Err(refused);
     }
+    r.may(Operation::Stat, &r.path)?;
     let bytes = crate::req::small_body(body, MAX_BODY).await?;
     let want = propfind::parse(&bytes).map_err(|e| reply::status(StatusCode::BAD_REQUEST, e))?;
     let (s, p, w) = (
@@ -163,6 +165,7 @@ pub(crate) async fn propfind(r: &Req, body: Incoming) -> Result<Reply, Reply> {
         *reply.body_mut() = Body::text(format!("{MULTISTATUS_START}{first}{MULTISTATUS_END}"));
         return Ok(reply);
     }
+    r.may(Operation::List, &r.path)?;
     // The members: described and sent as they are read, the collection itself first.
     let (tx, body) = Body::channel(None);
     *reply.body_mut() = body;
@@ -242,6 +245,7 @@ impl HrefBase {
 /// PROPPATCH: every change or none (RFC 4918 §9.2); a live DAV: property cannot be set.
 pub(crate) async fn proppatch(r: &Req, body: Incoming) -> Result<Reply, Reply> {
     r.writable()?;
+    r.may(Operation::Overwrite, &r.path)?;
     let bytes = crate::req::small_body(body, MAX_BODY).await?;
     let ops = proppatch::parse(&bytes).map_err(|e| reply::status(StatusCode::BAD_REQUEST, e))?;
     let names: Vec<PropName> = ops

@@ -135,7 +135,13 @@ impl Writer {
 
 /// PUT.
 pub(crate) async fn put(ctx: &Arc<DoorContext>, r: &Req, body: Incoming) -> Result<Reply, Reply> {
-    r.writable()?;
+    let allowed = match r.writable() {
+        Ok(()) => r.may_write(&r.path).await,
+        Err(refused) => Err(refused),
+    };
+    if let Err(refused) = allowed {
+        return Err(crate::req::refuse_unread(body, refused).await);
+    }
     let Some(parent) = r.path.parent().filter(|_| !r.trailing_slash) else {
         return Err(reply::status(
             StatusCode::METHOD_NOT_ALLOWED,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use ferry_proto::http::dav;
 use ferry_storage::VirtualPath;
+use ferry_token::Operation;
 use http::{header, HeaderMap, Method, StatusCode};
 use hyper::body::Incoming;
 
@@ -52,6 +53,39 @@ impl Req {
         format!("{}://{}{p}", self.scheme, self.authority)
     }
 
+    /// Refuses with 403 what the login's bearer token does not grant: `op` on `path`.
+    /// Certificate, password and anonymous logins are decided by their account alone.
+    pub(crate) fn may(&self, op: Operation, path: &VirtualPath) -> Result<(), Reply> {
+        let Some(token) = &self.principal.token else {
+            return Ok(());
+        };
+        token.may(op, path.as_str()).map_err(|needs| {
+            reply::status(
+                StatusCode::FORBIDDEN,
+                format!("the token does not grant {needs} on {path}"),
+            )
+        })
+    }
+
+    /// [`Req::may`] for writing `path`: creating it, or overwriting it where it is there.
+    pub(crate) async fn may_write(&self, path: &VirtualPath) -> Result<(), Reply> {
+        if self.principal.token.is_none() {
+            return Ok(());
+        }
+        let (s, p) = (Arc::clone(&self.principal.storage), path.clone());
+        let exists = tokio::task::spawn_blocking(move || s.symlink_metadata(&p).is_ok())
+            .await
+            .unwrap_or(true);
+        self.may(
+            if exists {
+                Operation::Overwrite
+            } else {
+                Operation::Create
+            },
+            path,
+        )
+    }
+
     /// Refuses a write by a read-only login.
     pub(crate) fn writable(&self) -> Result<(), Reply> {
         if self.principal.read_only {
@@ -62,6 +96,16 @@ impl Req {
         }
         Ok(())
     }
+}
+
+/// Answers `refusal` to a request whose body was not read, reading (and dropping) what the
+/// client has already sent of it, up to 1 MiB or 2 s: a client that sent its body at once then
+/// reads the answer, where an unread body would have made HTTP/2 reset the stream (and HTTP/1.1
+/// close the connection) under it. A larger body is left to the connection's close.
+pub(crate) async fn refuse_unread(body: Incoming, refusal: Reply) -> Reply {
+    let drained = small_body(body, 1 << 20);
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), drained).await;
+    refusal
 }
 
 /// Reads a small request body (XML), refusing one over `limit` bytes with 413.

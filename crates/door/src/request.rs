@@ -64,7 +64,10 @@ async fn dispatch(
         })
         .unwrap_or_else(|| "localhost".into())
         .to_ascii_lowercase();
-    let principal = crate::principal::principal(ctx, conn, &parts.headers).await?;
+    let principal = match crate::principal::principal(ctx, conn, &parts.headers).await {
+        Ok(p) => p,
+        Err(refused) => return Err(crate::req::refuse_unread(body, refused).await),
+    };
     let r = Req {
         method: parts.method,
         path,

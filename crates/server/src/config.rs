@@ -126,6 +126,8 @@ pub struct ServerConfig {
     /// The HTTPS/WebDAV door on the same storage, logins and logs (`[https]`; off unless
     /// `listen` is set).
     pub https: ferry_door::HttpsConfig,
+    /// Bearer-token issuers the HTTPS door trusts (`[[tokens.issuer]]`).
+    pub tokens: ferry_site::TokensConfig,
 }
 
 impl ServerConfig {
@@ -208,6 +210,7 @@ impl Default for ServerConfig {
             ipc_connect_timeout: 5,
             data_interface: None,
             https: ferry_door::HttpsConfig::default(),
+            tokens: ferry_site::TokensConfig::default(),
         }
     }
 }
@@ -276,11 +279,16 @@ impl ServerConfig {
         if self.data_node {
             return Ok(());
         }
-        if !self.anonymous && self.password_file.is_none() && !self.gsi {
+        let tokens = self.https.listen.is_some() && !self.tokens.issuer.is_empty();
+        if !self.anonymous && self.password_file.is_none() && !self.gsi && !tokens {
             return Err(ConfigError::Invalid(
-                "no way to log in: pass --gsi, --anonymous or --password-file FILE".into(),
+                "no way to log in: pass --gsi, --anonymous or --password-file FILE, or trust a \
+                 token issuer on the HTTPS door"
+                    .into(),
             ));
         }
+        ferry_token::Issuers::new(self.tokens.issuer.clone())
+            .map_err(|e| ConfigError::Invalid(format!("[[tokens.issuer]]: {e}")))?;
         if self.anonymous_write && !self.anonymous {
             return Err(ConfigError::Invalid(
                 "--anonymous-write needs --anonymous".into(),

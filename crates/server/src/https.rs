@@ -28,6 +28,12 @@ pub(crate) fn door_context(
         }
         None => None,
     };
+    // A new authority at each load: a reload's issuers take over, the old refresher ends.
+    let tokens = ferry_site::TokenAuthority::new(&config.tokens)
+        .map_err(|e| crate::config::ConfigError::Invalid(format!("[[tokens.issuer]]: {e}")))?;
+    if let Some(t) = &tokens {
+        t.spawn_refresher();
+    }
     let x509 = p.gsi.as_ref().map(|g| X509Logins {
         trust: g.trust(),
         authorizer: Arc::clone(&g.authorizer),
@@ -42,6 +48,7 @@ pub(crate) fn door_context(
         anonymous_write: config.anonymous_write,
         run_as_user: config.run_as_user,
         x509,
+        tokens,
         tls,
         transfer_checksums: config.transfer_checksum_algorithms(),
         log: Arc::clone(&shared.translog),
@@ -67,6 +74,9 @@ pub(crate) fn report(
     }
     if config.https.basic_auth && !p.passwords.is_empty() {
         logins.push("HTTP Basic");
+    }
+    if !config.tokens.issuer.is_empty() {
+        logins.push("bearer tokens");
     }
     if config.anonymous {
         logins.push("anonymous");

@@ -2,7 +2,7 @@
 //! and the validation of a token against them: issuer, signature, times, audience, profile,
 //! then the scopes as rights on the site's paths.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::claims::Claims;
 use crate::error::TokenError;
@@ -11,7 +11,7 @@ use crate::keys::VerifyingKey;
 use crate::scope::{normalize, Grants, Operation};
 
 /// One trusted issuer, as configured.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct IssuerConfig {
     /// The issuer (`iss`, compared exactly): an `https://` URL.
