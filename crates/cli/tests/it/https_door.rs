@@ -1229,13 +1229,13 @@ fn gfal_python() -> Option<String> {
     None
 }
 
-struct Gfal {
+pub(crate) struct Gfal {
     python: String,
     tools: Vec<PathBuf>,
 }
 
 impl Gfal {
-    fn find(names: &[&str]) -> Option<Gfal> {
+    pub(crate) fn find(names: &[&str]) -> Option<Gfal> {
         let tools = names
             .iter()
             .map(|n| require_tool(n, "gfal2-util-scripts gfal2-plugin-http gfal2-plugin-file"))
@@ -1244,6 +1244,26 @@ impl Gfal {
             python: gfal_python()?,
             tools,
         })
+    }
+
+    /// Runs the `i`th tool with no proxy at all, the CA directory and `env` (a
+    /// `BEARER_TOKEN`, say).
+    pub(crate) fn run_with(
+        &self,
+        site: &HttpsSite,
+        i: usize,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> ToolRun {
+        let ca = site.cert_dir();
+        let none = site.dir().join("no-proxy");
+        let mut all = vec![
+            ("GFAL_PYTHONBIN", self.python.as_str()),
+            ("X509_CERT_DIR", path_str(&ca)),
+            ("X509_USER_PROXY", path_str(&none)),
+        ];
+        all.extend_from_slice(env);
+        run_tool(&self.tools[i], args, &all, site.dir())
     }
 
     /// Runs the `i`th tool with alice's proxy and the CA directory.

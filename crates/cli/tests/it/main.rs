@@ -5,6 +5,7 @@
 #[macro_use]
 mod common;
 
+mod bearer_tokens;
 mod client_against_bad_servers;
 mod gcp_tuning;
 mod gsi_tools;

@@ -139,10 +139,12 @@ pub enum Login<'a> {
     Password(&'a str, &'a str),
     /// No credentials at all.
     Anonymous,
+    /// `Authorization: Bearer` with this token.
+    Bearer(&'a str),
 }
 
 /// How the server is started.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct SiteOptions {
     /// `--anonymous`: logins without credentials, read-only.
     pub anonymous: bool,
@@ -152,6 +154,10 @@ pub struct SiteOptions {
     pub clear: bool,
     /// `--metrics` on a loopback port ([`HttpsSite::metrics`]).
     pub metrics: bool,
+    /// More of the configuration file (`[[tokens.issuer]]` tables, say).
+    pub config: String,
+    /// More of the server's environment.
+    pub env: Vec<(String, String)>,
 }
 
 /// A CA, credentials and `ferry serve` with its HTTPS door; the server is killed when dropped.
@@ -262,15 +268,20 @@ impl HttpsSite {
             args.push("--metrics".into());
             args.push("127.0.0.1:0".into());
         }
+        let mut conf_text = options.config.clone();
         if let Some(secs) = options.header_timeout {
+            conf_text.push_str(&format!("\n[https]\nheader-timeout = {secs}\n"));
+        }
+        if !conf_text.is_empty() {
             let conf = dir.path().join("ferry.toml");
-            std::fs::write(&conf, format!("[https]\nheader-timeout = {secs}\n"))
-                .expect("writing the configuration file");
+            std::fs::write(&conf, conf_text).expect("writing the configuration file");
             args.push("--config".into());
             args.push(path_str(&conf).to_owned());
         }
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferry"));
-        cmd.args(&args).env("RUST_LOG", "info,ferry_door=debug");
+        cmd.args(&args)
+            .env("RUST_LOG", "info,ferry_door=debug,ferry_site=debug")
+            .envs(options.env.iter().map(|(k, v)| (k, v)));
         let (server, port) = wait_for_https_port(Running::spawn(cmd, args, None, "ferry serve"));
         HttpsSite { server, port, dir }
     }
@@ -443,6 +454,7 @@ impl HttpsSite {
         let (ca, proxy) = (self.ca_cert(), self.proxy());
         let user = match login {
             Login::Password(u, p) => format!("{u}:{p}"),
+            Login::Bearer(t) => format!("Authorization: Bearer {t}"),
             _ => String::new(),
         };
         let mut all = vec![
@@ -460,6 +472,7 @@ impl HttpsSite {
         match login {
             Login::Proxy => all.extend(["--cert", path_str(&proxy), "--key", path_str(&proxy)]),
             Login::Password(..) => all.extend(["-u", &user]),
+            Login::Bearer(_) => all.extend(["-H", &user]),
             Login::Anonymous => {}
         }
         all.extend(args);
@@ -664,7 +677,7 @@ fn ferry_ok(args: &[&str]) {
     );
 }
 
-fn whoami() -> String {
+pub fn whoami() -> String {
     Command::new("id")
         .arg("-un")
         .output()
