@@ -8,7 +8,7 @@ use crate::claims::Claims;
 use crate::error::TokenError;
 use crate::jwt::Jwt;
 use crate::keys::VerifyingKey;
-use crate::scope::{normalize, Grants, Operation};
+use crate::scope::{normalize, Grant, Grants, Operation, Right};
 
 /// One trusted issuer, as configured.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
@@ -27,6 +27,40 @@ pub struct IssuerConfig {
     /// Site paths its tokens are confined to, whatever they say.
     #[serde(default)]
     pub restricted_paths: Vec<String>,
+    /// Accounts for particular subjects or groups, tried in order before `account`.
+    #[serde(default)]
+    pub map: Vec<AccountRule>,
+}
+
+/// One line of an issuer's account mapping (`[[tokens.issuer.map]]`): bearers whose `sub` is
+/// `sub`, or whose `wlcg.groups` holds `group` (compared exactly), act as `account`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct AccountRule {
+    /// A subject (`sub`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub: Option<String>,
+    /// A group (`wlcg.groups` entry, such as `/atlas/production`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// The local account.
+    pub account: String,
+    /// Group-based authorisation (WLCG profile): a token matched by this rule's group that
+    /// carries no storage scope may do what the account may, within the issuer's base path and
+    /// restricted paths; the account's file permissions decide. A token with storage scopes
+    /// is held to its scopes whatever this says.
+    #[serde(default)]
+    pub group_access: bool,
+}
+
+impl AccountRule {
+    fn matches(&self, claims: &Claims) -> bool {
+        match (&self.sub, &self.group) {
+            (Some(sub), None) => claims.sub.as_deref() == Some(sub.as_str()),
+            (None, Some(group)) => claims.groups.iter().any(|g| g == group),
+            _ => false,
+        }
+    }
 }
 
 fn root() -> String {
@@ -97,6 +131,23 @@ impl Issuers {
                     c.url
                 ));
             }
+            for rule in &c.map {
+                if rule.sub.is_some() == rule.group.is_some() {
+                    return Err(format!(
+                        "issuer {}: a map line names either sub or group (account {})",
+                        c.url, rule.account
+                    ));
+                }
+                if rule.account.is_empty() {
+                    return Err(format!("issuer {}: a map line without an account", c.url));
+                }
+                if rule.group_access && rule.group.is_none() {
+                    return Err(format!(
+                        "issuer {}: group-access is for a map line that names a group",
+                        c.url
+                    ));
+                }
+            }
             c.base_path = normalize(&c.base_path).ok_or_else(|| {
                 format!(
                     "issuer {}: base-path {:?} is not absolute",
@@ -154,12 +205,27 @@ impl Issuers {
         }
         claims.check_time(now)?;
         claims.check_audience(&issuer.config.audiences)?;
-        let grants = Grants::parse(&claims.scopes, claims.profile, &issuer.config.base_path)?
-            .restricted_to(&issuer.config.restricted_paths);
+        let rule = issuer.config.map.iter().find(|r| r.matches(&claims));
+        let mut grants = Grants::parse(&claims.scopes, claims.profile, &issuer.config.base_path)?;
+        if grants.is_empty() && rule.is_some_and(|r| r.group_access) {
+            // Group-based: everything under the base path; the account's permissions decide.
+            grants = Grants(
+                [Right::Read, Right::Modify, Right::Stage]
+                    .into_iter()
+                    .map(|right| Grant {
+                        right,
+                        path: issuer.config.base_path.clone(),
+                        dir_only: false,
+                    })
+                    .collect(),
+            );
+        }
+        let grants = grants.restricted_to(&issuer.config.restricted_paths);
+        let account = rule.map_or(&issuer.config.account, |r| &r.account).clone();
         Ok(Bearer {
             issuer: claims.iss,
             subject: claims.sub,
-            account: issuer.config.account.clone(),
+            account,
             groups: claims.groups,
             grants,
             expires: claims.exp,

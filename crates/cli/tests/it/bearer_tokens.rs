@@ -26,15 +26,15 @@ use crate::common::https::{
 use crate::common::{random_bytes, write_file};
 
 /// The audience the site's issuers are configured with.
-const AUDIENCE: &str = "https://ferry.test";
+pub(crate) const AUDIENCE: &str = "https://ferry.test";
 
 /// A token issuer on loopback: `https://localhost:PORT/issuer/one`.
-struct Issuer {
-    url: String,
+pub(crate) struct Issuer {
+    pub(crate) url: String,
     key: EcKey<Private>,
     key_pem: PathBuf,
     pub_pem: PathBuf,
-    ca_cert: PathBuf,
+    pub(crate) ca_cert: PathBuf,
     fetches: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
     port: u16,
@@ -53,7 +53,7 @@ fn b64(b: &[u8]) -> String {
 
 impl Issuer {
     /// Starts an issuer whose files (CA, key) live in `dir`.
-    fn start(dir: &Path) -> Issuer {
+    pub(crate) fn start(dir: &Path) -> Issuer {
         let ca = dir.join("issuer-ca");
         let out = Command::new(env!("CARGO_BIN_EXE_ferry"))
             .args(["ca", path_str(&ca), "--host", "localhost", "--days", "2"])
@@ -173,7 +173,7 @@ impl Issuer {
 
     /// A token signed here (ES256, or unsigned with `alg: none`), for the claims
     /// scitokens-create cannot write (times in the past or the future).
-    fn sign(&self, alg: &str, claims: Value) -> String {
+    pub(crate) fn sign(&self, alg: &str, claims: Value) -> String {
         let signed = format!(
             "{}.{}",
             b64(json!({"alg": alg, "kid": "key1", "typ": "JWT"})
@@ -193,7 +193,7 @@ impl Issuer {
     }
 
     /// WLCG claims from this issuer valid from `from` to `to` seconds from now.
-    fn claims(&self, scope: &str, from: i64, to: i64) -> Value {
+    pub(crate) fn claims(&self, scope: &str, from: i64, to: i64) -> Value {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
@@ -463,4 +463,77 @@ fn gfal2_copies_with_bearer_token_alone() {
     gfal.run_with(&site, 0, &[&remote, &file_url(&back)], &env)
         .assert_ok();
     assert_eq!(std::fs::read(&back).unwrap(), data);
+}
+
+#[test]
+fn a_group_mapped_token_without_scopes_works_with_its_accounts_rights() {
+    let Some((_, curl)) = tools() else { return };
+    let site_dir = crate::common::Sandbox::new();
+    let issuer = Issuer::start(site_dir.path());
+    // As root, bearers of /vo/prod work as `daemon` and the rest as `nobody`, so the owner of
+    // what a PUT writes shows which account the mapping chose.
+    let (mapped, other) = if is_root() {
+        ("daemon".to_owned(), "nobody".to_owned())
+    } else {
+        (whoami(), whoami())
+    };
+    let config = format!(
+        "[[tokens.issuer]]\nurl = \"{}\"\naudiences = [\"{AUDIENCE}\"]\naccount = \"{other}\"\n\
+         restricted-paths = [\"/prod\"]\n\n\
+         [[tokens.issuer.map]]\ngroup = \"/vo/prod\"\naccount = \"{mapped}\"\ngroup-access = true\n",
+        issuer.url
+    );
+    let site = HttpsSite::start_with(SiteOptions {
+        config,
+        env: vec![("SSL_CERT_FILE".into(), path_str(&issuer.ca_cert).to_owned())],
+        ..SiteOptions::default()
+    });
+    let prod = site.mkdir_local("prod");
+    site.mkdir_local("other");
+    site.put_local("other/secret.bin", b"not in prod");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&prod, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let with_groups = |scope: &str, groups: Value| {
+        let mut c = issuer.claims(scope, -10, 600);
+        c["wlcg.groups"] = groups;
+        issuer.sign("ES256", c)
+    };
+    let data = random_bytes(300_000, 43);
+    let local = site.dir().join("up.bin");
+    write_file(&local, &data);
+    let put = ["-T", path_str(&local)];
+
+    // A group-only token (no storage scope): the mapped account's rights, inside the
+    // restricted path.
+    let group = with_groups("openid offline_access", json!(["/vo", "/vo/prod"]));
+    let r = site.curl(&curl, Login::Bearer(&group), &put, "/prod/run.bin");
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(std::fs::read(site.path("prod/run.bin")).unwrap(), data);
+    if is_root() {
+        use std::os::unix::fs::MetadataExt;
+        let owner = std::fs::metadata(site.path("prod/run.bin")).unwrap().uid();
+        assert_eq!(
+            owner,
+            crate::common::https::uid_of(&mapped),
+            "written as the mapped account"
+        );
+    }
+    let r = site.curl(&curl, Login::Bearer(&group), &[], "/prod/run.bin");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.body, data);
+    let r = site.curl(&curl, Login::Bearer(&group), &[], "/other/secret.bin");
+    assert_eq!(r.status, 403, "outside the restricted path: {}", r.text());
+
+    // The same group with a storage scope: the scope decides.
+    let scoped = with_groups("storage.read:/prod", json!(["/vo/prod"]));
+    let r = site.curl(&curl, Login::Bearer(&scoped), &put, "/prod/second.bin");
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(!site.path("prod/second.bin").exists());
+
+    // A group the admin did not map, and no scope: nothing.
+    let stranger = with_groups("openid", json!(["/vo"]));
+    let r = site.curl(&curl, Login::Bearer(&stranger), &[], "/prod/run.bin");
+    assert_eq!(r.status, 403, "{}", r.text());
 }

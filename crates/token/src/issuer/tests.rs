@@ -102,6 +102,7 @@ fn issuers(restricted: &[&str]) -> Issuers {
         audiences: vec![AUD.into()],
         account: "vouser".into(),
         restricted_paths: restricted.iter().map(|s| s.to_string()).collect(),
+        map: Vec::new(),
     }])
     .unwrap()
 }
@@ -297,6 +298,7 @@ fn scitokens_and_restricted_paths() {
         audiences: vec!["ANY".into()],
         account: "u".into(),
         restricted_paths: vec!["/out/mine".into()],
+        map: Vec::new(),
     }])
     .unwrap();
     let b = check(&s, &open, &s.token(rs("rsa1"), sci.clone())).unwrap();
@@ -357,4 +359,96 @@ fn weak_and_unknown_keys_are_passed_over_and_a_set_without_keys_refused() {
         2,
         "the oct key is passed over"
     );
+}
+
+#[test]
+fn subjects_and_groups_map_to_accounts_and_group_access_is_the_accounts_rights() {
+    let s = Signer::new();
+    let rule = |sub: Option<&str>, group: Option<&str>, account: &str, group_access| AccountRule {
+        sub: sub.map(str::to_string),
+        group: group.map(str::to_string),
+        account: account.into(),
+        group_access,
+    };
+    let config = |map: Vec<AccountRule>, restricted: Vec<String>| IssuerConfig {
+        url: ISS.into(),
+        base_path: "/vo".into(),
+        audiences: vec![AUD.into()],
+        account: "vouser".into(),
+        restricted_paths: restricted,
+        map,
+    };
+    let iss = Issuers::new(vec![config(
+        vec![
+            rule(Some("bob"), None, "bob", false),
+            rule(None, Some("/vo/prod"), "voprod", true),
+            rule(None, Some("/vo"), "vomember", false),
+        ],
+        vec![],
+    )])
+    .unwrap();
+    let token = |claims: Value| check(&s, &iss, &s.token(rs("rsa1"), claims)).unwrap();
+
+    // alice is in /vo and /vo/prod: the first rule that matches, the group one, wins.
+    let mut by_group = wlcg("openid offline_access");
+    let alice = token(by_group.clone());
+    assert_eq!(alice.account, "voprod");
+    // No storage scope and group access: the account's rights, under the base path only.
+    for op in [
+        Operation::Read,
+        Operation::Overwrite,
+        Operation::Delete,
+        Operation::List,
+    ] {
+        assert!(alice.may(op, "/vo/data/f").is_ok(), "{op:?}");
+    }
+    assert!(
+        alice.may(Operation::Read, "/etc/passwd").is_err(),
+        "outside the base path"
+    );
+    // With a storage scope the scope decides, whatever the group.
+    let scoped = token(wlcg("storage.read:/data"));
+    assert_eq!(scoped.account, "voprod");
+    assert!(scoped.may(Operation::Read, "/vo/data/f").is_ok());
+    assert!(scoped.may(Operation::Delete, "/vo/data/f").is_err());
+    // A subject rule comes first; it gives no group access.
+    by_group["sub"] = json!("bob");
+    let bob = token(by_group.clone());
+    assert_eq!(bob.account, "bob");
+    assert!(
+        bob.may(Operation::Read, "/vo/data/f").is_err(),
+        "no scope, no group access"
+    );
+    // A group without group access maps the account but grants nothing by itself.
+    by_group["sub"] = json!("carol");
+    by_group["wlcg.groups"] = json!(["/vo"]);
+    let carol = token(by_group.clone());
+    assert_eq!(carol.account, "vomember");
+    assert!(carol.may(Operation::Stat, "/vo/f").is_err());
+    // Nobody matched: the issuer's account.
+    by_group["wlcg.groups"] = json!(["/other"]);
+    assert_eq!(token(by_group).account, "vouser");
+
+    // Restricted paths still confine group access.
+    let confined = Issuers::new(vec![config(
+        vec![rule(None, Some("/vo/prod"), "voprod", true)],
+        vec!["/vo/prod".into()],
+    )])
+    .unwrap();
+    let a = check(&s, &confined, &s.token(rs("rsa1"), wlcg("openid"))).unwrap();
+    assert!(a.may(Operation::Overwrite, "/vo/prod/f").is_ok());
+    assert!(a.may(Operation::Read, "/vo/data/f").is_err());
+
+    // Lines that cannot mean anything are refused when the configuration is read.
+    for bad in [
+        rule(Some("x"), Some("/vo"), "a", false),
+        rule(None, None, "a", false),
+        rule(Some("x"), None, "a", true),
+        rule(Some("x"), None, "", false),
+    ] {
+        assert!(
+            Issuers::new(vec![config(vec![bad.clone()], vec![])]).is_err(),
+            "{bad:?}"
+        );
+    }
 }
