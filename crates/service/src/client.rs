@@ -37,21 +37,45 @@ pub struct ServiceClient {
 }
 
 impl ServiceClient {
-    /// A client of the service at `url` as this process's user: the CAs GSI tools trust, and
-    /// `token` when given, else the user's proxy (where GSI tools look for it).
+    /// A client of the service at `url` as this process's user, with the CAs GSI tools trust,
+    /// proving itself with the first of:
+    /// - `token` (`--token`, `FERRY_TOKEN`);
+    /// - a token the user named in `BEARER_TOKEN` or `BEARER_TOKEN_FILE`;
+    /// - the user's proxy, where GSI tools look for it;
+    /// - a token an agent left in `$XDG_RUNTIME_DIR/bt_u$UID` or `/tmp/bt_u$UID`.
     pub fn for_user(url: &str, token: Option<String>) -> Result<ServiceClient, ServiceError> {
         use ferry_gsi::credential::process_env;
         let trust = TrustStore::load(&TrustStore::default_dir(&process_env))
             .map_err(|e| ServiceError::Config(format!("the trusted CAs: {e}")))?;
-        let credential = match &token {
-            Some(_) => None,
-            None => Some(
-                Credential::find_user(&process_env, None)
-                    .map_err(|e| ServiceError::Unauthorized(format!("{e}; or give --token")))?
-                    .0,
-            ),
+        let found = || {
+            ferry_token::discovery::discover(
+                |k| std::env::var(k).ok(),
+                |p| std::fs::read_to_string(p).ok(),
+                nix::unistd::getuid().as_raw(),
+            )
         };
-        ServiceClient::new(url, &trust, credential, token)
+        let (token, found) = match token {
+            Some(t) => (Some(t), None),
+            None => match found() {
+                Some((t, place)) if place.is_named() => (Some(t), None),
+                other => (None, other),
+            },
+        };
+        if token.is_some() {
+            return ServiceClient::new(url, &trust, None, token);
+        }
+        match Credential::find_user(&process_env, None) {
+            Ok((credential, _)) => ServiceClient::new(url, &trust, Some(credential), None),
+            Err(e) => match found {
+                Some((t, place)) => {
+                    tracing::debug!(%place, "no proxy: the bearer token found there is used");
+                    ServiceClient::new(url, &trust, None, Some(t))
+                }
+                None => Err(ServiceError::Unauthorized(format!(
+                    "{e}; or give a bearer token (--token, BEARER_TOKEN, BEARER_TOKEN_FILE)"
+                ))),
+            },
+        }
     }
 
     /// Submits a job (`body` as `POST /jobs` takes it), delegating first when `delegate` and the

@@ -8,6 +8,7 @@
 //! - [`scope`]: the WLCG (`storage.read:/path`) and SciTokens (`read:/path`) scopes, and the
 //!   operations they grant on paths matched component by component.
 //! - [`issuer`]: an issuer as the admin configures it, and the whole validation.
+//! - [`discovery`]: where a client finds its token (WLCG Bearer Token Discovery).
 //!
 //! Sans-IO like `ferry-proto` and `ferry-gsi`: nothing here opens a socket or reads the clock;
 //! callers fetch key sets and pass the time. Signatures are OpenSSL's.
@@ -21,6 +22,7 @@
 #![forbid(unsafe_code)]
 
 pub mod claims;
+pub mod discovery;
 pub mod error;
 pub mod issuer;
 pub mod jwt;
@@ -29,7 +31,7 @@ pub mod scope;
 
 pub use claims::{Claims, Profile};
 pub use error::TokenError;
-pub use issuer::{Bearer, Issuer, IssuerConfig, Issuers};
+pub use issuer::{AccountRule, Bearer, Issuer, IssuerConfig, Issuers};
 pub use jwt::Jwt;
 pub use keys::{KeyCache, KeySet, Lookup};
 pub use scope::{Grant, Grants, Operation, Right};
