@@ -97,11 +97,14 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
                 .ok_or_else(|| {
                     ServiceError::Unauthorized("Authorization must be 'Bearer TOKEN'".into())
                 })?;
-            return match auth.and_then(|a| a.token(token)) {
-                Some(id) => Ok(proven(id)),
-                None => Err(ServiceError::Unauthorized(
+            let Some(auth) = auth else {
+                return Err(ServiceError::Unauthorized(
                     "the bearer token is not known".into(),
-                )),
+                ));
+            };
+            return match auth.token(token).await {
+                Ok(id) => Ok(proven(id)),
+                Err(why) => Err(ServiceError::Unauthorized(why)),
             };
         }
         Err(ServiceError::Unauthorized(match peer {

@@ -1,6 +1,7 @@
 //! Who is asking: an X.509 client certificate or RFC 3820 proxy chain, checked by the same
-//! [`TrustStore::verify`] that GSI control and data channels use, or a bearer token from the
-//! admin's token file.
+//! [`TrustStore::verify`] that GSI control and data channels use, or a bearer token: one from
+//! the admin's token file, or a JSON Web Token of a trusted issuer (validated as the HTTPS door
+//! validates it: `ferry_site::TokenAuthority`).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -50,6 +51,8 @@ pub struct Auth {
     trust: Arc<TrustStore>,
     /// SHA-256 of each token → the identity it stands for.
     tokens: HashMap<[u8; 32], String>,
+    /// Trusted token issuers, if any.
+    issuers: Option<Arc<ferry_site::TokenAuthority>>,
     admins: Vec<String>,
     /// Dashboard sessions: SHA-256 of the cookie → who and until when (unix seconds).
     sessions: std::sync::Mutex<HashMap<[u8; 32], (Identity, i64)>>,
@@ -103,9 +106,16 @@ impl Auth {
         Ok(Auth {
             trust,
             tokens,
+            issuers: None,
             admins,
             sessions: std::sync::Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Also takes the JSON Web Tokens of `issuers`.
+    pub fn with_issuers(mut self, issuers: Option<Arc<ferry_site::TokenAuthority>>) -> Auth {
+        self.issuers = issuers;
+        self
     }
 
     /// The CAs.
@@ -132,14 +142,37 @@ impl Auth {
         }
     }
 
-    /// The identity a bearer token stands for.
-    pub fn token(&self, token: &str) -> Option<Identity> {
+    /// The identity a bearer token stands for: a token of the token file, or a JSON Web Token
+    /// of a trusted issuer (its identity `SUB@ISSUER`); why not, when it stands for nobody.
+    pub async fn token(&self, token: &str) -> Result<Identity, String> {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        self.tokens.get(&digest).map(|who| Identity {
-            dn: who.clone(),
-            admin: self.is_admin(who),
+        if let Some(who) = self.tokens.get(&digest) {
+            return Ok(self.identity(who.clone()));
+        }
+        let jwt_shaped = token.bytes().filter(|&b| b == b'.').count() == 2;
+        match &self.issuers {
+            Some(issuers) if jwt_shaped => match issuers.validate(token).await {
+                Ok(bearer) => {
+                    let who = format!(
+                        "{}@{}",
+                        bearer.subject.as_deref().unwrap_or("-"),
+                        bearer.issuer
+                    );
+                    tracing::debug!(%who, id = ?bearer.id, "bearer token accepted");
+                    Ok(self.identity(who))
+                }
+                Err(e) => Err(format!("the bearer token is refused: {e}")),
+            },
+            _ => Err("the bearer token is not known".into()),
+        }
+    }
+
+    fn identity(&self, who: String) -> Identity {
+        Identity {
+            admin: self.is_admin(&who),
+            dn: who,
             via: Via::Token,
-        })
+        }
     }
 }
 

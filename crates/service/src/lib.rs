@@ -123,6 +123,9 @@ pub struct Config {
     pub cert_dir: PathBuf,
     /// `TOKEN IDENTITY` lines.
     pub token_file: Option<PathBuf>,
+    /// Issuers whose JSON Web Tokens (WLCG, SciTokens) may call the API, as the door trusts
+    /// them (`[[tokens.issuer]]`); empty: none.
+    pub token_issuers: ferry_site::TokensConfig,
     /// DNs (or token identities) that see every job.
     pub admins: Vec<String>,
     /// Concurrency.
@@ -168,11 +171,19 @@ impl Service {
                 config.cert_dir.display()
             ))
         })?);
-        let auth = Arc::new(auth::Auth::new(
-            Arc::clone(&trust),
-            config.token_file.as_deref(),
-            config.admins.clone(),
-        )?);
+        let issuers = ferry_site::TokenAuthority::new(&config.token_issuers)
+            .map_err(|e| ServiceError::Config(format!("token issuers: {e}")))?;
+        if let Some(issuers) = &issuers {
+            issuers.spawn_refresher();
+        }
+        let auth = Arc::new(
+            auth::Auth::new(
+                Arc::clone(&trust),
+                config.token_file.as_deref(),
+                config.admins.clone(),
+            )?
+            .with_issuers(issuers),
+        );
         let acceptor = auth::acceptor(&host)?;
         let database = config.database.clone();
         let host_id = config.host_id.clone();

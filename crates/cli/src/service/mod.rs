@@ -72,6 +72,11 @@ pub(crate) struct ServiceArgs {
     /// Bearer tokens: lines of `TOKEN IDENTITY` (a second way in besides certificates).
     #[arg(long, value_name = "FILE")]
     tokens: Option<PathBuf>,
+    /// JSON Web Tokens (WLCG, SciTokens) of the issuers this TOML file's `[[tokens.issuer]]`
+    /// tables name may call the API too: `ferry.toml` itself will do (its other tables are
+    /// not read here).
+    #[arg(long, value_name = "FILE")]
+    token_issuers: Option<PathBuf>,
     /// A DN (or token identity) that sees and cancels every user's jobs; repeat for more.
     #[arg(long, value_name = "DN")]
     admin: Vec<String>,
@@ -224,6 +229,26 @@ pub(crate) struct CancelArgs {
     conn: Conn,
 }
 
+/// The `[[tokens.issuer]]` tables of the TOML file `file`.
+fn token_issuers(file: &std::path::Path) -> anyhow::Result<ferry_site::TokensConfig> {
+    #[derive(serde::Deserialize)]
+    struct Only {
+        #[serde(default)]
+        tokens: ferry_site::TokensConfig,
+    }
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| anyhow::anyhow!("--token-issuers {}: {e}", file.display()))?;
+    let only: Only = toml::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("--token-issuers {}: {e}", file.display()))?;
+    if only.tokens.issuer.is_empty() {
+        anyhow::bail!(
+            "--token-issuers {}: it has no [[tokens.issuer]] table",
+            file.display()
+        );
+    }
+    Ok(only.tokens)
+}
+
 /// Runs `ferry service` until SIGINT or SIGTERM.
 pub(crate) fn serve(args: ServiceArgs) -> anyhow::Result<()> {
     crate::serve::init_logging(None);
@@ -244,6 +269,10 @@ pub(crate) fn serve(args: ServiceArgs) -> anyhow::Result<()> {
             .cert_dir
             .unwrap_or_else(|| TrustStore::default_dir(&process_env)),
         token_file: args.tokens,
+        token_issuers: match &args.token_issuers {
+            Some(file) => token_issuers(file)?,
+            None => Default::default(),
+        },
         admins: args.admin,
         limits: Limits {
             max_active: args.max_active.max(1),

@@ -29,6 +29,8 @@ struct Site {
     database: Option<String>,
     /// More options for `ferry service`.
     service_args: Vec<String>,
+    /// More environment for `ferry service`.
+    service_env: Vec<(String, String)>,
 }
 
 impl Drop for Site {
@@ -152,6 +154,7 @@ impl Site {
             metrics_port: free_port(),
             database,
             service_args: args.iter().map(|a| (*a).to_owned()).collect(),
+            service_env: Vec::new(),
         };
         site.start_service();
         site
@@ -196,6 +199,7 @@ impl Site {
             .arg("--cert-dir")
             .arg(self.path("ca/certificates"))
             .args(&self.service_args)
+            .envs(self.service_env.iter().map(|(k, v)| (k, v)))
             // The path cache of this host, which the clients below share.
             .env("XDG_CACHE_HOME", self.path("cache"))
             .stdin(Stdio::null())
@@ -638,6 +642,124 @@ fn fts3s_own_client_whoami_delegate_submit_status_list_and_cancel_work_unchanged
     assert!(cancelled.contains("CANCELED"), "{cancelled}");
     let status = site.fts_ok("fts-rest-transfer-status", &[&waiting]);
     assert!(status.contains("Status: CANCELED"), "{status}");
+}
+
+#[test]
+fn bearer_tokens_of_a_trusted_issuer_call_the_api_from_fts3s_client_and_ferry() {
+    if !Path::new(FTS3_BIN).join("fts-rest-whoami").exists() {
+        assert!(
+            std::env::var_os("FERRY_REQUIRE_FTPD").is_none(),
+            "FTS3's client is not in {FTS3_BIN}, though scripts/install-deps ran as root"
+        );
+        eprintln!("skipping: FTS3's client is not in {FTS3_BIN}");
+        return;
+    }
+    use crate::bearer_tokens::{Issuer, AUDIENCE};
+    let mut site = Site::start();
+    let issuer = Issuer::start(site.dir.path());
+    // The service reads only the [[tokens.issuer]] tables of a ferry.toml.
+    let config = site.path("ferry.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:1\"\n\n[[tokens.issuer]]\nurl = \"{}\"\n\
+             audiences = [\"{AUDIENCE}\"]\naccount = \"nobody\"\n",
+            issuer.url
+        ),
+    )
+    .unwrap();
+    site.kill_service();
+    site.service_args = vec![
+        "--token-issuers".into(),
+        config.to_string_lossy().into_owned(),
+    ];
+    site.service_env = vec![(
+        "SSL_CERT_FILE".into(),
+        issuer.ca_cert.to_string_lossy().into_owned(),
+    )];
+    site.start_service();
+    let token = issuer.sign("ES256", issuer.claims("storage.read:/", -10, 600));
+    let who = format!("robot@{}", issuer.url);
+
+    // FTS3's client, on the token alone (no proxy given).
+    let fts = |tool: &str, args: &[&str]| {
+        let url = format!("https://localhost:{}", site.service_port);
+        let out = Command::new(Path::new(FTS3_BIN).join(tool))
+            .args(["-s", &url])
+            .args(args)
+            .env("X509_CERT_DIR", site.path("ca/certificates"))
+            .env("X509_USER_PROXY", site.path("no-proxy.pem"))
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success() && !text.contains("Traceback"), text)
+    };
+    let (ok, me) = fts("fts-rest-whoami", &["--fts-access-token", &token]);
+    assert!(ok && me.contains(&format!("User DN: {who}")), "{me}");
+    // Per-file tokens for gsiftp:// are refused with the reason, and nothing is queued.
+    let (ok, out) = fts(
+        "fts-rest-transfer-submit",
+        &[
+            "--fts-access-token",
+            &token,
+            "--src-access-token",
+            "source-secret",
+            "--dst-access-token",
+            "dest-secret",
+            &site.url("in.bin"),
+            &site.url("out.bin"),
+        ],
+    );
+    assert!(
+        !ok && out.contains("none of which can carry a bearer token"),
+        "{out}"
+    );
+    assert!(!out.contains("source-secret"), "{out}");
+    // A token past its expiry, or from an issuer the service does not trust: 401 and why.
+    let expired = issuer.sign("ES256", issuer.claims("storage.read:/", -1200, -600));
+    let (ok, out) = fts("fts-rest-whoami", &["--fts-access-token", &expired]);
+    assert!(!ok && out.contains("expired"), "{out}");
+
+    // ferry's own commands find the token where WLCG's discovery says: BEARER_TOKEN_FILE.
+    let file = site.path("bt");
+    std::fs::write(&file, format!("{token}\n")).unwrap();
+    let ferry = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_ferry"))
+            .args(args)
+            .env("X509_CERT_DIR", site.path("ca/certificates"))
+            .env("X509_USER_PROXY", site.path("no-proxy.pem"))
+            .env("BEARER_TOKEN_FILE", &file)
+            .env("XDG_CONFIG_HOME", site.path("config"))
+            .env(
+                "FERRY_SERVICE",
+                format!("https://localhost:{}", site.service_port),
+            )
+            .output()
+            .unwrap()
+    };
+    let out = ferry(&["submit", &site.url("in.bin"), &site.url("out.bin")]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = text.lines().last().unwrap_or_default().trim().to_owned();
+    let out = ferry(&["job", &id, "--json"]);
+    let job: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(job["job"]["user_dn"], who.as_str(), "{job}");
+    let out = ferry(&["jobs", "--all", "--json"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&id),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Where scripts/install-deps puts playwright-core (npm), which drives Debian's Chromium.

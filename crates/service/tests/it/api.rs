@@ -80,6 +80,7 @@ pub(crate) async fn site_with(
         host_key: dir.path().join("hostkey.pem"),
         cert_dir: certs.clone(),
         token_file: Some(tokens),
+        token_issuers: Default::default(),
         admins: vec!["admin-robot".into()],
         limits: Limits::default(),
         defaults: Defaults::default(),
