@@ -10,3 +10,4 @@ pub mod digest;
 pub mod propfind;
 pub mod proppatch;
 pub mod range;
+pub mod tpc;
