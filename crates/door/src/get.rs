@@ -283,8 +283,22 @@ fn read_into_body(
     len: u64,
     finish: crate::zerocopy::Done,
 ) -> Reply {
+    *reply.body_mut() = file_body(file, parts, framing, len, None, finish);
+    reply
+}
+
+/// A body of `parts` of `file` (with `framing` around them), `len` bytes in all, read by a
+/// blocking task; `progress` counts the file bytes handed on, and `finish` hears how many went
+/// out, and why they stopped.
+pub(crate) fn file_body(
+    file: Arc<dyn FileHandle>,
+    parts: Vec<ByteRange>,
+    framing: Option<Multipart>,
+    len: u64,
+    progress: Option<Arc<std::sync::atomic::AtomicU64>>,
+    finish: crate::zerocopy::Done,
+) -> Body {
     let (tx, body) = Body::channel(Some(len));
-    *reply.body_mut() = body;
     tokio::task::spawn_blocking(move || {
         let mut sent = 0u64;
         let mut failure: Option<String> = None;
@@ -320,6 +334,9 @@ fn read_into_body(
                 }
                 at += n as u64;
                 sent += n as u64;
+                if let Some(p) = &progress {
+                    p.store(sent, std::sync::atomic::Ordering::Relaxed);
+                }
             }
         }
         if failure.is_none() {
@@ -329,12 +346,12 @@ fn read_into_body(
         }
         finish(sent, failure);
     });
-    reply
+    body
 }
 
 /// The text around each part of a `multipart/byteranges` body.
 #[derive(Debug)]
-struct Multipart {
+pub(crate) struct Multipart {
     heads: Vec<Bytes>,
     tail: Bytes,
 }

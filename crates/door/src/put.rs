@@ -43,16 +43,18 @@ fn expected_digests(r: &Req) -> Result<Vec<(DigestAlgorithm, Vec<u8>)>, Reply> {
     Ok(out)
 }
 
-enum Chunk {
+pub(crate) enum Chunk {
     Data(Bytes),
     End,
 }
 
-/// How a write ended.
-enum Outcome {
+/// How an upload ended.
+pub(crate) enum Outcome {
+    /// Stored, with the checksums taken.
     Stored {
         sums: Vec<(ChecksumAlgorithm, String)>,
     },
+    /// Not stored, and why.
     Refused(StatusCode, String),
 }
 
@@ -133,6 +135,103 @@ impl Writer {
     }
 }
 
+/// An upload in progress: what is sent goes to a temporary name beside its target, renamed over
+/// it by [`Upload::finish`] when whole and its digests agree; dropped or abandoned, it leaves
+/// the old file (or none).
+pub(crate) struct Upload {
+    tx: mpsc::Sender<Chunk>,
+    done: oneshot::Receiver<Outcome>,
+    /// Whether the target was there before.
+    pub(crate) existed: bool,
+}
+
+impl Upload {
+    /// Opens the temporary file for `target` on `storage` (whose parent must exist), to be
+    /// checked against `expected` and summed with the site's checksums.
+    pub(crate) async fn begin(
+        ctx: &DoorContext,
+        storage: Arc<dyn Storage>,
+        target: VirtualPath,
+        expected: Vec<(DigestAlgorithm, Vec<u8>)>,
+    ) -> Result<Upload, Reply> {
+        let Some(dir) = target.parent() else {
+            return Err(reply::status(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "the root is a collection, not a file",
+            ));
+        };
+        let (s, t) = (Arc::clone(&storage), target.clone());
+        let (file, temp, existed) = blocking(move || {
+            crate::dav::parent_collection(&*s, &t)?;
+            let existed = match s.stat(&t) {
+                Ok(m) if m.kind == FileKind::Dir => {
+                    return Err(StorageError::IsADirectory(t.to_string()))
+                }
+                Ok(_) => true,
+                Err(StorageError::NotFound(_)) => false,
+                Err(e) => return Err(e),
+            };
+            let temp = dir.join(&format!("{TEMP_PREFIX}{:016x}", rand::random::<u64>()))?;
+            let file = s.open_write(
+                &temp,
+                WriteOptions {
+                    create: true,
+                    truncate: true,
+                    create_new: true,
+                },
+            )?;
+            Ok((file, temp, existed))
+        })
+        .await
+        .map_err(|e| reply::storage(&e))?;
+        let mut algorithms: Vec<ChecksumAlgorithm> = ctx.transfer_checksums.clone();
+        for (a, _) in &expected {
+            let a = storage_algorithm(*a);
+            if !algorithms.contains(&a) {
+                algorithms.push(a);
+            }
+        }
+        let writer = Writer {
+            storage,
+            file,
+            temp,
+            target,
+            sums: algorithms.into_iter().map(Checksummer::new).collect(),
+            expected,
+        };
+        let (tx, rx) = mpsc::channel(crate::body::CHANNEL_DEPTH);
+        let (done_tx, done) = oneshot::channel();
+        tokio::task::spawn_blocking(move || {
+            let _ = done_tx.send(writer.run(rx));
+        });
+        Ok(Upload { tx, done, existed })
+    }
+
+    /// Queues `data`; `false` when the writer has stopped (a write failed: see the outcome).
+    pub(crate) async fn send(&self, data: Bytes) -> bool {
+        self.tx.send(Chunk::Data(data)).await.is_ok()
+    }
+
+    /// Ends the upload: stored when whole and its digests agree.
+    pub(crate) async fn finish(self) -> Outcome {
+        let _ = self.tx.send(Chunk::End).await;
+        self.outcome().await
+    }
+
+    /// Gives the upload up: nothing is stored.
+    pub(crate) async fn abandon(self) -> Outcome {
+        self.outcome().await
+    }
+
+    async fn outcome(self) -> Outcome {
+        drop(self.tx);
+        self.done.await.unwrap_or(Outcome::Refused(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the upload's writer stopped".into(),
+        ))
+    }
+}
+
 /// PUT.
 pub(crate) async fn put(ctx: &Arc<DoorContext>, r: &Req, body: Incoming) -> Result<Reply, Reply> {
     let allowed = match r.writable() {
@@ -142,59 +241,21 @@ pub(crate) async fn put(ctx: &Arc<DoorContext>, r: &Req, body: Incoming) -> Resu
     if let Err(refused) = allowed {
         return Err(crate::req::refuse_unread(body, refused).await);
     }
-    let Some(parent) = r.path.parent().filter(|_| !r.trailing_slash) else {
+    if r.trailing_slash || r.path.parent().is_none() {
         return Err(reply::status(
             StatusCode::METHOD_NOT_ALLOWED,
             format!("{}: a PUT names a file, not a collection", r.path),
         ));
-    };
-    let expected = expected_digests(r)?;
-    let storage = Arc::clone(&r.principal.storage);
-    let (s, target, dir) = (Arc::clone(&storage), r.path.clone(), parent.clone());
-    let (file, temp, existed) = blocking(move || {
-        crate::dav::parent_collection(&*s, &target)?;
-        let existed = match s.stat(&target) {
-            Ok(m) if m.kind == FileKind::Dir => {
-                return Err(StorageError::IsADirectory(target.to_string()))
-            }
-            Ok(_) => true,
-            Err(StorageError::NotFound(_)) => false,
-            Err(e) => return Err(e),
-        };
-        let temp = dir.join(&format!("{TEMP_PREFIX}{:016x}", rand::random::<u64>()))?;
-        let file = s.open_write(
-            &temp,
-            WriteOptions {
-                create: true,
-                truncate: true,
-                create_new: true,
-            },
-        )?;
-        Ok((file, temp, existed))
-    })
-    .await
-    .map_err(|e| reply::storage(&e))?;
-
-    let mut algorithms: Vec<ChecksumAlgorithm> = ctx.transfer_checksums.clone();
-    for (a, _) in &expected {
-        let a = storage_algorithm(*a);
-        if !algorithms.contains(&a) {
-            algorithms.push(a);
-        }
     }
-    let writer = Writer {
-        storage,
-        file,
-        temp,
-        target: r.path.clone(),
-        sums: algorithms.into_iter().map(Checksummer::new).collect(),
+    let expected = expected_digests(r)?;
+    let upload = Upload::begin(
+        ctx,
+        Arc::clone(&r.principal.storage),
+        r.path.clone(),
         expected,
-    };
-    let (tx, rx) = mpsc::channel(crate::body::CHANNEL_DEPTH);
-    let (done_tx, done_rx) = oneshot::channel();
-    tokio::task::spawn_blocking(move || {
-        let _ = done_tx.send(writer.run(rx));
-    });
+    )
+    .await?;
+    let existed = upload.existed;
 
     let started = std::time::Instant::now();
     let mut received = 0u64;
@@ -217,7 +278,7 @@ pub(crate) async fn put(ctx: &Arc<DoorContext>, r: &Req, body: Incoming) -> Resu
                     if filled == buf.len() {
                         let full = std::mem::replace(&mut buf, data_buffers().take());
                         filled = 0;
-                        if tx.send(Chunk::Data(Bytes::from_owner(full))).await.is_err() {
+                        if !upload.send(Bytes::from_owner(full)).await {
                             break 'body;
                         }
                     }
@@ -229,19 +290,16 @@ pub(crate) async fn put(ctx: &Arc<DoorContext>, r: &Req, body: Incoming) -> Resu
             }
         }
     }
-    if stopped.is_none() {
+    let outcome = if stopped.is_none() {
         if filled > 0 {
             let mut last = Bytes::from_owner(buf);
             last.truncate(filled);
-            let _ = tx.send(Chunk::Data(last)).await;
+            upload.send(last).await;
         }
-        let _ = tx.send(Chunk::End).await;
-    }
-    drop(tx);
-    let outcome = done_rx.await.unwrap_or(Outcome::Refused(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "the upload's writer stopped".into(),
-    ));
+        upload.finish().await
+    } else {
+        upload.abandon().await
+    };
     ctx.metrics.received(received);
     let (status, result, sums) = match &outcome {
         Outcome::Stored { sums } => (
