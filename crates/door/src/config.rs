@@ -23,6 +23,12 @@ pub struct HttpsConfig {
     pub max_header_bytes: usize,
     /// Accept HTTP Basic logins checked against the password file.
     pub basic_auth: bool,
+    /// ALPN prefers HTTP/2 over HTTP/1.1 (both are offered either way; HTTP/1.1 first by
+    /// default: see [`crate::alpn`]).
+    pub prefer_http2: bool,
+    /// Third-party copies (`COPY` with `Source`, or to another server) running at once; more
+    /// are answered 429.
+    pub tpc_max: usize,
 }
 
 impl Default for HttpsConfig {
@@ -34,6 +40,8 @@ impl Default for HttpsConfig {
             header_timeout: 20,
             max_header_bytes: 64 * 1024,
             basic_auth: true,
+            prefer_http2: false,
+            tpc_max: 64,
         }
     }
 }

@@ -54,6 +54,8 @@ pub struct DoorContext {
     /// TLS with the host credential; `None` for a door with no HTTPS listener (clear text
     /// only), which needs no credential.
     pub tls: Option<SslAcceptor>,
+    /// The CA directory outgoing HTTPS (third-party copy) trusts besides the system's CAs.
+    pub ca_dir: Option<std::path::PathBuf>,
     /// The checksums every whole-file upload takes and keeps.
     pub transfer_checksums: Vec<ChecksumAlgorithm>,
     /// The site's transfer log.

@@ -5,7 +5,8 @@
 //!
 //! Methods: GET and HEAD (ranges, conditional requests, `Want-Digest`), PUT (streamed to a
 //! temporary name, renamed only when whole and its digests agree), DELETE, MKCOL, MOVE, COPY,
-//! OPTIONS and PROPFIND (WebDAV class 1).
+//! OPTIONS and PROPFIND (WebDAV class 1); HTTP third-party copy as the active party (`COPY`
+//! with `Source`, or with a `Destination` on another server).
 #![deny(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 // Handlers answer with a whole response either way (`Err` is the refusal, sent as it is):
@@ -27,9 +28,10 @@ mod put;
 mod reply;
 mod req;
 mod request;
+mod tpc;
 mod zerocopy;
 
 pub use config::HttpsConfig;
 pub use context::{DoorContext, X509Logins};
-pub use listener::{Door, DoorHandle, ALPN};
+pub use listener::{alpn, Door, DoorHandle};
 pub use metrics::DoorMetrics;

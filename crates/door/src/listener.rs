@@ -17,8 +17,17 @@ use crate::context::DoorContext;
 use crate::principal::ConnAuth;
 use crate::zerocopy::{ClearIo, Splicer};
 
-/// Protocols offered in ALPN, preferred first.
-pub const ALPN: &[&[u8]] = &[b"h2", b"http/1.1"];
+/// Protocols offered in ALPN, preferred first: HTTP/1.1 unless the site prefers HTTP/2
+/// (`https.prefer-http2`). The field's data movers (davix, gfal2, FTS3, XRootD's third-party
+/// copy) speak HTTP/1.1, and XRootD 5's push over HTTP/2 ends its PUT's stream before the body;
+/// HTTP/1.1 is also where the door gathers TLS records and splices clear-text files.
+pub fn alpn(prefer_http2: bool) -> &'static [&'static [u8]] {
+    if prefer_http2 {
+        &[b"h2", b"http/1.1"]
+    } else {
+        &[b"http/1.1", b"h2"]
+    }
+}
 
 /// How long a closing HTTP/1.1 connection goes on reading (and dropping) what the client still
 /// sends, and how much it reads at most. An answer given before the request's body was read (a

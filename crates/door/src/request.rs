@@ -86,7 +86,10 @@ async fn dispatch(
         "OPTIONS" => Ok(crate::dav::options()),
         "DELETE" => crate::dav::delete(&r).await,
         "MKCOL" => crate::dav::mkcol(&r, body).await,
-        "COPY" => crate::dav::copy_or_move(&r, false).await,
+        "COPY" => match crate::tpc::third_party(&r)? {
+            Some(c) => crate::tpc::copy(ctx, &r, c).await,
+            None => crate::dav::copy_or_move(&r, false).await,
+        },
         "MOVE" => crate::dav::copy_or_move(&r, true).await,
         "PROPFIND" => crate::propfind::propfind(&r, body).await,
         "PROPPATCH" => crate::propfind::proppatch(&r, body).await,

@@ -24,7 +24,10 @@ pub(crate) fn door_context(
                 Some(g) => g.credential().clone(),
                 None => crate::gsi::load_host_credential(config)?,
             };
-            Some(ferry_gsi::https::acceptor(&credential, ferry_door::ALPN)?)
+            Some(ferry_gsi::https::acceptor(
+                &credential,
+                ferry_door::alpn(config.https.prefer_http2),
+            )?)
         }
         None => None,
     };
@@ -50,6 +53,9 @@ pub(crate) fn door_context(
         x509,
         tokens,
         tls,
+        ca_dir: Some(config.cert_dir.clone().unwrap_or_else(|| {
+            ferry_gsi::TrustStore::default_dir(&ferry_gsi::credential::process_env)
+        })),
         transfer_checksums: config.transfer_checksum_algorithms(),
         log: Arc::clone(&shared.translog),
         host: shared.host.clone(),
@@ -67,7 +73,7 @@ pub(crate) fn report(
         Some(g) => g.credential().clone(),
         None => crate::gsi::load_host_credential(config)?,
     };
-    ferry_gsi::https::acceptor(&credential, ferry_door::ALPN)?;
+    ferry_gsi::https::acceptor(&credential, ferry_door::alpn(config.https.prefer_http2))?;
     let mut logins = Vec::new();
     if p.gsi.is_some() {
         logins.push("X.509 certificates and proxies");

@@ -466,6 +466,67 @@ fn gfal2_copies_with_bearer_token_alone() {
 }
 
 #[test]
+fn gfal2_has_the_door_pull_with_the_token_it_forwards() {
+    let Some((mint, _)) = tools() else { return };
+    let Some(gfal) = crate::https_door::Gfal::find(&["gfal-copy"]) else {
+        return;
+    };
+    let site_dir = crate::common::Sandbox::new();
+    let issuer = Issuer::start(site_dir.path());
+    let site = site_trusting(&issuer);
+    let token = issuer.mint(
+        &mint,
+        "key1",
+        None,
+        "storage.read:/data storage.modify:/tpc",
+        AUDIENCE,
+    );
+    let data = random_bytes((6 << 20) + 3, 47);
+    site.put_local("data/src.bin", &data);
+    site.mkdir_local("tpc");
+    let env = [("BEARER_TOKEN", token.as_str())];
+    // gfal2 sends COPY to the destination with Source, TransferHeaderAuthorization: Bearer and
+    // Credential: none; the door GETs the source (itself) with the forwarded token.
+    let run = gfal.run_with(
+        &site,
+        0,
+        &[
+            "--copy-mode",
+            "pull",
+            "-K",
+            "ADLER32",
+            &site.davs("/data/src.bin"),
+            &site.davs("/tpc/pulled.bin"),
+        ],
+        &env,
+    );
+    run.assert_ok();
+    assert_eq!(std::fs::read(site.path("tpc/pulled.bin")).unwrap(), data);
+    assert!(
+        site.transfer_log()
+            .iter()
+            .any(|l| l["command"] == "COPY-PULL" && l["path"] == "/tpc/pulled.bin"),
+        "{:?}",
+        site.transfer_log()
+    );
+    // A token without the right to write there: refused before anything moves.
+    let reader = issuer.mint(&mint, "key1", None, "storage.read:/data", AUDIENCE);
+    let run = gfal.run_with(
+        &site,
+        0,
+        &[
+            "--copy-mode",
+            "pull",
+            &site.davs("/data/src.bin"),
+            &site.davs("/tpc/refused.bin"),
+        ],
+        &[("BEARER_TOKEN", reader.as_str())],
+    );
+    assert!(!run.ok(), "{}", run.describe());
+    assert!(!site.path("tpc/refused.bin").exists());
+}
+
+#[test]
 fn a_group_mapped_token_without_scopes_works_with_its_accounts_rights() {
     let Some((_, curl)) = tools() else { return };
     let site_dir = crate::common::Sandbox::new();

@@ -82,7 +82,11 @@ fn hrefs(xml: &str) -> Vec<String> {
 #[test]
 fn put_then_get_round_trips_the_same_bytes_over_http1_and_http2() {
     let Some(curl) = curl() else { return };
-    let site = HttpsSite::start();
+    // HTTP/1.1 is preferred unless the site says otherwise; curl offers both.
+    let site = HttpsSite::start_with(SiteOptions {
+        config: "[https]\nprefer-http2 = true\n".into(),
+        ..SiteOptions::default()
+    });
     let data = random_bytes((3 << 20) + 12_345, 1);
     let local = site.dir().join("upload.bin");
     write_file(&local, &data);
@@ -92,6 +96,12 @@ fn put_then_get_round_trips_the_same_bytes_over_http1_and_http2() {
         assert_file_holds(&site.path(name), &data);
         let got = site.curl(&curl, BOB, &[protocol], name);
         got.expect(200);
+        let version = if protocol == "--http2" {
+            "HTTP/2"
+        } else {
+            "HTTP/1.1"
+        };
+        assert!(got.headers.starts_with(version), "{}", got.headers);
         assert_same_bytes(&data, &got.body, &format!("GET {name} ({protocol})"));
     }
     // A PUT over an existing file replaces it whole and says so with 204.

@@ -9,6 +9,7 @@ mod bearer_tokens;
 mod client_against_bad_servers;
 mod gcp_tuning;
 mod gsi_tools;
+mod http_tpc;
 mod https_door;
 mod interop_ferry_copy;
 mod interop_ftplib;

@@ -1,0 +1,465 @@
+//! HTTP third-party copy with ferry's door as the active party: `COPY` with `Source` (pull)
+//! and with a `Destination` on another server (push), driven by curl as davix and gfal2 send
+//! it, with the door itself and a lying source as the passive party. Every copy compares the
+//! bytes, and every failure is checked to leave no file.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use crate::common::https::{require_tool, HttpsSite, Login};
+use crate::common::random_bytes;
+
+fn curl() -> Option<std::path::PathBuf> {
+    require_tool("curl", "curl")
+}
+
+/// The door's answer to a COPY: the last line (`success: …` or `failure: …`) and the bytes the
+/// last marker counted.
+fn outcome(text: &str) -> (String, Option<u64>) {
+    let last = text
+        .lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty())
+        .unwrap_or_default()
+        .to_owned();
+    let bytes = text
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("Stripe Bytes Transferred: "))
+        .and_then(|n| n.trim().parse().ok());
+    (last, bytes)
+}
+
+#[test]
+fn curl_drives_pull_and_push_and_every_byte_arrives() {
+    let Some(curl) = curl() else { return };
+    let site = HttpsSite::start();
+    let data = random_bytes((5 << 20) + 77, 51);
+    site.put_local("data/src.bin", &data);
+    site.mkdir_local("out");
+    let auth = format!("TransferHeaderAuthorization: {}", site.basic_auth());
+    let me = Login::Password(
+        crate::common::https::PASSWORD_USER,
+        crate::common::https::PASSWORD,
+    );
+
+    // Pull: the door GETs its own file (as the passive party) with the forwarded credential.
+    let source = format!("Source: {}", site.url("/data/src.bin"));
+    let pulled = site.curl(
+        &curl,
+        me,
+        &[
+            "-X",
+            "COPY",
+            "-H",
+            &source,
+            "-H",
+            &auth,
+            "-H",
+            "Credential: none",
+        ],
+        "/out/pulled.bin",
+    );
+    assert_eq!(pulled.status, 202, "{}", pulled.text());
+    assert!(
+        pulled
+            .header("content-type")
+            .is_some_and(|t| t.contains("perf-marker")),
+        "{}",
+        pulled.headers
+    );
+    let text = pulled.text();
+    assert!(text.starts_with("Perf Marker\n"), "{text}");
+    assert!(text.contains("RemoteConnections: tcp:127.0.0.1:"), "{text}");
+    assert_eq!(
+        outcome(&text),
+        ("success: Created".to_owned(), Some(data.len() as u64)),
+        "{text}"
+    );
+    assert_eq!(std::fs::read(site.path("out/pulled.bin")).unwrap(), data);
+    assert!(site.temp_files().is_empty(), "{:?}", site.temp_files());
+
+    // Push: the request's Host names another server than the Destination's, so the door PUTs.
+    let dest = format!("Destination: {}", site.url("/out/pushed.bin"));
+    let alias = format!("Host: door-alias:{}", site.port());
+    let pushed = site.curl(
+        &curl,
+        me,
+        &["-X", "COPY", "-H", &dest, "-H", &alias, "-H", &auth],
+        "/data/src.bin",
+    );
+    assert_eq!(pushed.status, 202, "{}", pushed.text());
+    assert_eq!(
+        outcome(&pushed.text()),
+        ("success: Created".to_owned(), Some(data.len() as u64)),
+        "{}",
+        pushed.text()
+    );
+    assert_eq!(std::fs::read(site.path("out/pushed.bin")).unwrap(), data);
+    let log = site.transfer_log();
+    for method in ["COPY-PULL", "COPY-PUSH"] {
+        assert!(
+            log.iter()
+                .any(|l| l["command"] == method && l["result"] == "ok"),
+            "{method}: {log:?}"
+        );
+    }
+
+    // Refused before anything moves, with the reason.
+    let copy = |extra: &[&str], path: &str| {
+        let mut args = vec!["-X", "COPY"];
+        args.extend(extra);
+        site.curl(&curl, me, &args, path)
+    };
+    let missing = format!("Source: {}", site.url("/data/nothing.bin"));
+    let r = copy(&["-H", &missing, "-H", &auth], "/out/never.bin");
+    assert_eq!(
+        r.status,
+        404,
+        "a missing source stays not found: {}",
+        r.text()
+    );
+    assert!(
+        r.text()
+            .starts_with("failure: Remote side failed with status code 404"),
+        "{}",
+        r.text()
+    );
+    let r = copy(&["-H", &source], "/out/never.bin");
+    assert!(
+        matches!(r.status, 401 | 403),
+        "no credential forwarded: {} {}",
+        r.status,
+        r.text()
+    );
+    let r = copy(
+        &["-H", &source, "-H", &auth, "-H", "Overwrite: F"],
+        "/out/pulled.bin",
+    );
+    assert_eq!(r.status, 412, "{}", r.text());
+    let both = format!("Destination: {}", site.url("/out/x"));
+    let r = copy(&["-H", &source, "-H", &both], "/out/never.bin");
+    assert_eq!(r.status, 400, "{}", r.text());
+    let r = copy(
+        &["-H", &source, "-H", "Credential: gridsite"],
+        "/out/never.bin",
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    let r = copy(&["-H", "Source: gsiftp://localhost/x"], "/out/never.bin");
+    assert_eq!(r.status, 400, "{}", r.text());
+    let r = copy(
+        &[
+            "-H",
+            &source,
+            "-H",
+            "TransferHeaderHost: evil.example",
+            "-H",
+            &auth,
+        ],
+        "/out/hosted.bin",
+    );
+    assert_eq!(r.status, 202, "a forwarded Host is dropped: {}", r.text());
+    assert_eq!(std::fs::read(site.path("out/hosted.bin")).unwrap(), data);
+    assert!(!site.path("out/never.bin").exists());
+}
+
+/// A clear-text HTTP source that answers every GET with `body`, `headers` and, where
+/// `cut_at`, only that many bytes before it closes.
+struct LyingSource {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for LyingSource {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl LyingSource {
+    /// `headers`: lines as Python writes them in a bytes literal (with `\r\n` escapes).
+    fn start(dir: &Path, body_len: usize, headers: &str, cut_at: usize) -> LyingSource {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let script = format!(
+            r#"
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", {port})); s.listen(8)
+print("ready", flush=True)
+body = bytes((i * 7) % 251 for i in range({body_len}))
+while True:
+    c, _ = s.accept()
+    f = c.makefile("rb")
+    while f.readline() not in (b"\r\n", b"\n", b""):
+        pass
+    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: {body_len}\r\n{headers}Connection: close\r\n\r\n")
+    c.sendall(body[:{cut_at}])
+    f.close(); c.close()
+"#
+        );
+        let path = dir.join(format!("source-{port}.py"));
+        std::fs::write(&path, script).unwrap();
+        let mut child = Command::new("python3")
+            .arg(&path)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready");
+        LyingSource { child, port }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/f", self.port)
+    }
+}
+
+#[test]
+fn a_source_that_lies_about_its_length_or_digest_leaves_no_file() {
+    let Some(curl) = curl() else { return };
+    let site = HttpsSite::start();
+    site.mkdir_local("out");
+    let me = Login::Password(
+        crate::common::https::PASSWORD_USER,
+        crate::common::https::PASSWORD,
+    );
+    let pull = |source: &LyingSource, path: &str, extra: &[&str]| {
+        let header = format!("Source: {}", source.url());
+        let mut args = vec!["-X", "COPY", "-H", header.as_str()];
+        args.extend(extra);
+        site.curl(&curl, me, &args, path)
+    };
+
+    // It promises 1 MiB and closes after 300 000 bytes.
+    let short = LyingSource::start(site.dir(), 1 << 20, "", 300_000);
+    let r = pull(&short, "/out/short.bin", &[]);
+    assert_eq!(r.status, 202, "{}", r.text());
+    let (last, _) = outcome(&r.text());
+    assert!(last.starts_with("failure: "), "{}", r.text());
+    assert!(!site.path("out/short.bin").exists());
+
+    // Its Digest does not match its bytes.
+    let liar = LyingSource::start(
+        site.dir(),
+        200_000,
+        "Digest: adler32=00000001\\r\\n",
+        200_000,
+    );
+    let r = pull(&liar, "/out/liar.bin", &[]);
+    let (last, _) = outcome(&r.text());
+    assert!(
+        last.starts_with("failure: ") && last.contains("CHECKSUM MISMATCH"),
+        "{}",
+        r.text()
+    );
+    assert!(!site.path("out/liar.bin").exists());
+    // Unless the client asks for no verification.
+    let r = pull(
+        &liar,
+        "/out/liar.bin",
+        &["-H", "RequireChecksumVerification: false"],
+    );
+    assert_eq!(outcome(&r.text()).0, "success: Created", "{}", r.text());
+    let want: Vec<u8> = (0..200_000u32).map(|i| ((i * 7) % 251) as u8).collect();
+    assert_eq!(std::fs::read(site.path("out/liar.bin")).unwrap(), want);
+    assert!(site.temp_files().is_empty(), "{:?}", site.temp_files());
+}
+
+/// XRootD 5.5.3's HTTPS door with its third-party-copy plugin (Debian `xrootd-server`,
+/// `xrootd-server-plugins`), on `root`, with the host credential and CAs of `site`; anyone may
+/// read and write (the authorisation database says `u * / a`).
+struct Xrootd {
+    child: Child,
+    port: u16,
+    root: std::path::PathBuf,
+}
+
+impl Drop for Xrootd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Xrootd {
+    fn start(site: &HttpsSite) -> Option<Xrootd> {
+        let xrootd = require_tool("xrootd", "xrootd-server xrootd-server-plugins")?;
+        let is_root = crate::common::https::is_root();
+        let work = site.dir().join("xrootd");
+        let root = work.join("root");
+        crate::common::files::make_dir(&root);
+        let user = if is_root {
+            "nobody".to_owned()
+        } else {
+            crate::common::https::whoami()
+        };
+        let host = site.dir().join("ca/hosts/localhost");
+        let (cert, key) = (work.join("hostcert.pem"), work.join("hostkey.pem"));
+        std::fs::copy(host.join("hostcert.pem"), &cert).unwrap();
+        std::fs::copy(host.join("hostkey.pem"), &key).unwrap();
+        let authdb = work.join("authdb");
+        std::fs::write(&authdb, "u * / a\n").unwrap();
+        let secret = work.join("secret");
+        std::fs::write(&secret, "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3I=\n").unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let uid = crate::common::https::uid_of(&user);
+            for (path, mode) in [
+                (&cert, 0o444),
+                (&key, 0o400),
+                (&authdb, 0o444),
+                (&secret, 0o400),
+            ] {
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+                if is_root {
+                    std::os::unix::fs::chown(path, Some(uid), None).unwrap();
+                }
+            }
+        }
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let conf = work.join("xrootd.cfg");
+        std::fs::write(
+            &conf,
+            format!(
+                "all.export /\nall.sitename ferrytest\noss.localroot {root}\nxrd.port {port}\n\
+                 xrd.protocol XrdHttp:{port} libXrdHttp.so\nxrd.tls {cert} {key}\n\
+                 xrd.tlsca certdir {cadir}\nhttp.exthandler xrdtpc libXrdHttpTPC.so\n\
+                 http.exthandler xrdmacaroons libXrdMacaroons.so\nmacaroons.secretkey {secret}\n\
+                 ofs.authorize 1\nofs.authlib ++ libXrdMacaroons.so\nacc.authdb {authdb}\n\
+                 xrootd.chksum adler32\nall.adminpath {work}\nall.pidpath {work}\n",
+                root = root.display(),
+                cert = cert.display(),
+                key = key.display(),
+                cadir = site.cert_dir().display(),
+                secret = secret.display(),
+                authdb = authdb.display(),
+                work = work.display(),
+            ),
+        )
+        .unwrap();
+        let mut cmd = Command::new(xrootd);
+        cmd.arg("-c")
+            .arg(&conf)
+            .arg("-l")
+            .arg(work.join("xrootd.log"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if is_root {
+            cmd.args(["-R", &user]);
+        }
+        let child = cmd.spawn().expect("starting xrootd");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "xrootd did not listen on {port}: {}",
+                std::fs::read_to_string(work.join("xrootd.log")).unwrap_or_default()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Some(Xrootd { child, port, root })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("https://localhost:{}{path}", self.port)
+    }
+
+    /// A COPY sent to XRootD (the active party here) with `headers`; its answer's body.
+    fn copy(&self, site: &HttpsSite, curl: &Path, path: &str, headers: &[&str]) -> String {
+        let ca = site.ca_cert();
+        let mut args = vec!["-sS", "-N", "--cacert", crate::common::https::path_str(&ca)];
+        args.extend(["-X", "COPY"]);
+        for h in headers {
+            args.extend(["-H", h]);
+        }
+        let url = self.url(path);
+        args.push(&url);
+        crate::common::https::run_tool(curl, &args, &[], site.dir())
+            .stdout()
+            .to_owned()
+    }
+}
+
+#[test]
+fn ferry_and_xrootd_pull_and_push_to_each_other() {
+    let Some(curl) = curl() else { return };
+    let site = HttpsSite::start();
+    let Some(xrd) = Xrootd::start(&site) else {
+        return;
+    };
+    let me = Login::Password(
+        crate::common::https::PASSWORD_USER,
+        crate::common::https::PASSWORD,
+    );
+    let data = random_bytes((7 << 20) + 13, 53);
+    site.put_local("data/src.bin", &data);
+    site.mkdir_local("out");
+    let on_xrootd = xrd.root.join("x.bin");
+    std::fs::write(&on_xrootd, &data).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&on_xrootd, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let check = |text: &str, what: &str| {
+        assert_eq!(outcome(text).0, "success: Created", "{what}: {text}");
+    };
+
+    // ferry pulls from XRootD, and pushes to it.
+    let source = format!("Source: {}", xrd.url("/x.bin"));
+    let r = site.curl(
+        &curl,
+        me,
+        &["-X", "COPY", "-H", &source],
+        "/out/from-xrootd.bin",
+    );
+    assert_eq!(r.status, 202, "{}", r.text());
+    check(&r.text(), "ferry pulls from XRootD");
+    assert_eq!(
+        std::fs::read(site.path("out/from-xrootd.bin")).unwrap(),
+        data
+    );
+    let dest = format!("Destination: {}", xrd.url("/pushed-by-ferry.bin"));
+    let r = site.curl(&curl, me, &["-X", "COPY", "-H", &dest], "/data/src.bin");
+    check(&r.text(), "ferry pushes to XRootD");
+    assert_eq!(
+        std::fs::read(xrd.root.join("pushed-by-ferry.bin")).unwrap(),
+        data
+    );
+
+    // XRootD pulls from ferry, and pushes to it, with the credential handed on to ferry.
+    let auth = format!("TransferHeaderAuthorization: {}", site.basic_auth());
+    let from_ferry = format!("Source: {}", site.url("/data/src.bin"));
+    let text = xrd.copy(&site, &curl, "/pulled-by-xrootd.bin", &[&from_ferry, &auth]);
+    check(&text, "XRootD pulls from ferry");
+    assert_eq!(
+        std::fs::read(xrd.root.join("pulled-by-xrootd.bin")).unwrap(),
+        data
+    );
+    let to_ferry = format!("Destination: {}", site.url("/out/pushed-by-xrootd.bin"));
+    let text = xrd.copy(&site, &curl, "/x.bin", &[&to_ferry, &auth]);
+    check(&text, "XRootD pushes to ferry");
+    assert_eq!(
+        std::fs::read(site.path("out/pushed-by-xrootd.bin")).unwrap(),
+        data
+    );
+    let log = site.transfer_log();
+    assert!(
+        log.iter()
+            .any(|l| l["command"] == "PUT" && l["path"] == "/out/pushed-by-xrootd.bin"),
+        "{log:?}"
+    );
+}

@@ -1,0 +1,478 @@
+//! HTTP third-party copy, the active side: a `COPY` with `Source` (pull: this door GETs the
+//! remote file into the request's path) or with a `Destination` on another server (push: it
+//! PUTs the request's file there). The answer is `202` at once, then a performance marker
+//! every 5 s and a last line `success: Created` or `failure: …`, as XRootD, dCache and StoRM
+//! write them (`ferry_proto::http::tpc`). A client that goes away cancels the copy; a pull
+//! that does not end whole, or whose bytes do not match the digest the source gave, keeps
+//! nothing.
+
+mod client;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ferry_proto::http::digest;
+use ferry_proto::http::range::ByteRange;
+use ferry_proto::http::tpc::{self, Copy, Mode};
+use ferry_storage::{FileKind, StorageError};
+use ferry_token::Operation;
+use http::{header, HeaderValue, Method, StatusCode};
+use http_body_util::BodyExt as _;
+use tokio::sync::mpsc;
+
+use crate::body::Body;
+use crate::context::{DoorContext, HttpTransfer};
+use crate::put::{Outcome, Upload};
+use crate::reply::{self, blocking, Reply};
+use crate::req::Req;
+
+/// Seconds between performance markers.
+const MARKER_EVERY: Duration = Duration::from_secs(5);
+/// A copy that moves no byte for this long at its start is failed.
+const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(120);
+/// …and, once started, for this long.
+const STALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Third-party copies running now, server-wide (reloads keep counting them).
+static RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One running copy's place among [`RUNNING`], given back when dropped.
+struct Slot;
+
+impl Slot {
+    fn take(max: usize) -> Option<Slot> {
+        use std::sync::atomic::Ordering;
+        let was = RUNNING.fetch_add(1, Ordering::AcqRel);
+        if was >= max {
+            RUNNING.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Slot)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        RUNNING.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// The third-party copy `r` asks for, if it is one.
+pub(crate) fn third_party(r: &Req) -> Result<Option<Copy>, Reply> {
+    let headers = r
+        .headers
+        .iter()
+        .filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?)));
+    tpc::parse(headers, &r.authority).map_err(|e| reply::status(StatusCode::BAD_REQUEST, e))
+}
+
+/// Runs the copy `c` that `r` asked for.
+pub(crate) async fn copy(ctx: &Arc<DoorContext>, r: &Req, c: Copy) -> Result<Reply, Reply> {
+    if r.trailing_slash || r.path.parent().is_none() {
+        return Err(reply::status(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!(
+                "{}: a third-party copy names a file, not a collection",
+                r.path
+            ),
+        ));
+    }
+    let Some(slot) = Slot::take(ctx.https.tpc_max) else {
+        let mut refused = reply::status(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "{} third-party copies are running, the most this server runs at once: try again later",
+                ctx.https.tpc_max
+            ),
+        );
+        refused
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("30"));
+        return Err(refused);
+    };
+    let tls = client::connector(ctx.ca_dir.as_deref())
+        .map_err(|e| reply::status(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    match c.mode {
+        Mode::Pull => pull(ctx, r, c, tls, slot).await,
+        Mode::Push => push(ctx, r, c, tls, slot).await,
+    }
+}
+
+/// The passive server's refusal, relayed: its 4xx as they are (404 stays "not found" for
+/// FTS3 and gfal2), anything else as 502.
+fn remote_refused(status: StatusCode, url: &str, text: &str) -> Reply {
+    let relayed = if status.is_client_error() {
+        status
+    } else {
+        StatusCode::BAD_GATEWAY
+    };
+    let text: String = text.chars().take(200).collect();
+    reply::status(
+        relayed,
+        tpc::failure(&format!(
+            "Remote side failed with status code {}; error message: \"{}\", remote={url}",
+            status.as_u16(),
+            text.trim()
+        ))
+        .trim_end(),
+    )
+}
+
+async fn short_text(body: hyper::body::Incoming) -> String {
+    let limited = http_body_util::Limited::new(body, 4096);
+    match tokio::time::timeout(Duration::from_secs(5), limited.collect()).await {
+        Ok(Ok(b)) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
+        _ => String::new(),
+    }
+}
+
+fn marker_stream() -> (mpsc::Sender<std::io::Result<Bytes>>, Reply) {
+    let (tx, body) = Body::channel(None);
+    let mut reply = http::Response::new(body);
+    *reply.status_mut() = StatusCode::ACCEPTED;
+    reply.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/perf-marker-stream"),
+    );
+    (tx, reply)
+}
+
+fn unix_now() -> u64 {
+    ferry_proto::clock::now_since_epoch().as_secs()
+}
+
+async fn pull(
+    ctx: &Arc<DoorContext>,
+    r: &Req,
+    c: Copy,
+    tls: openssl::ssl::SslConnector,
+    slot: Slot,
+) -> Result<Reply, Reply> {
+    r.writable()?;
+    r.may_write(&r.path).await?;
+    let storage = Arc::clone(&r.principal.storage);
+    if !c.overwrite {
+        let (s, p) = (Arc::clone(&storage), r.path.clone());
+        if blocking(move || Ok(s.symlink_metadata(&p).is_ok()))
+            .await
+            .unwrap_or(false)
+        {
+            return Err(reply::status(
+                StatusCode::PRECONDITION_FAILED,
+                format!("{}: File exists, and Overwrite is F", r.path),
+            ));
+        }
+    }
+    let mut headers = c.headers.clone();
+    if !headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("want-digest"))
+    {
+        // adler32 only: a source without it cached reads the file once more to answer.
+        headers.push(("Want-Digest".into(), "adler32".into()));
+    }
+    let answer = client::send(&tls, Method::GET, &c.remote, &headers, Body::Empty, None)
+        .await
+        .map_err(|e| {
+            reply::status(
+                StatusCode::BAD_GATEWAY,
+                tpc::failure(&format!("{e}, remote={}", c.remote)).trim_end(),
+            )
+        })?;
+    let (parts, body) = answer.response.into_parts();
+    if !parts.status.is_success() {
+        return Err(remote_refused(
+            parts.status,
+            &c.remote,
+            &short_text(body).await,
+        ));
+    }
+    let length = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+    // The source's digest is checked against the bytes unless the client said not to.
+    let expected = match (c.verify_checksum, parts.headers.get("digest")) {
+        (Some(false), _) | (_, None) => Vec::new(),
+        (_, Some(d)) => d
+            .to_str()
+            .ok()
+            .and_then(|d| digest::parse_digest(d).ok())
+            .unwrap_or_default(),
+    };
+    let upload = Upload::begin(ctx, storage, r.path.clone(), expected).await?;
+    let (tx, reply) = marker_stream();
+    let job = Job {
+        ctx: Arc::clone(ctx),
+        user: r.principal.user.clone(),
+        peer: r.peer,
+        path: r.path.to_string(),
+        remote: c.remote.clone(),
+        remote_addr: Some(answer.peer),
+        tx,
+        started: Instant::now(),
+        _slot: slot,
+    };
+    tokio::spawn(job.pull(body, upload, length));
+    Ok(reply)
+}
+
+/// A running copy: what its markers, its last line and the transfer log need.
+struct Job {
+    ctx: Arc<DoorContext>,
+    user: String,
+    peer: std::net::SocketAddr,
+    path: String,
+    remote: String,
+    /// The passive server's address, once known (`RemoteConnections`).
+    remote_addr: Option<std::net::SocketAddr>,
+    tx: mpsc::Sender<std::io::Result<Bytes>>,
+    started: Instant,
+    /// Its place among the copies running, until it ends.
+    _slot: Slot,
+}
+
+impl Job {
+    /// Sends a marker; `false` when the client has gone (the copy is then cancelled).
+    async fn marker(&self, bytes: u64) -> bool {
+        let remote: Vec<std::net::SocketAddr> = self.remote_addr.into_iter().collect();
+        let m = tpc::perf_marker(unix_now(), bytes, &remote);
+        self.tx.send(Ok(Bytes::from(m))).await.is_ok()
+    }
+
+    async fn end(self, method: &str, bytes: u64, result: Result<(), String>) {
+        let line = match &result {
+            Ok(()) => tpc::SUCCESS.to_string(),
+            Err(why) => tpc::failure(&format!("{why}, remote={}", self.remote)),
+        };
+        let _ = self.tx.send(Ok(Bytes::from(line))).await;
+        if method == "COPY-PULL" {
+            self.ctx.metrics.received(bytes);
+        } else {
+            self.ctx.metrics.sent(bytes);
+        }
+        let result_text = match &result {
+            Ok(()) => "ok".to_string(),
+            Err(why) => why.clone(),
+        };
+        self.ctx.log_transfer(&HttpTransfer {
+            user: &self.user,
+            peer: self.peer,
+            method,
+            path: &self.path,
+            bytes,
+            started: self.started,
+            status: if result.is_ok() { 201 } else { 500 },
+            result: &result_text,
+            checksums: &[],
+        });
+        tracing::info!(path = %self.path, remote = %self.remote, bytes, result = %result_text, "third-party copy ended");
+    }
+
+    async fn pull(self, mut body: hyper::body::Incoming, upload: Upload, length: Option<u64>) {
+        let mut moved = 0u64;
+        let mut last_byte = Instant::now();
+        // The first marker at once: the client sees the copy has begun.
+        if !self.marker(0).await {
+            drop(body);
+            upload.abandon().await;
+            self.cancelled("COPY-PULL", 0);
+            return;
+        }
+        let mut next_marker = tokio::time::Instant::now() + MARKER_EVERY;
+        let stop: Option<String> = loop {
+            tokio::select! {
+                frame = body.frame() => match frame {
+                    Some(Ok(f)) => {
+                        let Ok(data) = f.into_data() else { continue };
+                        moved += data.len() as u64;
+                        last_byte = Instant::now();
+                        if !upload.send(data).await {
+                            break Some(String::new());
+                        }
+                    }
+                    Some(Err(e)) => break Some(format!("the source's answer broke off after {moved} bytes: {e}")),
+                    None => break None,
+                },
+                _ = tokio::time::sleep_until(next_marker) => {
+                    if !self.marker(moved).await {
+                        drop(body);
+                        upload.abandon().await;
+                        self.cancelled("COPY-PULL", moved);
+                        return;
+                    }
+                    next_marker += MARKER_EVERY;
+                    let quiet = last_byte.elapsed();
+                    let allowed = if moved == 0 { FIRST_BYTE_TIMEOUT } else { STALL_TIMEOUT };
+                    if quiet >= allowed {
+                        break Some(format!(
+                            "Transfer failed because no bytes have been received from the source (pull mode) in {} seconds",
+                            quiet.as_secs()
+                        ));
+                    }
+                }
+            }
+        };
+        drop(body);
+        let short = length.filter(|&n| n != moved);
+        let result = match (stop, short) {
+            (Some(why), _) if !why.is_empty() => {
+                upload.abandon().await;
+                Err(why)
+            }
+            (None, Some(n)) => {
+                upload.abandon().await;
+                Err(format!("the source sent {moved} of its {n} bytes"))
+            }
+            // The writer stopped (a full disk, a write error), or the body ended whole.
+            _ => match upload.finish().await {
+                Outcome::Stored { .. } => Ok(()),
+                Outcome::Refused(_, why) => Err(why),
+            },
+        };
+        if result.is_ok() {
+            self.marker(moved).await;
+        }
+        self.end("COPY-PULL", moved, result).await;
+    }
+
+    fn cancelled(&self, method: &str, bytes: u64) {
+        self.ctx.log_transfer(&HttpTransfer {
+            user: &self.user,
+            peer: self.peer,
+            method,
+            path: &self.path,
+            bytes,
+            started: self.started,
+            status: 499,
+            result: "cancelled: the client went away",
+            checksums: &[],
+        });
+        tracing::info!(path = %self.path, remote = %self.remote, bytes, "third-party copy cancelled: the client went away");
+    }
+}
+
+async fn push(
+    ctx: &Arc<DoorContext>,
+    r: &Req,
+    c: Copy,
+    tls: openssl::ssl::SslConnector,
+    slot: Slot,
+) -> Result<Reply, Reply> {
+    r.may(Operation::Read, &r.path)?;
+    let (s, p) = (Arc::clone(&r.principal.storage), r.path.clone());
+    let (file, size) = blocking(move || {
+        let m = s.stat(&p)?;
+        if m.kind != FileKind::File {
+            return Err(StorageError::IsADirectory(p.to_string()));
+        }
+        Ok((s.open_read(&p)?, m.size))
+    })
+    .await
+    .map_err(|e| reply::storage(&e))?;
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let parts = if size == 0 {
+        Vec::new()
+    } else {
+        vec![ByteRange {
+            start: 0,
+            end: size - 1,
+        }]
+    };
+    let progress = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let body = crate::get::file_body(
+        file,
+        parts,
+        None,
+        size,
+        Some(Arc::clone(&progress)),
+        Box::new(move |sent, failure| {
+            let _ = done_tx.send((sent, failure));
+        }),
+    );
+    let headers = c.headers.clone();
+    if !c.overwrite {
+        // A PUT has no create-only form: ask first.
+        let head = client::send(&tls, Method::HEAD, &c.remote, &headers, Body::Empty, None).await;
+        if head.is_ok_and(|a| a.response.status().is_success()) {
+            return Err(reply::status(
+                StatusCode::PRECONDITION_FAILED,
+                format!("{}: File exists, and Overwrite is F", c.remote),
+            ));
+        }
+    }
+    let (tx, reply) = marker_stream();
+    let job = Job {
+        ctx: Arc::clone(ctx),
+        user: r.principal.user.clone(),
+        peer: r.peer,
+        path: r.path.to_string(),
+        remote: c.remote.clone(),
+        remote_addr: None,
+        tx,
+        started: Instant::now(),
+        _slot: slot,
+    };
+    tokio::spawn(async move {
+        let put = client::send(&tls, Method::PUT, &c.remote, &headers, body, Some(size));
+        tokio::pin!(put);
+        let mut next_marker = tokio::time::Instant::now();
+        let (mut seen, mut last_byte) = (0u64, Instant::now());
+        let answer = loop {
+            tokio::select! {
+                a = &mut put => break a,
+                _ = tokio::time::sleep_until(next_marker) => {
+                    next_marker += MARKER_EVERY;
+                    let so_far = progress.load(std::sync::atomic::Ordering::Relaxed);
+                    if !job.marker(so_far).await {
+                        job.cancelled("COPY-PUSH", so_far);
+                        return;
+                    }
+                    if so_far > seen {
+                        (seen, last_byte) = (so_far, Instant::now());
+                    }
+                    let allowed = if seen == 0 { FIRST_BYTE_TIMEOUT } else { STALL_TIMEOUT };
+                    if last_byte.elapsed() >= allowed && so_far < size {
+                        break Err(format!(
+                            "Transfer failed because the destination took no bytes (push mode) in {} seconds",
+                            last_byte.elapsed().as_secs()
+                        ));
+                    }
+                }
+            }
+        };
+        let sent = match done_rx.await {
+            Ok((sent, None)) => Ok(sent),
+            Ok((sent, Some(why))) => Err((sent, why)),
+            Err(_) => Ok(size),
+        };
+        let moved = match &sent {
+            Ok(n) | Err((n, _)) => *n,
+        };
+        let result = match answer {
+            Err(e) => Err(e),
+            Ok(a) => {
+                let status = a.response.status();
+                if status.is_success() {
+                    match sent {
+                        Ok(_) => Ok(()),
+                        Err((_, why)) => Err(why),
+                    }
+                } else {
+                    let text = short_text(a.response.into_body()).await;
+                    Err(format!(
+                        "Remote side failed with status code {}; error message: \"{}\"",
+                        status.as_u16(),
+                        text.trim().chars().take(200).collect::<String>()
+                    ))
+                }
+            }
+        };
+        if result.is_ok() {
+            job.marker(moved).await;
+        }
+        job.end("COPY-PUSH", moved, result).await;
+    });
+    Ok(reply)
+}
