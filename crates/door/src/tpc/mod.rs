@@ -202,18 +202,7 @@ async fn pull(
             .unwrap_or_default(),
     };
     let upload = Upload::begin(ctx, storage, r.path.clone(), expected).await?;
-    let (tx, reply) = marker_stream();
-    let job = Job {
-        ctx: Arc::clone(ctx),
-        user: r.principal.user.clone(),
-        peer: r.peer,
-        path: r.path.to_string(),
-        remote: c.remote.clone(),
-        remote_addr: Some(answer.peer),
-        tx,
-        started: Instant::now(),
-        _slot: slot,
-    };
+    let (job, reply) = Job::new(ctx, r, &c.remote, Some(answer.peer), slot);
     tokio::spawn(job.pull(body, upload, length));
     Ok(reply)
 }
@@ -234,6 +223,29 @@ struct Job {
 }
 
 impl Job {
+    /// The copy of `r` with `remote`, and the `202` whose body its markers go to.
+    fn new(
+        ctx: &Arc<DoorContext>,
+        r: &Req,
+        remote: &str,
+        remote_addr: Option<std::net::SocketAddr>,
+        slot: Slot,
+    ) -> (Job, Reply) {
+        let (tx, reply) = marker_stream();
+        let job = Job {
+            ctx: Arc::clone(ctx),
+            user: r.principal.user.clone(),
+            peer: r.peer,
+            path: r.path.to_string(),
+            remote: remote.to_owned(),
+            remote_addr,
+            tx,
+            started: Instant::now(),
+            _slot: slot,
+        };
+        (job, reply)
+    }
+
     /// Sends a marker; `false` when the client has gone (the copy is then cancelled).
     async fn marker(&self, bytes: u64) -> bool {
         let remote: Vec<std::net::SocketAddr> = self.remote_addr.into_iter().collect();
@@ -402,18 +414,7 @@ async fn push(
             ));
         }
     }
-    let (tx, reply) = marker_stream();
-    let job = Job {
-        ctx: Arc::clone(ctx),
-        user: r.principal.user.clone(),
-        peer: r.peer,
-        path: r.path.to_string(),
-        remote: c.remote.clone(),
-        remote_addr: None,
-        tx,
-        started: Instant::now(),
-        _slot: slot,
-    };
+    let (job, reply) = Job::new(ctx, r, &c.remote, None, slot);
     tokio::spawn(async move {
         let put = client::send(&tls, Method::PUT, &c.remote, &headers, body, Some(size));
         tokio::pin!(put);
