@@ -57,6 +57,7 @@ class Options:
     gcp_largest: int = 10 << 30
     https_entries: int = 10_000
     https_idle: int = 10_000
+    token_gets: int = 10_000
 
 
 def _int_list(text: str) -> list[int]:
@@ -166,6 +167,8 @@ def parse_options(argv, scenario_names) -> Options:
                    help="https: entries of the collection PROPFIND lists (default 10000; quick 1000)")
     p.add_argument("--https-idle", type=int,
                    help="https: idle keep-alive HTTPS connections held (default 10000; quick 200)")
+    p.add_argument("--token-gets", type=int,
+                   help="tokens: small GETs per timed run, with a token and with X.509 (default 10000; quick 1000)")
     a = p.parse_args(argv)
     q = a.quick
     order = [n for n in scenario_names if n in a.scenarios]
@@ -210,4 +213,5 @@ def parse_options(argv, scenario_names) -> Options:
         gcp_largest=a.gcp_largest,
         https_entries=a.https_entries if a.https_entries is not None else (1000 if q else 10_000),
         https_idle=a.https_idle if a.https_idle is not None else (200 if q else 10_000),
+        token_gets=a.token_gets if a.token_gets is not None else (1000 if q else 10_000),
     )

@@ -23,6 +23,11 @@ pub struct HttpsConfig {
     pub max_header_bytes: usize,
     /// Accept HTTP Basic logins checked against the password file.
     pub basic_auth: bool,
+    /// The secret the tokens this door issues for third-party copies are signed with: a file
+    /// holding at least 32 bytes of base64 (XRootD's `macaroons.secretkey` form); several doors
+    /// sharing it accept each other's tokens. `None`: one drawn at start, good until the server
+    /// stops.
+    pub token_secret_file: Option<std::path::PathBuf>,
     /// ALPN prefers HTTP/2 over HTTP/1.1 (both are offered either way; HTTP/1.1 first by
     /// default: see [`crate::alpn`]).
     pub prefer_http2: bool,
@@ -40,6 +45,7 @@ impl Default for HttpsConfig {
             header_timeout: 20,
             max_header_bytes: 64 * 1024,
             basic_auth: true,
+            token_secret_file: None,
             prefer_http2: false,
             tpc_max: 64,
         }

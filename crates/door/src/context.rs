@@ -54,6 +54,9 @@ pub struct DoorContext {
     /// TLS with the host credential; `None` for a door with no HTTPS listener (clear text
     /// only), which needs no credential.
     pub tls: Option<SslAcceptor>,
+    /// The secret the tokens this door issues are signed with (`https.token-secret-file`, or
+    /// one drawn at start for the life of the process).
+    pub site_secret: Arc<Vec<u8>>,
     /// The CA directory outgoing HTTPS (third-party copy) trusts besides the system's CAs.
     pub ca_dir: Option<std::path::PathBuf>,
     /// The checksums every whole-file upload takes and keeps.
@@ -92,6 +95,13 @@ pub(crate) struct HttpTransfer<'a> {
     pub(crate) result: &'a str,
     /// Checksums taken while the bytes moved, by name.
     pub(crate) checksums: &'a [(&'static str, String)],
+}
+
+/// A secret drawn once per process, for doors given none: tokens they issue last until the
+/// server stops (reloads keep it).
+pub fn process_secret() -> Arc<Vec<u8>> {
+    static SECRET: std::sync::OnceLock<Arc<Vec<u8>>> = std::sync::OnceLock::new();
+    Arc::clone(SECRET.get_or_init(|| Arc::new(rand::random::<[u8; 32]>().to_vec())))
 }
 
 impl DoorContext {

@@ -21,6 +21,7 @@ mod dav;
 mod deadprops;
 mod get;
 mod listener;
+mod macaroon;
 pub mod metrics;
 mod principal;
 mod propfind;
@@ -32,6 +33,6 @@ mod tpc;
 mod zerocopy;
 
 pub use config::HttpsConfig;
-pub use context::{DoorContext, X509Logins};
+pub use context::{process_secret, DoorContext, X509Logins};
 pub use listener::{alpn, Door, DoorHandle};
 pub use metrics::DoorMetrics;

@@ -31,6 +31,8 @@ pub(crate) struct Principal {
     pub(crate) storage: Arc<dyn Storage>,
     /// A bearer token's grants: what this login may do beyond what its account may.
     pub(crate) token: Option<Arc<Bearer>>,
+    /// The account it works as (`None`: the server's own).
+    pub(crate) account: Option<String>,
 }
 
 /// The last Basic login of a connection: user, SHA-256 of `user:password`, the login.
@@ -117,6 +119,15 @@ pub(crate) async fn principal(
             return basic(ctx, conn, rest.trim()).await;
         }
         if scheme.eq_ignore_ascii_case("bearer") {
+            if ferry_token::site_issued::is_site_issued(rest.trim()) {
+                if conn.clear {
+                    return Err(reply::status(
+                        StatusCode::FORBIDDEN,
+                        "tokens are not taken over clear-text HTTP: use https://",
+                    ));
+                }
+                return site_issued(ctx, conn, rest.trim()).await;
+            }
             let Some(tokens) = &ctx.tokens else {
                 return Err(unauthorized(
                     ctx,
@@ -287,6 +298,52 @@ async fn bearer(
     Ok(p)
 }
 
+/// A token this server issued (`POST` `application/macaroon-request`): its asker's account,
+/// held to the activities and path it names.
+async fn site_issued(
+    ctx: &DoorContext,
+    conn: &ConnAuth,
+    token: &str,
+) -> Result<Arc<Principal>, Reply> {
+    let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+    let now = ferry_proto::clock::now_since_epoch().as_secs() as i64;
+    if let Ok(cached) = conn.by_token.lock() {
+        if let Some((d, p)) = cached.as_ref() {
+            if *d == digest && p.token.as_ref().is_some_and(|t| now <= t.expires) {
+                return Ok(Arc::clone(p));
+            }
+        }
+    }
+    let issued = ferry_token::site_issued::verify(&ctx.site_secret, token, now).map_err(|e| {
+        tracing::info!(reason = %e, "site-issued token refused");
+        ctx.metrics.token_refused(e.label());
+        invalid_token(&e)
+    })?;
+    tracing::debug!(user = %issued.user, id = %issued.id, path = %issued.path, "site-issued token accepted");
+    let bearer = Bearer {
+        issuer: "this server".into(),
+        subject: Some(issued.user.clone()),
+        account: issued.account.clone().unwrap_or_default(),
+        groups: Vec::new(),
+        grants: issued.grants(),
+        expires: issued.exp,
+        id: Some(issued.id.clone()),
+    };
+    let p = login(
+        ctx,
+        issued.user,
+        issued.account,
+        false,
+        Some(Arc::new(bearer)),
+    )
+    .await
+    .map_err(|(s, why)| reply::status(s, why))?;
+    if let Ok(mut cached) = conn.by_token.lock() {
+        *cached = Some((digest, Arc::clone(&p)));
+    }
+    Ok(p)
+}
+
 async fn login(
     ctx: &DoorContext,
     user: String,
@@ -320,5 +377,6 @@ async fn login(
         read_only,
         storage,
         token,
+        account,
     }))
 }

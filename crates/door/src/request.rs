@@ -84,6 +84,7 @@ async fn dispatch(
         "HEAD" => crate::get::get(ctx, &r, true).await,
         "PUT" => crate::put::put(ctx, &r, body).await,
         "OPTIONS" => Ok(crate::dav::options()),
+        "POST" => crate::macaroon::post(ctx, &r, body).await,
         "DELETE" => crate::dav::delete(&r).await,
         "MKCOL" => crate::dav::mkcol(&r, body).await,
         "COPY" => match crate::tpc::third_party(&r)? {

@@ -53,6 +53,10 @@ pub(crate) fn door_context(
         x509,
         tokens,
         tls,
+        site_secret: match &config.https.token_secret_file {
+            Some(file) => std::sync::Arc::new(token_secret(file)?),
+            None => ferry_door::process_secret(),
+        },
         ca_dir: Some(config.cert_dir.clone().unwrap_or_else(|| {
             ferry_gsi::TrustStore::default_dir(&ferry_gsi::credential::process_env)
         })),
@@ -61,6 +65,25 @@ pub(crate) fn door_context(
         host: shared.host.clone(),
         metrics,
     })
+}
+
+/// The secret of `https.token-secret-file`: base64 of at least 32 bytes.
+fn token_secret(file: &std::path::Path) -> Result<Vec<u8>, StartError> {
+    use base64::Engine as _;
+    let bad = |why: String| {
+        crate::config::ConfigError::Invalid(format!(
+            "https.token-secret-file {}: {why}",
+            file.display()
+        ))
+    };
+    let text = std::fs::read_to_string(file).map_err(|e| bad(e.to_string()))?;
+    let secret = base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .map_err(|e| bad(format!("not base64: {e}")))?;
+    if secret.len() < 32 {
+        return Err(bad(format!("{} bytes; give at least 32", secret.len())).into());
+    }
+    Ok(secret)
 }
 
 /// `--check-config`'s line for the door: the TLS credential loads and which logins it takes.

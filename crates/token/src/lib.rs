@@ -9,6 +9,7 @@
 //!   operations they grant on paths matched component by component.
 //! - [`issuer`]: an issuer as the admin configures it, and the whole validation.
 //! - [`discovery`]: where a client finds its token (WLCG Bearer Token Discovery).
+//! - [`site_issued`]: the tokens ("macaroons") a door issues for third-party copies.
 //!
 //! Sans-IO like `ferry-proto` and `ferry-gsi`: nothing here opens a socket or reads the clock;
 //! callers fetch key sets and pass the time. Signatures are OpenSSL's.
@@ -28,6 +29,7 @@ pub mod issuer;
 pub mod jwt;
 pub mod keys;
 pub mod scope;
+pub mod site_issued;
 
 pub use claims::{Claims, Profile};
 pub use error::TokenError;

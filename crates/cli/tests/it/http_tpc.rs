@@ -463,3 +463,155 @@ fn ferry_and_xrootd_pull_and_push_to_each_other() {
         "{log:?}"
     );
 }
+
+#[test]
+fn tokens_the_door_issues_grant_their_path_and_activities_only() {
+    let Some(curl) = curl() else { return };
+    let site = HttpsSite::start();
+    let data = random_bytes(100_000, 57);
+    site.put_local("data/f.bin", &data);
+    site.put_local("data/other.bin", b"other");
+    let me = Login::Password(
+        crate::common::https::PASSWORD_USER,
+        crate::common::https::PASSWORD,
+    );
+    let ask = |login: Login<'_>, path: &str, body: &str| {
+        site.curl(
+            &curl,
+            login,
+            &[
+                "-X",
+                "POST",
+                "-H",
+                "Content-Type: application/macaroon-request",
+                "--data-binary",
+                body,
+            ],
+            path,
+        )
+    };
+    let r = ask(
+        me,
+        "/data/f.bin",
+        r#"{"caveats": ["activity:DOWNLOAD,LIST"], "validity": "PT10M"}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let answer: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(answer["expires_in"], 600);
+    let token = answer["macaroon"].as_str().unwrap().to_owned();
+    let got = site.curl(&curl, Login::Bearer(&token), &[], "/data/f.bin");
+    assert_eq!(got.status, 200, "{}", got.text());
+    assert_eq!(got.body, data);
+    let r = site.curl(&curl, Login::Bearer(&token), &[], "/data/other.bin");
+    assert_eq!(r.status, 403, "another path: {}", r.text());
+    let r = site.curl(
+        &curl,
+        Login::Bearer(&token),
+        &["-X", "DELETE"],
+        "/data/f.bin",
+    );
+    assert_eq!(r.status, 403, "an activity not given: {}", r.text());
+    assert!(site.path("data/f.bin").exists());
+    let forged = format!("{token}x");
+    let r = site.curl(&curl, Login::Bearer(&forged), &[], "/data/f.bin");
+    assert_eq!(r.status, 401, "{}", r.text());
+    // A token cannot hand on more than its asker holds.
+    let r = ask(
+        Login::Bearer(&token),
+        "/data/f.bin",
+        r#"{"caveats": ["activity:MANAGE"]}"#,
+    );
+    assert_eq!(r.status, 403, "{}", r.text());
+    // Only macaroon requests, and no anonymous asker.
+    let r = site.curl(
+        &curl,
+        me,
+        &["-X", "POST", "--data-binary", "x=1"],
+        "/data/f.bin",
+    );
+    assert_eq!(r.status, 415, "{}", r.text());
+    assert!(r.body.len() < 200, "a POST never answers with the file");
+    let r = ask(me, "/data/f.bin", r#"{"caveats": ["path:/"]}"#);
+    assert_eq!(r.status, 400, "{}", r.text());
+}
+
+#[test]
+fn gfal2_with_only_a_proxy_copies_between_ferry_and_xrootd_both_ways() {
+    let Some(gfal) = crate::https_door::Gfal::find(&["gfal-copy"]) else {
+        return;
+    };
+    let site = HttpsSite::start();
+    let Some(xrd) = Xrootd::start(&site) else {
+        return;
+    };
+    let data = random_bytes((4 << 20) + 99, 59);
+    site.put_local("data/src.bin", &data);
+    site.put_local("data/for-xrootd.bin", &data);
+    site.mkdir_local("out");
+    let ferry_url = |p: &str| site.davs(p);
+    let xrootd_url = |p: &str| format!("davs://localhost:{}{p}", xrd.port);
+    // gfal2 asks each end for a token (POST application/macaroon-request), then sends COPY to
+    // the active end with the other's token in TransferHeaderAuthorization.
+    for (mode, from, to, check) in [
+        (
+            "pull",
+            ferry_url("/data/src.bin"),
+            ferry_url("/out/pulled.bin"),
+            site.path("out/pulled.bin"),
+        ),
+        (
+            "pull",
+            xrootd_url("/x.bin"),
+            ferry_url("/out/from-xrootd.bin"),
+            site.path("out/from-xrootd.bin"),
+        ),
+        (
+            "pull",
+            ferry_url("/data/for-xrootd.bin"),
+            xrootd_url("/from-ferry.bin"),
+            xrd.root.join("from-ferry.bin"),
+        ),
+        (
+            "push",
+            ferry_url("/data/src.bin"),
+            xrootd_url("/pushed-by-ferry.bin"),
+            xrd.root.join("pushed-by-ferry.bin"),
+        ),
+    ] {
+        if from.contains("/x.bin") {
+            let x = xrd.root.join("x.bin");
+            std::fs::write(&x, &data).unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&x, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        let run = gfal.run(&site, 0, &["--copy-mode", mode, &from, &to]);
+        run.assert_ok();
+        assert_eq!(
+            std::fs::read(&check).unwrap(),
+            data,
+            "{mode} {from} -> {to}"
+        );
+    }
+    // Each copy ran between the servers, not streamed through gfal2: ferry's log has its own
+    // copies as the active party, XRootD's its pull from ferry.
+    let log = site.transfer_log();
+    for (command, path) in [
+        ("COPY-PULL", "/out/pulled.bin"),
+        ("COPY-PULL", "/out/from-xrootd.bin"),
+        ("COPY-PUSH", "/data/src.bin"),
+    ] {
+        assert!(
+            log.iter()
+                .any(|l| l["command"] == command && l["path"] == path && l["result"] == "ok"),
+            "{command} {path}: {log:?}"
+        );
+    }
+    // XRootD logs no successful pull; ferry logs the token it issued for that file being used
+    // (gfal2 streaming the copy itself would have read with its proxy).
+    assert!(
+        site.server_log().lines().any(|l| l.contains("site-issued token accepted")
+            && l.contains("/data/for-xrootd.bin")),
+        "{}",
+        site.server_log()
+    );
+}

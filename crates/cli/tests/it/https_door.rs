@@ -1277,7 +1277,7 @@ impl Gfal {
     }
 
     /// Runs the `i`th tool with alice's proxy and the CA directory.
-    fn run(&self, site: &HttpsSite, i: usize, args: &[&str]) -> ToolRun {
+    pub(crate) fn run(&self, site: &HttpsSite, i: usize, args: &[&str]) -> ToolRun {
         let (ca, proxy) = (site.cert_dir(), site.proxy());
         run_tool(
             &self.tools[i],
