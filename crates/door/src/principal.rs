@@ -54,6 +54,23 @@ pub(crate) struct ConnAuth {
 }
 
 impl ConnAuth {
+    /// The login of this connection's last token, if it is `digest`'s and has not expired
+    /// (`leeway` seconds allowed).
+    fn cached_token(&self, digest: &[u8; 32], leeway: i64) -> Option<Arc<Principal>> {
+        let now = ferry_proto::clock::now_since_epoch().as_secs() as i64;
+        let cached = self.by_token.lock().ok()?;
+        let (d, p) = cached.as_ref()?;
+        let live = p.token.as_ref().is_some_and(|t| now <= t.expires + leeway);
+        (d == digest && live).then(|| Arc::clone(p))
+    }
+
+    /// Keeps `p` as the login of the token `digest` for the connection's next requests.
+    fn remember_token(&self, digest: [u8; 32], p: &Arc<Principal>) {
+        if let Ok(mut cached) = self.by_token.lock() {
+            *cached = Some((digest, Arc::clone(p)));
+        }
+    }
+
     pub(crate) fn new(certificate: PeerCertificate) -> ConnAuth {
         ConnAuth {
             clear: false,
@@ -264,17 +281,8 @@ async fn bearer(
     token: &str,
 ) -> Result<Arc<Principal>, Reply> {
     let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-    let now = ferry_proto::clock::now_since_epoch().as_secs() as i64;
-    if let Ok(cached) = conn.by_token.lock() {
-        if let Some((d, p)) = cached.as_ref() {
-            let live = p
-                .token
-                .as_ref()
-                .is_some_and(|t| now <= t.expires + LEEWAY_S);
-            if *d == digest && live {
-                return Ok(Arc::clone(p));
-            }
-        }
+    if let Some(p) = conn.cached_token(&digest, LEEWAY_S) {
+        return Ok(p);
     }
     let bearer = tokens.validate(token).await.map_err(|e| {
         tracing::info!(reason = %e, "bearer token refused");
@@ -292,9 +300,7 @@ async fn bearer(
     )
     .await
     .map_err(|(s, why)| reply::status(s, why))?;
-    if let Ok(mut cached) = conn.by_token.lock() {
-        *cached = Some((digest, Arc::clone(&p)));
-    }
+    conn.remember_token(digest, &p);
     Ok(p)
 }
 
@@ -307,12 +313,8 @@ async fn site_issued(
 ) -> Result<Arc<Principal>, Reply> {
     let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
     let now = ferry_proto::clock::now_since_epoch().as_secs() as i64;
-    if let Ok(cached) = conn.by_token.lock() {
-        if let Some((d, p)) = cached.as_ref() {
-            if *d == digest && p.token.as_ref().is_some_and(|t| now <= t.expires) {
-                return Ok(Arc::clone(p));
-            }
-        }
+    if let Some(p) = conn.cached_token(&digest, 0) {
+        return Ok(p);
     }
     let issued = ferry_token::site_issued::verify(&ctx.site_secret, token, now).map_err(|e| {
         tracing::info!(reason = %e, "site-issued token refused");
@@ -338,9 +340,7 @@ async fn site_issued(
     )
     .await
     .map_err(|(s, why)| reply::status(s, why))?;
-    if let Ok(mut cached) = conn.by_token.lock() {
-        *cached = Some((digest, Arc::clone(&p)));
-    }
+    conn.remember_token(digest, &p);
     Ok(p)
 }
 

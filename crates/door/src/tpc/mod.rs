@@ -268,17 +268,12 @@ impl Job {
             Ok(()) => "ok".to_string(),
             Err(why) => why.clone(),
         };
-        self.ctx.log_transfer(&HttpTransfer {
-            user: &self.user,
-            peer: self.peer,
+        self.log(
             method,
-            path: &self.path,
             bytes,
-            started: self.started,
-            status: if result.is_ok() { 201 } else { 500 },
-            result: &result_text,
-            checksums: &[],
-        });
+            if result.is_ok() { 201 } else { 500 },
+            &result_text,
+        );
         tracing::info!(path = %self.path, remote = %self.remote, bytes, result = %result_text, "third-party copy ended");
     }
 
@@ -349,7 +344,8 @@ impl Job {
         self.end("COPY-PULL", moved, result).await;
     }
 
-    fn cancelled(&self, method: &str, bytes: u64) {
+    /// The copy's line in the site's transfer log.
+    fn log(&self, method: &str, bytes: u64, status: u16, result: &str) {
         self.ctx.log_transfer(&HttpTransfer {
             user: &self.user,
             peer: self.peer,
@@ -357,10 +353,14 @@ impl Job {
             path: &self.path,
             bytes,
             started: self.started,
-            status: 499,
-            result: "cancelled: the client went away",
+            status,
+            result,
             checksums: &[],
         });
+    }
+
+    fn cancelled(&self, method: &str, bytes: u64) {
+        self.log(method, bytes, 499, "cancelled: the client went away");
         tracing::info!(path = %self.path, remote = %self.remote, bytes, "third-party copy cancelled: the client went away");
     }
 }
