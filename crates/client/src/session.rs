@@ -84,6 +84,12 @@ fn credentials(url: &RemoteUrl) -> (String, String) {
 }
 
 impl RemoteSession {
+    /// The streams ferry chooses for a file of `size` bytes with this server (by its size and
+    /// the control channel's round trip), where the user did not say.
+    pub fn auto_streams(&self, size: Option<u64>) -> u32 {
+        crate::request::auto_parallelism(size, self.rtt)
+    }
+
     /// The server's control address.
     pub fn peer(&self) -> std::net::SocketAddr {
         self.ctl.peer()
@@ -93,6 +99,14 @@ impl RemoteSession {
     /// forwarder was told to reach, not a third host its reply points at).
     pub fn require_data_at_peer(&mut self) {
         self.data_at_peer_only = true;
+    }
+
+    /// The storage this session's own end reads and writes, in place of the local file
+    /// system at `/`: a server that moves a file of its own users' storage with a remote
+    /// server (the HTTPS door bridging a copy to GridFTP) gives it theirs, and local paths are
+    /// then paths in it.
+    pub fn use_storage(&mut self, storage: Arc<dyn Storage>) {
+        self.dtp.use_storage(storage);
     }
 
     /// Connects, logs in (with GSI for `gsiftp://`, as `gsi` says), reads FEAT and measures

@@ -34,6 +34,21 @@ pub struct HttpsConfig {
     /// Third-party copies (`COPY` with `Source`, or to another server) running at once; more
     /// are answered 429.
     pub tpc_max: usize,
+    /// The credential third-party copies with `gsiftp://` servers log in with.
+    pub tpc_gsiftp_credential: GsiftpCredential,
+}
+
+/// What the door logs in to `gsiftp://` servers with, for a `COPY` that bridges to GridFTP.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GsiftpCredential {
+    /// None: such copies are refused (`ftp://` ones are not: they need no credential).
+    #[default]
+    None,
+    /// The host credential (the one the door's TLS uses). Every user of the door then reaches
+    /// what the remote servers grant this host: map the host's subject there to an account
+    /// that holds only what the door's users may share.
+    Host,
 }
 
 impl Default for HttpsConfig {
@@ -48,6 +63,7 @@ impl Default for HttpsConfig {
             token_secret_file: None,
             prefer_http2: false,
             tpc_max: 64,
+            tpc_gsiftp_credential: GsiftpCredential::None,
         }
     }
 }

@@ -57,6 +57,9 @@ pub struct DoorContext {
     /// The secret the tokens this door issues are signed with (`https.token-secret-file`, or
     /// one drawn at start for the life of the process).
     pub site_secret: Arc<Vec<u8>>,
+    /// The credential and CAs of third-party copies with `gsiftp://` servers
+    /// (`https.tpc-gsiftp-credential`); `None`: such copies are refused.
+    pub gsiftp: Option<Arc<ferry_client::GsiSetup>>,
     /// The CA directory outgoing HTTPS (third-party copy) trusts besides the system's CAs.
     pub ca_dir: Option<std::path::PathBuf>,
     /// The checksums every whole-file upload takes and keeps.

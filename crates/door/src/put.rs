@@ -135,6 +135,26 @@ impl Writer {
     }
 }
 
+/// A temporary name in `dir` for writing `target` (a file or nothing yet, in an existing
+/// collection), and whether the target is there now.
+pub(crate) fn temp_beside(
+    s: &dyn Storage,
+    dir: &VirtualPath,
+    target: &VirtualPath,
+) -> Result<(VirtualPath, bool), StorageError> {
+    crate::dav::parent_collection(s, target)?;
+    let existed = match s.stat(target) {
+        Ok(m) if m.kind == FileKind::Dir => {
+            return Err(StorageError::IsADirectory(target.to_string()))
+        }
+        Ok(_) => true,
+        Err(StorageError::NotFound(_)) => false,
+        Err(e) => return Err(e),
+    };
+    let temp = dir.join(&format!("{TEMP_PREFIX}{:016x}", rand::random::<u64>()))?;
+    Ok((temp, existed))
+}
+
 /// An upload in progress: what is sent goes to a temporary name beside its target, renamed over
 /// it by [`Upload::finish`] when whole and its digests agree; dropped or abandoned, it leaves
 /// the old file (or none).
@@ -162,16 +182,7 @@ impl Upload {
         };
         let (s, t) = (Arc::clone(&storage), target.clone());
         let (file, temp, existed) = blocking(move || {
-            crate::dav::parent_collection(&*s, &t)?;
-            let existed = match s.stat(&t) {
-                Ok(m) if m.kind == FileKind::Dir => {
-                    return Err(StorageError::IsADirectory(t.to_string()))
-                }
-                Ok(_) => true,
-                Err(StorageError::NotFound(_)) => false,
-                Err(e) => return Err(e),
-            };
-            let temp = dir.join(&format!("{TEMP_PREFIX}{:016x}", rand::random::<u64>()))?;
+            let (temp, existed) = temp_beside(&*s, &dir, &t)?;
             let file = s.open_write(
                 &temp,
                 WriteOptions {

@@ -37,6 +37,10 @@ pub(crate) fn door_context(
     if let Some(t) = &tokens {
         t.spawn_refresher();
     }
+    let gsiftp = match config.https.tpc_gsiftp_credential {
+        ferry_door::config::GsiftpCredential::None => None,
+        ferry_door::config::GsiftpCredential::Host => Some(Arc::new(gsiftp_setup(config, p)?)),
+    };
     let x509 = p.gsi.as_ref().map(|g| X509Logins {
         trust: g.trust(),
         authorizer: Arc::clone(&g.authorizer),
@@ -57,6 +61,7 @@ pub(crate) fn door_context(
             Some(file) => std::sync::Arc::new(token_secret(file)?),
             None => ferry_door::process_secret(),
         },
+        gsiftp,
         ca_dir: Some(config.cert_dir.clone().unwrap_or_else(|| {
             ferry_gsi::TrustStore::default_dir(&ferry_gsi::credential::process_env)
         })),
@@ -65,6 +70,30 @@ pub(crate) fn door_context(
         host: shared.host.clone(),
         metrics,
     })
+}
+
+/// The GridFTP client setup of copies with `gsiftp://` servers: the host credential, the
+/// site's CAs, data channels authenticated (DCAU A) and clear.
+fn gsiftp_setup(config: &ServerConfig, p: &Prepared) -> Result<ferry_client::GsiSetup, StartError> {
+    let (credential, trust) = match &p.gsi {
+        Some(g) => (g.credential().clone(), g.trust()),
+        None => {
+            let dir = config.cert_dir.clone().unwrap_or_else(|| {
+                ferry_gsi::TrustStore::default_dir(&ferry_gsi::credential::process_env)
+            });
+            let trust = ferry_gsi::TrustStore::load(&dir).map_err(|e| {
+                crate::config::ConfigError::Invalid(format!(
+                    "https.tpc-gsiftp-credential: the CA directory {}: {e}",
+                    dir.display()
+                ))
+            })?;
+            (crate::gsi::load_host_credential(config)?, Arc::new(trust))
+        }
+    };
+    ferry_client::GsiSetup::with_credential(ferry_client::GsiOptions::default(), credential, trust)
+        .map_err(|e| {
+            crate::config::ConfigError::Invalid(format!("https.tpc-gsiftp-credential: {e}")).into()
+        })
 }
 
 /// The secret of `https.token-secret-file`: base64 of at least 32 bytes.

@@ -147,7 +147,7 @@ fn curl_drives_pull_and_push_and_every_byte_arrives() {
         "/out/never.bin",
     );
     assert_eq!(r.status, 400, "{}", r.text());
-    let r = copy(&["-H", "Source: gsiftp://localhost/x"], "/out/never.bin");
+    let r = copy(&["-H", "Source: s3://localhost/x"], "/out/never.bin");
     assert_eq!(r.status, 400, "{}", r.text());
     let r = copy(
         &[

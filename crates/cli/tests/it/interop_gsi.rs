@@ -17,6 +17,7 @@ use ferry_proto::command::{Dcau, TransferType};
 use ferry_proto::Command as FtpCommand;
 
 use crate::common;
+use crate::common::globus::GlobusGsi;
 
 /// An installed program (PATH, then the Debian sbin/bin directories).
 fn tool(name: &str) -> Option<PathBuf> {
@@ -399,84 +400,13 @@ fn a_server_subject_other_than_the_expected_one_is_refused_by_the_client() {
         .unwrap_or(true));
 }
 
-/// globus-gridftp-server in GSI mode on the site's CA and host credential, serving absolute
-/// paths as the mapped account (`nobody`). Root only: a non-root Globus server can only map to
-/// the account it runs as.
-struct GlobusGsi {
-    server: Child,
-    port: u16,
-    /// A directory `nobody` may write.
-    root: PathBuf,
-}
-
-impl Drop for GlobusGsi {
-    fn drop(&mut self) {
-        let _ = self.server.kill();
-        let _ = self.server.wait();
-    }
-}
-
 fn globus_gsi(site: &Site) -> Option<GlobusGsi> {
     globus_gsi_with(site, "globus-root", &[])
 }
 
 /// A GSI globus-gridftp-server serving `name` in the site's directory, with `extra` arguments.
 fn globus_gsi_with(site: &Site, name: &str, extra: &[&str]) -> Option<GlobusGsi> {
-    let Some(bin) = tool("globus-gridftp-server") else {
-        eprintln!("skipping: needs globus-gridftp-server (globus-gridftp-server-progs)");
-        return None;
-    };
-    let uid = Command::new("id").arg("-u").output().unwrap().stdout;
-    if String::from_utf8_lossy(&uid).trim() != "0" {
-        eprintln!("skipping: a GSI globus-gridftp-server maps users only when run as root");
-        return None;
-    }
-    use std::os::unix::fs::PermissionsExt;
-    let dir = site.dir.path();
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let root = dir.join(name);
-    std::fs::create_dir_all(&root).unwrap();
-    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
-    std::fs::write(dir.join("empty.conf"), "").unwrap();
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let host = site.ca().join("hosts/localhost");
-    let server = Command::new(bin)
-        .env_remove("X509_USER_PROXY")
-        .env("X509_CERT_DIR", site.cert_dir())
-        .env("X509_USER_CERT", host.join("hostcert.pem"))
-        .env("X509_USER_KEY", host.join("hostkey.pem"))
-        .env("GRIDMAP", site.ca().join("grid-mapfile"))
-        .arg("-c")
-        .arg(dir.join("empty.conf"))
-        .args(["-p", &port.to_string()])
-        .args([
-            "-control-interface",
-            "127.0.0.1",
-            "-data-interface",
-            "127.0.0.1",
-        ])
-        .args(["-no-chdir", "-l"])
-        .arg(dir.join(format!("{name}.log")))
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let g = GlobusGsi { server, port, root };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "globus-gridftp-server did not listen"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Some(g)
+    GlobusGsi::start(site.dir.path(), &site.ca(), name, extra)
 }
 
 /// `ferry copy` with the site's CAs and `proxy`.

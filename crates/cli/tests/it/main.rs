@@ -10,6 +10,7 @@ mod client_against_bad_servers;
 mod gcp_tuning;
 mod gsi_tools;
 mod http_tpc;
+mod http_tpc_gridftp;
 mod https_door;
 mod interop_ferry_copy;
 mod interop_ftplib;

@@ -7,6 +7,7 @@
 //! nothing.
 
 mod client;
+mod gridftp;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ferry_proto::http::digest;
 use ferry_proto::http::range::ByteRange;
-use ferry_proto::http::tpc::{self, Copy, Mode};
+use ferry_proto::http::tpc::{self, Copy, Mode, Peer};
 use ferry_storage::{FileKind, StorageError};
 use ferry_token::Operation;
 use http::{header, HeaderValue, Method, StatusCode};
@@ -91,6 +92,9 @@ pub(crate) async fn copy(ctx: &Arc<DoorContext>, r: &Req, c: Copy) -> Result<Rep
             .insert(header::RETRY_AFTER, HeaderValue::from_static("30"));
         return Err(refused);
     };
+    if c.peer == Peer::GridFtp {
+        return gridftp::copy(ctx, r, c, slot).await;
+    }
     let tls = client::connector(ctx.ca_dir.as_deref())
         .map_err(|e| reply::status(StatusCode::INTERNAL_SERVER_ERROR, e))?;
     match c.mode {
@@ -152,18 +156,7 @@ async fn pull(
     r.writable()?;
     r.may_write(&r.path).await?;
     let storage = Arc::clone(&r.principal.storage);
-    if !c.overwrite {
-        let (s, p) = (Arc::clone(&storage), r.path.clone());
-        if blocking(move || Ok(s.symlink_metadata(&p).is_ok()))
-            .await
-            .unwrap_or(false)
-        {
-            return Err(reply::status(
-                StatusCode::PRECONDITION_FAILED,
-                format!("{}: File exists, and Overwrite is F", r.path),
-            ));
-        }
-    }
+    refuse_existing(&storage, &r.path, c.overwrite).await?;
     let mut headers = c.headers.clone();
     if !headers
         .iter()
@@ -205,6 +198,28 @@ async fn pull(
     let (job, reply) = Job::new(ctx, r, &c.remote, Some(answer.peer), slot);
     tokio::spawn(job.pull(body, upload, length));
     Ok(reply)
+}
+
+/// 412 for a target that is there when the client said `Overwrite: F`.
+async fn refuse_existing(
+    storage: &Arc<dyn ferry_storage::Storage>,
+    path: &ferry_storage::VirtualPath,
+    overwrite: bool,
+) -> Result<(), Reply> {
+    if overwrite {
+        return Ok(());
+    }
+    let (s, p) = (Arc::clone(storage), path.clone());
+    if blocking(move || Ok(s.symlink_metadata(&p).is_ok()))
+        .await
+        .unwrap_or(false)
+    {
+        return Err(reply::status(
+            StatusCode::PRECONDITION_FAILED,
+            format!("{path}: File exists, and Overwrite is F"),
+        ));
+    }
+    Ok(())
 }
 
 /// A running copy: what its markers, its last line and the transfer log need.

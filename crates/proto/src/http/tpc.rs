@@ -22,12 +22,24 @@ pub enum Mode {
     Push,
 }
 
+/// What protocol the passive party speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peer {
+    /// HTTP or HTTPS (WebDAV).
+    Http,
+    /// GridFTP (`gsiftp://`) or plain FTP (`ftp://`): the copy bridges the two worlds.
+    GridFtp,
+}
+
 /// A third-party `COPY`, read from its headers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Copy {
     /// Pull or push.
     pub mode: Mode,
-    /// The passive party's URL, `https://` or `http://` (`davs://` and `dav://` rewritten).
+    /// The passive party's protocol.
+    pub peer: Peer,
+    /// The passive party's URL: `https://` or `http://` (`davs://` and `dav://` rewritten), or
+    /// `gsiftp://` or `ftp://` as given.
     pub remote: String,
     /// Headers for the passive party.
     pub headers: Vec<(String, String)>,
@@ -46,7 +58,7 @@ pub enum TpcError {
     #[error("a COPY names either a Source (pull) or a Destination (push), not both")]
     Both,
     /// A scheme this door cannot copy with.
-    #[error("{0}: unsupported scheme (https, http, davs and dav are)")]
+    #[error("{0}: unsupported scheme (https, http, davs, dav, gsiftp and ftp are)")]
     Scheme(String),
     /// A URL without a host.
     #[error("{0}: not a URL with a host")]
@@ -155,9 +167,14 @@ pub fn parse<'a>(
             )))
         }
     };
+    let (peer, remote) = match gridftp_url(&remote)? {
+        Some(url) => (Peer::GridFtp, url),
+        None => (Peer::Http, web_url(&remote)?),
+    };
     Ok(Some(Copy {
         mode,
-        remote: web_url(&remote)?,
+        peer,
+        remote,
         headers: forwarded,
         streams,
         overwrite,
@@ -180,10 +197,32 @@ fn is_remote(destination: &str, own: &str) -> Result<bool, TpcError> {
     if destination.starts_with('/') {
         return Ok(false);
     }
+    if gridftp_url(destination)?.is_some() {
+        return Ok(true);
+    }
     let target = dav::target(destination).map_err(|_| TpcError::Url(destination.to_owned()))?;
     Ok(target
         .authority
         .is_some_and(|a| !a.eq_ignore_ascii_case(own)))
+}
+
+/// `url` if it names a GridFTP or FTP server (`gsiftp://`, `ftp://`), with its scheme in lower
+/// case; `None` for any other scheme. A login in the URL (`ftp://user:password@host/`) is kept:
+/// FTP has no other place for it.
+pub fn gridftp_url(url: &str) -> Result<Option<String>, TpcError> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Ok(None);
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    if scheme != "gsiftp" && scheme != "ftp" {
+        return Ok(None);
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = authority.rsplit('@').next().unwrap_or_default();
+    if host.is_empty() || !rest[authority.len()..].starts_with('/') {
+        return Err(TpcError::Url(url.to_owned()));
+    }
+    Ok(Some(format!("{scheme}://{rest}")))
 }
 
 /// `url` as the HTTP client fetches it: `davs://` is `https://`, `dav://` is `http://`.
@@ -275,12 +314,38 @@ mod tests {
     }
 
     #[test]
+    fn gridftp_peers_bridge_both_ways() {
+        let pull = copy(&[("Source", "GSIFTP://globus.example:2811/data/f")])
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (pull.mode, pull.peer, pull.remote.as_str()),
+            (
+                Mode::Pull,
+                Peer::GridFtp,
+                "gsiftp://globus.example:2811/data/f"
+            )
+        );
+        // A GridFTP destination is never this door, whatever its authority.
+        let push = copy(&[("Destination", "ftp://u:p@door.example:8443/x")])
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (push.mode, push.peer, push.remote.as_str()),
+            (Mode::Push, Peer::GridFtp, "ftp://u:p@door.example:8443/x")
+        );
+        let web = copy(&[("Source", "davs://a/x")]).unwrap().unwrap();
+        assert_eq!(web.peer, Peer::Http);
+    }
+
+    #[test]
     fn what_cannot_be_done_is_refused_with_the_reason() {
         let bad = [
             vec![("Source", "https://a/x"), ("Destination", "https://b/y")],
             vec![("Source", "https://a/x"), ("Destination", "/local")],
-            vec![("Source", "gsiftp://a/x")],
             vec![("Source", "s3://a/x")],
+            vec![("Source", "gsiftp:///x")],
+            vec![("Source", "gsiftp://a")],
             vec![("Source", "https:///x")],
             vec![("Source", "https://user:pw@a/x")],
             vec![("Source", "https://a/x"), ("Credential", "gridsite")],

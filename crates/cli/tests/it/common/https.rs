@@ -158,6 +158,10 @@ pub struct SiteOptions {
     pub config: String,
     /// More of the server's environment.
     pub env: Vec<(String, String)>,
+    /// The host's own subject in the grid-mapfile (as `nobody`): the door's GridFTP client
+    /// logs in to the site's own GridFTP door, and to a Globus server on the same CA, with the
+    /// host credential.
+    pub host_in_gridmap: bool,
 }
 
 /// A CA, credentials and `ferry serve` with its HTTPS door; the server is killed when dropped.
@@ -165,6 +169,7 @@ pub struct HttpsSite {
     // Dropped first: the server dies before its directory goes.
     server: Running,
     port: u16,
+    gridftp_port: u16,
     dir: Sandbox,
 }
 
@@ -204,6 +209,13 @@ impl HttpsSite {
             "ferry proxy init: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        if options.host_in_gridmap {
+            let host = subject(&ca.join("hosts/localhost/hostcert.pem"));
+            let gridmap = ca.join("grid-mapfile");
+            let mut text = std::fs::read_to_string(&gridmap).expect("reading the grid-mapfile");
+            text.push_str(&format!("\"{host}\" nobody\n"));
+            std::fs::write(&gridmap, text).expect("writing the grid-mapfile");
+        }
         let passwords = dir.path().join("passwd");
         // Run as root, password users work as nobody; otherwise as whoever runs the test.
         let account = if is_root() {
@@ -283,7 +295,23 @@ impl HttpsSite {
             .env("RUST_LOG", "info,ferry_door=debug,ferry_site=debug")
             .envs(options.env.iter().map(|(k, v)| (k, v)));
         let (server, port) = wait_for_https_port(Running::spawn(cmd, args, None, "ferry serve"));
-        HttpsSite { server, port, dir }
+        let gridftp_port = server
+            .stdout_so_far()
+            .lines()
+            .find_map(|l| l.strip_prefix("listening on 127.0.0.1:"))
+            .and_then(|p| p.trim().parse().ok())
+            .expect("ferry serve announces its GridFTP door first");
+        HttpsSite {
+            server,
+            port,
+            gridftp_port,
+            dir,
+        }
+    }
+
+    /// The GridFTP door's port on 127.0.0.1.
+    pub fn gridftp_port(&self) -> u16 {
+        self.gridftp_port
     }
 
     /// The test's directory (the root, the CA, the proxy and the transfer log are in it).
@@ -643,6 +671,22 @@ fn header_value(block: &str, name: &str) -> Option<String> {
 }
 
 /// Waits for `ferry serve` to print its HTTPS address; returns it with the process.
+/// The subject of the certificate in `pem`, as grid-mapfiles write it (`/O=…/CN=…`).
+pub fn subject(pem: &Path) -> String {
+    let cert = openssl::x509::X509::from_pem(&std::fs::read(pem).expect("reading a certificate"))
+        .expect("a PEM certificate");
+    cert.subject_name()
+        .entries()
+        .map(|e| {
+            format!(
+                "/{}={}",
+                e.object().nid().short_name().unwrap_or("?"),
+                e.data().to_string().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
 fn wait_for_https_port(mut server: Running) -> (Running, u16) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

@@ -14,6 +14,7 @@ pub mod capture;
 pub mod ferry;
 pub mod files;
 pub mod ftpd;
+pub mod globus;
 pub mod guc;
 pub mod https;
 pub mod netlab;
