@@ -34,6 +34,9 @@ pub struct HttpsConfig {
     /// Third-party copies (`COPY` with `Source`, or to another server) running at once; more
     /// are answered 429.
     pub tpc_max: usize,
+    /// Seconds a third-party copy may move no byte before it is failed (twice that before its
+    /// first byte).
+    pub tpc_stall_timeout: u64,
     /// The credential third-party copies with `gsiftp://` servers log in with.
     pub tpc_gsiftp_credential: GsiftpCredential,
 }
@@ -63,6 +66,7 @@ impl Default for HttpsConfig {
             token_secret_file: None,
             prefer_http2: false,
             tpc_max: 64,
+            tpc_stall_timeout: 60,
             tpc_gsiftp_credential: GsiftpCredential::None,
         }
     }

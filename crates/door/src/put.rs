@@ -108,31 +108,66 @@ impl Writer {
             .into_iter()
             .map(|s| (s.algorithm(), s.finish_hex()))
             .collect();
-        for (alg, want) in &self.expected {
-            let storage_alg = storage_algorithm(*alg);
-            let got = sums.iter().find(|(a, _)| *a == storage_alg).map(|(_, h)| h);
-            let got_raw = got.and_then(|h| hex::decode(h).ok()).unwrap_or_default();
-            if &got_raw != want {
-                return Outcome::Refused(
-                    StatusCode::BAD_REQUEST,
-                    format!(
-                        "CHECKSUM MISMATCH: the request said {} {}, the bytes that arrived have {}; not stored",
-                        alg.rfc3230_name(),
-                        hex::encode(want),
-                        got.map_or("none", String::as_str)
-                    ),
-                );
-            }
-        }
-        let version = FileVersion::of(&*self.file);
-        if let Err(e) = self.storage.rename(&self.temp, &self.target) {
-            return Outcome::Refused(reply::storage_status(&e), e.to_string());
-        }
-        if let Some(v) = version {
-            self.storage.remember_checksums(&self.file, v, &sums);
-        }
-        Outcome::Stored { sums }
+        seal(
+            &*self.storage,
+            &self.file,
+            &self.temp,
+            &self.target,
+            sums,
+            &self.expected,
+        )
     }
+}
+
+/// The checksums an upload takes: the site's and those the client's digests name.
+pub(crate) fn algorithms(
+    ctx: &DoorContext,
+    expected: &[(DigestAlgorithm, Vec<u8>)],
+) -> Vec<ChecksumAlgorithm> {
+    let mut algorithms: Vec<ChecksumAlgorithm> = ctx.transfer_checksums.clone();
+    for (a, _) in expected {
+        let a = storage_algorithm(*a);
+        if !algorithms.contains(&a) {
+            algorithms.push(a);
+        }
+    }
+    algorithms
+}
+
+/// Ends a whole upload written (and synced) to `temp`: compares `sums` with `expected`, then
+/// renames `temp` over `target` and keeps the sums. Refused, `temp` is the caller's to remove.
+pub(crate) fn seal(
+    storage: &dyn Storage,
+    file: &Arc<dyn FileHandle>,
+    temp: &VirtualPath,
+    target: &VirtualPath,
+    sums: Vec<(ChecksumAlgorithm, String)>,
+    expected: &[(DigestAlgorithm, Vec<u8>)],
+) -> Outcome {
+    for (alg, want) in expected {
+        let storage_alg = storage_algorithm(*alg);
+        let got = sums.iter().find(|(a, _)| *a == storage_alg).map(|(_, h)| h);
+        let got_raw = got.and_then(|h| hex::decode(h).ok()).unwrap_or_default();
+        if &got_raw != want {
+            return Outcome::Refused(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "CHECKSUM MISMATCH: the request said {} {}, the bytes that arrived have {}; not stored",
+                    alg.rfc3230_name(),
+                    hex::encode(want),
+                    got.map_or("none", String::as_str)
+                ),
+            );
+        }
+    }
+    let version = FileVersion::of(&**file);
+    if let Err(e) = storage.rename(temp, target) {
+        return Outcome::Refused(reply::storage_status(&e), e.to_string());
+    }
+    if let Some(v) = version {
+        storage.remember_checksums(file, v, &sums);
+    }
+    Outcome::Stored { sums }
 }
 
 /// A temporary name in `dir` for writing `target` (a file or nothing yet, in an existing
@@ -195,13 +230,7 @@ impl Upload {
         })
         .await
         .map_err(|e| reply::storage(&e))?;
-        let mut algorithms: Vec<ChecksumAlgorithm> = ctx.transfer_checksums.clone();
-        for (a, _) in &expected {
-            let a = storage_algorithm(*a);
-            if !algorithms.contains(&a) {
-                algorithms.push(a);
-            }
-        }
+        let algorithms = algorithms(ctx, &expected);
         let writer = Writer {
             storage,
             file,

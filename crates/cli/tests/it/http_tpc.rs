@@ -3,13 +3,12 @@
 //! it, with the door itself and a lying source as the passive party. Every copy compares the
 //! bytes, and every failure is checked to leave no file.
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 
 use crate::common::https::{require_tool, HttpsSite, Login};
+use crate::common::pysource::PySource;
 use crate::common::random_bytes;
+use crate::common::xrootd::Xrootd;
 
 fn curl() -> Option<std::path::PathBuf> {
     require_tool("curl", "curl")
@@ -165,63 +164,21 @@ fn curl_drives_pull_and_push_and_every_byte_arrives() {
     assert!(!site.path("out/never.bin").exists());
 }
 
-/// A clear-text HTTP source that answers every GET with `body`, `headers` and, where
-/// `cut_at`, only that many bytes before it closes.
-struct LyingSource {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for LyingSource {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl LyingSource {
-    /// `headers`: lines as Python writes them in a bytes literal (with `\r\n` escapes).
-    fn start(dir: &Path, body_len: usize, headers: &str, cut_at: usize) -> LyingSource {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let script = format!(
+/// A clear-text HTTP source that answers every GET with `body_len` bytes of a pattern, the
+/// header lines `headers` (Python bytes-literal escapes) and, where `cut_at` is shorter, only
+/// that many bytes before it closes.
+fn lying_source(dir: &Path, body_len: usize, headers: &str, cut_at: usize) -> PySource {
+    PySource::start(
+        dir,
+        &format!(
             r#"
-import socket, sys
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", {port})); s.listen(8)
-print("ready", flush=True)
 body = bytes((i * 7) % 251 for i in range({body_len}))
-while True:
-    c, _ = s.accept()
-    f = c.makefile("rb")
-    while f.readline() not in (b"\r\n", b"\n", b""):
-        pass
+def handle(c, head):
     c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: {body_len}\r\n{headers}Connection: close\r\n\r\n")
     c.sendall(body[:{cut_at}])
-    f.close(); c.close()
 "#
-        );
-        let path = dir.join(format!("source-{port}.py"));
-        std::fs::write(&path, script).unwrap();
-        let mut child = Command::new("python3")
-            .arg(&path)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3");
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "ready");
-        LyingSource { child, port }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/f", self.port)
-    }
+        ),
+    )
 }
 
 #[test]
@@ -233,7 +190,7 @@ fn a_source_that_lies_about_its_length_or_digest_leaves_no_file() {
         crate::common::https::PASSWORD_USER,
         crate::common::https::PASSWORD,
     );
-    let pull = |source: &LyingSource, path: &str, extra: &[&str]| {
+    let pull = |source: &PySource, path: &str, extra: &[&str]| {
         let header = format!("Source: {}", source.url());
         let mut args = vec!["-X", "COPY", "-H", header.as_str()];
         args.extend(extra);
@@ -241,7 +198,7 @@ fn a_source_that_lies_about_its_length_or_digest_leaves_no_file() {
     };
 
     // It promises 1 MiB and closes after 300 000 bytes.
-    let short = LyingSource::start(site.dir(), 1 << 20, "", 300_000);
+    let short = lying_source(site.dir(), 1 << 20, "", 300_000);
     let r = pull(&short, "/out/short.bin", &[]);
     assert_eq!(r.status, 202, "{}", r.text());
     let (last, _) = outcome(&r.text());
@@ -249,7 +206,7 @@ fn a_source_that_lies_about_its_length_or_digest_leaves_no_file() {
     assert!(!site.path("out/short.bin").exists());
 
     // Its Digest does not match its bytes.
-    let liar = LyingSource::start(
+    let liar = lying_source(
         site.dir(),
         200_000,
         "Digest: adler32=00000001\\r\\n",
@@ -273,125 +230,6 @@ fn a_source_that_lies_about_its_length_or_digest_leaves_no_file() {
     let want: Vec<u8> = (0..200_000u32).map(|i| ((i * 7) % 251) as u8).collect();
     assert_eq!(std::fs::read(site.path("out/liar.bin")).unwrap(), want);
     assert!(site.temp_files().is_empty(), "{:?}", site.temp_files());
-}
-
-/// XRootD 5.5.3's HTTPS door with its third-party-copy plugin (Debian `xrootd-server`,
-/// `xrootd-server-plugins`), on `root`, with the host credential and CAs of `site`; anyone may
-/// read and write (the authorisation database says `u * / a`).
-struct Xrootd {
-    child: Child,
-    port: u16,
-    root: std::path::PathBuf,
-}
-
-impl Drop for Xrootd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Xrootd {
-    fn start(site: &HttpsSite) -> Option<Xrootd> {
-        let xrootd = require_tool("xrootd", "xrootd-server xrootd-server-plugins")?;
-        let is_root = crate::common::https::is_root();
-        let work = site.dir().join("xrootd");
-        let root = work.join("root");
-        crate::common::files::make_dir(&root);
-        let user = if is_root {
-            "nobody".to_owned()
-        } else {
-            crate::common::https::whoami()
-        };
-        let host = site.dir().join("ca/hosts/localhost");
-        let (cert, key) = (work.join("hostcert.pem"), work.join("hostkey.pem"));
-        std::fs::copy(host.join("hostcert.pem"), &cert).unwrap();
-        std::fs::copy(host.join("hostkey.pem"), &key).unwrap();
-        let authdb = work.join("authdb");
-        std::fs::write(&authdb, "u * / a\n").unwrap();
-        let secret = work.join("secret");
-        std::fs::write(&secret, "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3I=\n").unwrap();
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let uid = crate::common::https::uid_of(&user);
-            for (path, mode) in [
-                (&cert, 0o444),
-                (&key, 0o400),
-                (&authdb, 0o444),
-                (&secret, 0o400),
-            ] {
-                std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-                if is_root {
-                    std::os::unix::fs::chown(path, Some(uid), None).unwrap();
-                }
-            }
-        }
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let conf = work.join("xrootd.cfg");
-        std::fs::write(
-            &conf,
-            format!(
-                "all.export /\nall.sitename ferrytest\noss.localroot {root}\nxrd.port {port}\n\
-                 xrd.protocol XrdHttp:{port} libXrdHttp.so\nxrd.tls {cert} {key}\n\
-                 xrd.tlsca certdir {cadir}\nhttp.exthandler xrdtpc libXrdHttpTPC.so\n\
-                 http.exthandler xrdmacaroons libXrdMacaroons.so\nmacaroons.secretkey {secret}\n\
-                 ofs.authorize 1\nofs.authlib ++ libXrdMacaroons.so\nacc.authdb {authdb}\n\
-                 xrootd.chksum adler32\nall.adminpath {work}\nall.pidpath {work}\n",
-                root = root.display(),
-                cert = cert.display(),
-                key = key.display(),
-                cadir = site.cert_dir().display(),
-                secret = secret.display(),
-                authdb = authdb.display(),
-                work = work.display(),
-            ),
-        )
-        .unwrap();
-        let mut cmd = Command::new(xrootd);
-        cmd.arg("-c")
-            .arg(&conf)
-            .arg("-l")
-            .arg(work.join("xrootd.log"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        if is_root {
-            cmd.args(["-R", &user]);
-        }
-        let child = cmd.spawn().expect("starting xrootd");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "xrootd did not listen on {port}: {}",
-                std::fs::read_to_string(work.join("xrootd.log")).unwrap_or_default()
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        Some(Xrootd { child, port, root })
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("https://localhost:{}{path}", self.port)
-    }
-
-    /// A COPY sent to XRootD (the active party here) with `headers`; its answer's body.
-    fn copy(&self, site: &HttpsSite, curl: &Path, path: &str, headers: &[&str]) -> String {
-        let ca = site.ca_cert();
-        let mut args = vec!["-sS", "-N", "--cacert", crate::common::https::path_str(&ca)];
-        args.extend(["-X", "COPY"]);
-        for h in headers {
-            args.extend(["-H", h]);
-        }
-        let url = self.url(path);
-        args.push(&url);
-        crate::common::https::run_tool(curl, &args, &[], site.dir())
-            .stdout()
-            .to_owned()
-    }
 }
 
 #[test]

@@ -11,6 +11,7 @@ mod gcp_tuning;
 mod gsi_tools;
 mod http_tpc;
 mod http_tpc_gridftp;
+mod http_tpc_streams;
 mod https_door;
 mod interop_ferry_copy;
 mod interop_ftplib;

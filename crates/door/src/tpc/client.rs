@@ -38,6 +38,9 @@ pub(crate) fn connector(ca_dir: Option<&Path>) -> Result<SslConnector, String> {
 pub(crate) struct Answer {
     pub(crate) response: Response<Incoming>,
     pub(crate) peer: SocketAddr,
+    /// The URL that answered (after redirects), and the headers it was sent.
+    pub(crate) url: String,
+    pub(crate) headers: Vec<(String, String)>,
 }
 
 /// Sends `method` for `url` with `headers` and `body` (a GET: none), following redirects for
@@ -64,7 +67,7 @@ pub(crate) async fn send(
         );
         // A GET or HEAD is answered at once; a PUT only when its body is through, which takes
         // as long as it takes (the caller watches its progress).
-        let answer = if method == Method::PUT {
+        let mut answer = if method == Method::PUT {
             exchange.await?
         } else {
             tokio::time::timeout(CONNECT_TIMEOUT, exchange)
@@ -94,7 +97,11 @@ pub(crate) async fn send(
                 }
                 url = next;
             }
-            _ => return Ok(answer),
+            _ => {
+                answer.url = url.to_string();
+                answer.headers = headers;
+                return Ok(answer);
+            }
         }
     }
     Err(format!("{url}: more than {MAX_REDIRECTS} redirects"))
@@ -169,7 +176,12 @@ async fn once(
     } else {
         exchange(tcp, request).await?
     };
-    Ok(Answer { response, peer })
+    Ok(Answer {
+        response,
+        peer,
+        url: String::new(),
+        headers: Vec::new(),
+    })
 }
 
 async fn exchange<S>(io: S, request: Request<Body>) -> Result<Response<Incoming>, String>

@@ -10,7 +10,6 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
 
 use ferry_client::url::Scheme;
 use ferry_client::RemoteUrl;
@@ -20,7 +19,7 @@ use ferry_storage::{ChecksumAlgorithm, FileKind, FileVersion, StorageError, Virt
 use ferry_token::Operation;
 use http::StatusCode;
 
-use super::{Job, Slot, FIRST_BYTE_TIMEOUT, MARKER_EVERY, STALL_TIMEOUT};
+use super::{Job, Slot};
 use crate::context::DoorContext;
 use crate::reply::{self, blocking, Reply};
 use crate::req::Req;
@@ -112,42 +111,6 @@ fn request(c: &Copy, session: &RemoteSession, size: u64) -> FileRequest {
     }
 }
 
-/// Runs `transfer` while `job` sends its markers (bytes from `moved`), until it ends, the
-/// client leaves (`None`) or nothing moves for too long.
-async fn watched<T>(
-    job: &Job,
-    method: &str,
-    moved: &AtomicU64,
-    transfer: impl std::future::Future<Output = Result<T, ClientError>>,
-) -> Option<Result<T, String>> {
-    tokio::pin!(transfer);
-    let mut next_marker = tokio::time::Instant::now();
-    let (mut seen, mut last_byte) = (0u64, Instant::now());
-    loop {
-        tokio::select! {
-            done = &mut transfer => return Some(done.map_err(|e| words(&e))),
-            _ = tokio::time::sleep_until(next_marker) => {
-                next_marker += MARKER_EVERY;
-                let now = moved.load(Ordering::Relaxed);
-                if !job.marker(now).await {
-                    job.cancelled(method, now);
-                    return None;
-                }
-                if now > seen {
-                    (seen, last_byte) = (now, Instant::now());
-                }
-                let allowed = if seen == 0 { FIRST_BYTE_TIMEOUT } else { STALL_TIMEOUT };
-                if last_byte.elapsed() >= allowed {
-                    return Some(Err(format!(
-                        "Transfer failed because no bytes have moved in {} seconds",
-                        last_byte.elapsed().as_secs()
-                    )));
-                }
-            }
-        }
-    }
-}
-
 fn counter(moved: &Arc<AtomicU64>) -> impl FnMut(Progress) + Send + 'static {
     let moved = Arc::clone(moved);
     move |p| {
@@ -199,7 +162,8 @@ async fn pull(
         let mut count = counter(&moved);
         let local = Path::new(temp.as_str()).to_path_buf();
         let get = session.get(&url.path, &local, &req, &mut count);
-        let Some(result) = watched(&job, "COPY-PULL", &moved, get).await else {
+        let get = async { get.await.map_err(|e| words(&e)) };
+        let Some(result) = job.watch("COPY-PULL", &moved, get).await else {
             discard(&storage, temp).await;
             return;
         };
@@ -335,7 +299,8 @@ async fn push(
         let mut count = counter(&moved);
         let local = Path::new(source.as_str()).to_path_buf();
         let put = session.put(&local, &url.path, &req, &mut count);
-        let Some(result) = watched(&job, "COPY-PUSH", &moved, put).await else {
+        let put = async { put.await.map_err(|e| words(&e)) };
+        let Some(result) = job.watch("COPY-PUSH", &moved, put).await else {
             return;
         };
         let result = match result {

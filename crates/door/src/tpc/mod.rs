@@ -8,7 +8,9 @@
 
 mod client;
 mod gridftp;
+mod ranged;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,10 +32,6 @@ use crate::req::Req;
 
 /// Seconds between performance markers.
 const MARKER_EVERY: Duration = Duration::from_secs(5);
-/// A copy that moves no byte for this long at its start is failed.
-const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(120);
-/// …and, once started, for this long.
-const STALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Third-party copies running now, server-wide (reloads keep counting them).
 static RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -173,7 +171,13 @@ async fn pull(
                 tpc::failure(&format!("{e}, remote={}", c.remote)).trim_end(),
             )
         })?;
-    let (parts, body) = answer.response.into_parts();
+    let client::Answer {
+        response,
+        peer,
+        url,
+        headers: sent,
+    } = answer;
+    let (parts, body) = response.into_parts();
     if !parts.status.is_success() {
         return Err(remote_refused(
             parts.status,
@@ -194,8 +198,15 @@ async fn pull(
             .and_then(|d| digest::parse_digest(d).ok())
             .unwrap_or_default(),
     };
+    if let Some((size, streams)) = ranged::plan(&c, &parts) {
+        let landing = ranged::Landing::open(ctx, storage, r.path.clone(), expected).await?;
+        let source = ranged::Source::new(tls, url, sent, &parts);
+        let (job, reply) = Job::new(ctx, r, &c.remote, Some(peer), slot);
+        tokio::spawn(job.pull_ranged(body, source, landing, size, streams));
+        return Ok(reply);
+    }
     let upload = Upload::begin(ctx, storage, r.path.clone(), expected).await?;
-    let (job, reply) = Job::new(ctx, r, &c.remote, Some(answer.peer), slot);
+    let (job, reply) = Job::new(ctx, r, &c.remote, Some(peer), slot);
     tokio::spawn(job.pull(body, upload, length));
     Ok(reply)
 }
@@ -233,6 +244,8 @@ struct Job {
     remote_addr: Option<std::net::SocketAddr>,
     tx: mpsc::Sender<std::io::Result<Bytes>>,
     started: Instant,
+    /// How long the copy may move nothing once started (twice that before its first byte).
+    stall: Duration,
     /// Its place among the copies running, until it ends.
     _slot: Slot,
 }
@@ -256,6 +269,7 @@ impl Job {
             remote_addr,
             tx,
             started: Instant::now(),
+            stall: Duration::from_secs(ctx.https.tpc_stall_timeout.max(1)),
             _slot: slot,
         };
         (job, reply)
@@ -292,63 +306,85 @@ impl Job {
         tracing::info!(path = %self.path, remote = %self.remote, bytes, result = %result_text, "third-party copy ended");
     }
 
-    async fn pull(self, mut body: hyper::body::Incoming, upload: Upload, length: Option<u64>) {
-        let mut moved = 0u64;
-        let mut last_byte = Instant::now();
+    /// Runs `transfer` while sending markers of the bytes `moved` counts, until it ends
+    /// (`Some` of its result), the client leaves (`None`: the copy is logged as cancelled and
+    /// `transfer` dropped) or nothing moves for too long (`Some(Err)`).
+    async fn watch<T>(
+        &self,
+        method: &str,
+        moved: &AtomicU64,
+        transfer: impl std::future::Future<Output = Result<T, String>>,
+    ) -> Option<Result<T, String>> {
+        tokio::pin!(transfer);
         // The first marker at once: the client sees the copy has begun.
-        if !self.marker(0).await {
-            drop(body);
-            upload.abandon().await;
-            self.cancelled("COPY-PULL", 0);
-            return;
-        }
-        let mut next_marker = tokio::time::Instant::now() + MARKER_EVERY;
-        let stop: Option<String> = loop {
+        let mut next_marker = tokio::time::Instant::now();
+        let (mut seen, mut last_byte) = (0u64, Instant::now());
+        loop {
             tokio::select! {
-                frame = body.frame() => match frame {
-                    Some(Ok(f)) => {
-                        let Ok(data) = f.into_data() else { continue };
-                        moved += data.len() as u64;
-                        last_byte = Instant::now();
-                        if !upload.send(data).await {
-                            break Some(String::new());
-                        }
-                    }
-                    Some(Err(e)) => break Some(format!("the source's answer broke off after {moved} bytes: {e}")),
-                    None => break None,
-                },
+                done = &mut transfer => return Some(done),
                 _ = tokio::time::sleep_until(next_marker) => {
-                    if !self.marker(moved).await {
-                        drop(body);
-                        upload.abandon().await;
-                        self.cancelled("COPY-PULL", moved);
-                        return;
-                    }
                     next_marker += MARKER_EVERY;
-                    let quiet = last_byte.elapsed();
-                    let allowed = if moved == 0 { FIRST_BYTE_TIMEOUT } else { STALL_TIMEOUT };
-                    if quiet >= allowed {
-                        break Some(format!(
-                            "Transfer failed because no bytes have been received from the source (pull mode) in {} seconds",
-                            quiet.as_secs()
-                        ));
+                    let now = moved.load(Ordering::Relaxed);
+                    if !self.marker(now).await {
+                        self.cancelled(method, now);
+                        return None;
+                    }
+                    if now > seen {
+                        (seen, last_byte) = (now, Instant::now());
+                    }
+                    let allowed = if seen == 0 { 2 * self.stall } else { self.stall };
+                    if last_byte.elapsed() >= allowed {
+                        return Some(Err(format!(
+                            "Transfer failed because no bytes have moved ({method}) in {} seconds",
+                            last_byte.elapsed().as_secs()
+                        )));
                     }
                 }
             }
+        }
+    }
+
+    async fn pull(self, mut body: hyper::body::Incoming, upload: Upload, length: Option<u64>) {
+        let moved = AtomicU64::new(0);
+        let receive = async {
+            loop {
+                match body.frame().await {
+                    Some(Ok(f)) => {
+                        let Ok(data) = f.into_data() else { continue };
+                        moved.fetch_add(data.len() as u64, Ordering::Relaxed);
+                        if !upload.send(data).await {
+                            // The writer stopped (a full disk, a write error): its outcome says.
+                            return Ok(());
+                        }
+                    }
+                    Some(Err(e)) => {
+                        return Err(format!(
+                            "the source's answer broke off after {} bytes: {e}",
+                            moved.load(Ordering::Relaxed)
+                        ))
+                    }
+                    None => return Ok(()),
+                }
+            }
         };
+        let result = self.watch("COPY-PULL", &moved, receive).await;
         drop(body);
+        let moved = moved.load(Ordering::Relaxed);
+        let Some(result) = result else {
+            upload.abandon().await;
+            return;
+        };
         let short = length.filter(|&n| n != moved);
-        let result = match (stop, short) {
-            (Some(why), _) if !why.is_empty() => {
+        let result = match (result, short) {
+            (Err(why), _) => {
                 upload.abandon().await;
                 Err(why)
             }
-            (None, Some(n)) => {
+            (Ok(()), Some(n)) => {
                 upload.abandon().await;
                 Err(format!("the source sent {moved} of its {n} bytes"))
             }
-            // The writer stopped (a full disk, a write error), or the body ended whole.
-            _ => match upload.finish().await {
+            (Ok(()), None) => match upload.finish().await {
                 Outcome::Stored { .. } => Ok(()),
                 Outcome::Refused(_, why) => Err(why),
             },
@@ -407,7 +443,7 @@ async fn push(
             end: size - 1,
         }]
     };
-    let progress = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let progress = Arc::new(AtomicU64::new(0));
     let body = crate::get::file_body(
         file,
         parts,
@@ -432,31 +468,8 @@ async fn push(
     let (job, reply) = Job::new(ctx, r, &c.remote, None, slot);
     tokio::spawn(async move {
         let put = client::send(&tls, Method::PUT, &c.remote, &headers, body, Some(size));
-        tokio::pin!(put);
-        let mut next_marker = tokio::time::Instant::now();
-        let (mut seen, mut last_byte) = (0u64, Instant::now());
-        let answer = loop {
-            tokio::select! {
-                a = &mut put => break a,
-                _ = tokio::time::sleep_until(next_marker) => {
-                    next_marker += MARKER_EVERY;
-                    let so_far = progress.load(std::sync::atomic::Ordering::Relaxed);
-                    if !job.marker(so_far).await {
-                        job.cancelled("COPY-PUSH", so_far);
-                        return;
-                    }
-                    if so_far > seen {
-                        (seen, last_byte) = (so_far, Instant::now());
-                    }
-                    let allowed = if seen == 0 { FIRST_BYTE_TIMEOUT } else { STALL_TIMEOUT };
-                    if last_byte.elapsed() >= allowed && so_far < size {
-                        break Err(format!(
-                            "Transfer failed because the destination took no bytes (push mode) in {} seconds",
-                            last_byte.elapsed().as_secs()
-                        ));
-                    }
-                }
-            }
+        let Some(answer) = job.watch("COPY-PUSH", &progress, put).await else {
+            return;
         };
         let sent = match done_rx.await {
             Ok((sent, None)) => Ok(sent),

@@ -19,9 +19,11 @@ pub mod guc;
 pub mod https;
 pub mod netlab;
 pub mod process;
+pub mod pysource;
 pub mod sandbox;
 pub mod server;
 pub mod striping;
+pub mod xrootd;
 
 pub use ferry::{
     run_ferry, run_ferry_with_cache, run_ferry_with_input, spawn_ferry, FerryOutput, FerryProcess,

@@ -1,0 +1,198 @@
+//! HTTP third-party pulls in several streams (`X-Number-Of-Streams`, or ferry's choice) from
+//! ferry's door and from XRootD, and the sources that must fail a copy with a reason and leave
+//! nothing (one that stalls, one that redirects to itself for ever), one that ignores ranges
+//! (read in one stream), and a COPY whose source is its own target.
+
+use crate::common::https::{require_tool, HttpsSite, Login, SiteOptions, PASSWORD, PASSWORD_USER};
+use crate::common::pysource::PySource;
+use crate::common::random_bytes;
+use crate::common::xrootd::Xrootd;
+
+fn curl() -> Option<std::path::PathBuf> {
+    require_tool("curl", "curl")
+}
+
+/// The last line of a COPY's answer and the bytes its last marker counted.
+fn outcome(text: &str) -> (String, Option<u64>) {
+    let last = text
+        .lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty())
+        .unwrap_or_default()
+        .to_owned();
+    let bytes = text
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("Stripe Bytes Transferred: "))
+        .and_then(|n| n.trim().parse().ok());
+    (last, bytes)
+}
+
+const ME: Login<'static> = Login::Password(PASSWORD_USER, PASSWORD);
+
+#[test]
+fn a_pull_in_several_streams_arrives_whole_from_ferry_and_from_xrootd() {
+    let Some(curl) = curl() else { return };
+    let site = HttpsSite::start();
+    let data = random_bytes((24 << 20) + 5, 71);
+    site.put_local("data/src.bin", &data);
+    site.mkdir_local("out");
+    let auth = format!("TransferHeaderAuthorization: {}", site.basic_auth());
+    let source = format!("Source: {}", site.url("/data/src.bin"));
+    let pull = |path: &str, extra: &[&str]| {
+        let mut args = vec!["-X", "COPY", "-H", &source, "-H", &auth];
+        args.extend(extra);
+        site.curl(&curl, ME, &args, path)
+    };
+
+    let gets_before = |site: &HttpsSite| {
+        site.transfer_log()
+            .iter()
+            .filter(|l| l["command"] == "GET" && l["path"] == "/data/src.bin")
+            .count()
+    };
+    for (path, streams) in [("/out/four.bin", "4"), ("/out/chosen.bin", "0")] {
+        let before = gets_before(&site);
+        let r = pull(path, &["-H", &format!("X-Number-Of-Streams: {streams}")]);
+        assert_eq!(r.status, 202, "{}", r.text());
+        assert_eq!(
+            outcome(&r.text()),
+            ("success: Created".to_owned(), Some(data.len() as u64)),
+            "{}",
+            r.text()
+        );
+        assert_eq!(std::fs::read(site.path(path)).unwrap(), data, "{path}");
+        // The passive side (the same door) served one GET per stream.
+        assert_eq!(gets_before(&site) - before, 4, "{path}");
+    }
+    assert!(
+        site.server_log()
+            .contains("third-party copy pulls in 4 streams"),
+        "{}",
+        site.server_log()
+    );
+    // One stream where asked: the first answer carries the whole file.
+    let before = gets_before(&site);
+    let r = pull("/out/one.bin", &["-H", "X-Number-Of-Streams: 1"]);
+    assert_eq!(outcome(&r.text()).0, "success: Created", "{}", r.text());
+    assert_eq!(std::fs::read(site.path("out/one.bin")).unwrap(), data);
+    assert_eq!(gets_before(&site) - before, 1);
+
+    let Some(xrootd) = Xrootd::start(&site) else {
+        return;
+    };
+    std::fs::write(xrootd.root.join("src.bin"), &data).unwrap();
+    let from = format!("Source: {}", xrootd.url("/src.bin"));
+    let r = site.curl(
+        &curl,
+        ME,
+        &["-X", "COPY", "-H", &from, "-H", "X-Number-Of-Streams: 3"],
+        "/out/from-xrootd.bin",
+    );
+    assert_eq!(
+        outcome(&r.text()),
+        ("success: Created".to_owned(), Some(data.len() as u64)),
+        "{}",
+        r.text()
+    );
+    assert_eq!(
+        std::fs::read(site.path("out/from-xrootd.bin")).unwrap(),
+        data
+    );
+    assert!(
+        site.server_log()
+            .contains("third-party copy pulls in 3 streams"),
+        "XRootD takes range requests: {}",
+        site.server_log()
+    );
+    assert!(site.temp_files().is_empty(), "{:?}", site.temp_files());
+}
+
+#[test]
+fn stalled_and_looping_sources_fail_with_a_reason_and_range_ignoring_ones_go_in_one_stream() {
+    let Some(curl) = curl() else { return };
+    let site = HttpsSite::start_with(SiteOptions {
+        config: "[https]\ntpc-stall-timeout = 1\n".into(),
+        ..SiteOptions::default()
+    });
+    site.mkdir_local("out");
+    let pull = |source: &str, path: &str, extra: &[&str]| {
+        let header = format!("Source: {source}");
+        let mut args = vec!["-X", "COPY", "-H", header.as_str()];
+        args.extend(extra);
+        site.curl(&curl, ME, &args, path)
+    };
+
+    // Sends a little, then nothing.
+    let stalls = PySource::start(
+        site.dir(),
+        r#"
+def handle(c, head):
+    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1048576\r\n\r\n" + b"x" * 1000)
+    time.sleep(60)
+"#,
+    );
+    let started = std::time::Instant::now();
+    let r = pull(&stalls.url(), "/out/stalled.bin", &[]);
+    assert_eq!(r.status, 202, "{}", r.text());
+    let (last, _) = outcome(&r.text());
+    assert!(
+        last.starts_with("failure: ") && last.contains("no bytes have moved"),
+        "{}",
+        r.text()
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(40),
+        "the stall was not cut short: {:?}",
+        started.elapsed()
+    );
+    assert!(!site.path("out/stalled.bin").exists());
+
+    // Redirects to itself for ever.
+    let loops = PySource::start(
+        site.dir(),
+        r#"
+def handle(c, head):
+    c.sendall(("HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:%d/f\r\nContent-Length: 0\r\n\r\n" % PORT).encode())
+"#,
+    );
+    let r = pull(&loops.url(), "/out/looped.bin", &[]);
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(r.text().contains("redirects"), "{}", r.text());
+    assert!(!site.path("out/looped.bin").exists());
+
+    // Says it takes ranges, then answers every range request with the whole file: the first
+    // answer carries it all.
+    let ignores = PySource::start(
+        site.dir(),
+        r#"
+body = bytes(range(256)) * 40960
+def handle(c, head):
+    c.sendall(b"HTTP/1.1 200 OK\r\nAccept-Ranges: bytes\r\nContent-Length: %d\r\n\r\n" % len(body))
+    c.sendall(body)
+"#,
+    );
+    let r = pull(
+        &ignores.url(),
+        "/out/ignored.bin",
+        &["-H", "X-Number-Of-Streams: 2"],
+    );
+    assert_eq!(outcome(&r.text()).0, "success: Created", "{}", r.text());
+    let want: Vec<u8> = (0..40960).flat_map(|_| 0..=255u8).collect();
+    assert_eq!(std::fs::read(site.path("out/ignored.bin")).unwrap(), want);
+    assert!(
+        site.server_log()
+            .contains("the source takes no range requests"),
+        "{}",
+        site.server_log()
+    );
+
+    // A source that is the target itself: the file is read whole before it is replaced.
+    let data = random_bytes(3 << 20, 72);
+    site.put_local("out/self.bin", &data);
+    let auth = format!("TransferHeaderAuthorization: {}", site.basic_auth());
+    let r = pull(&site.url("/out/self.bin"), "/out/self.bin", &["-H", &auth]);
+    assert_eq!(outcome(&r.text()).0, "success: Created", "{}", r.text());
+    assert_eq!(std::fs::read(site.path("out/self.bin")).unwrap(), data);
+    assert!(site.temp_files().is_empty(), "{:?}", site.temp_files());
+}
