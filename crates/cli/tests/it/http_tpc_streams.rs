@@ -196,3 +196,131 @@ def handle(c, head):
     assert_eq!(std::fs::read(site.path("out/self.bin")).unwrap(), data);
     assert!(site.temp_files().is_empty(), "{:?}", site.temp_files());
 }
+
+/// A source of 20 MiB with an entity tag (read from `etag` in its directory) that takes range
+/// requests, sends only the first 3 MiB of a whole-file GET while `break` is there, and appends
+/// each answer's byte count to `served`.
+fn breaking_source(dir: &std::path::Path) -> PySource {
+    std::fs::write(dir.join("etag"), "\"v1\"").unwrap();
+    PySource::start(
+        dir,
+        r#"
+import os
+body = bytes(range(256)) * 81920
+D = os.path.dirname(os.path.abspath(__file__))
+def handle(c, head):
+    rng = None
+    for line in head.decode().split("\r\n")[1:]:
+        k, _, v = line.partition(":")
+        if k.strip().lower() == "range":
+            rng = v.strip()
+    etag = open(os.path.join(D, "etag")).read().strip().encode()
+    if rng:
+        a, b = (int(x) for x in rng.split("=")[1].split("-"))
+        sent = body[a:b + 1]
+        c.sendall(b"HTTP/1.1 206 Partial Content\r\nETag: " + etag + b"\r\nContent-Range: bytes %d-%d/%d\r\nContent-Length: %d\r\n\r\n" % (a, b, len(body), len(sent)))
+    else:
+        sent = body[:3 << 20] if os.path.exists(os.path.join(D, "break")) else body
+        c.sendall(b"HTTP/1.1 200 OK\r\nETag: " + etag + b"\r\nAccept-Ranges: bytes\r\nContent-Length: %d\r\n\r\n" % len(body))
+    c.sendall(sent)
+    with open(os.path.join(D, "served"), "a") as f:
+        f.write("%d\n" % len(sent))
+"#,
+    )
+}
+
+fn served(dir: &std::path::Path) -> u64 {
+    let text = std::fs::read_to_string(dir.join("served")).unwrap_or_default();
+    let _ = std::fs::remove_file(dir.join("served"));
+    text.lines()
+        .filter_map(|l| l.trim().parse::<u64>().ok())
+        .sum()
+}
+
+/// The bytes the record of `target`'s failed pull says are on disk.
+fn kept(site: &HttpsSite, dir: &str) -> u64 {
+    let record = std::fs::read_dir(site.path(dir))
+        .unwrap()
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().ends_with(".state"))
+        .expect("a failed pull keeps a record of its bytes");
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(record.path()).unwrap()).unwrap();
+    state["stored"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r[1].as_u64().unwrap() - r[0].as_u64().unwrap())
+        .sum()
+}
+
+#[test]
+fn a_pull_that_broke_off_fetches_only_what_is_missing_when_retried() {
+    let Some(curl) = curl() else { return };
+    let site = HttpsSite::start();
+    site.mkdir_local("out");
+    let dir = site.dir().join("source");
+    std::fs::create_dir_all(&dir).unwrap();
+    let source = breaking_source(&dir);
+    let body: Vec<u8> = (0..81920).flat_map(|_| 0..=255u8).collect();
+    let size = body.len() as u64;
+    let pull = |streams: &str| {
+        let header = format!("Source: {}", source.url());
+        let streams = format!("X-Number-Of-Streams: {streams}");
+        site.curl(
+            &curl,
+            ME,
+            &["-X", "COPY", "-H", &header, "-H", &streams],
+            "/out/resumed.bin",
+        )
+    };
+
+    for streams in ["1", "4"] {
+        // The whole-file answer breaks off after 3 MiB: the copy fails and keeps its bytes.
+        std::fs::write(dir.join("break"), "").unwrap();
+        let r = pull(streams);
+        assert!(
+            outcome(&r.text()).0.starts_with("failure: "),
+            "{}",
+            r.text()
+        );
+        assert!(!site.path("out/resumed.bin").exists());
+        let stored = kept(&site, "out");
+        assert!(stored >= 2 << 20, "streams {streams}: kept {stored}");
+        served(&dir);
+
+        // Retried, it asks only for what is missing, and the file is whole.
+        std::fs::remove_file(dir.join("break")).unwrap();
+        let r = pull(streams);
+        assert_eq!(outcome(&r.text()).0, "success: Created", "{}", r.text());
+        assert_eq!(std::fs::read(site.path("out/resumed.bin")).unwrap(), body);
+        let missing = size - stored;
+        let moved = served(&dir);
+        eprintln!(
+            "streams {streams}: {stored} bytes kept, {missing} missing, {moved} moved by the retry"
+        );
+        assert!(
+            moved >= missing && moved * 100 <= missing * 105,
+            "streams {streams}: {moved} bytes moved for {missing} missing"
+        );
+        assert!(site.temp_files().is_empty(), "{:?}", site.temp_files());
+        std::fs::remove_file(site.path("out/resumed.bin")).unwrap();
+    }
+
+    // A source whose file changed since the failure is fetched whole again.
+    std::fs::write(dir.join("break"), "").unwrap();
+    let r = pull("1");
+    assert!(
+        outcome(&r.text()).0.starts_with("failure: "),
+        "{}",
+        r.text()
+    );
+    std::fs::remove_file(dir.join("break")).unwrap();
+    std::fs::write(dir.join("etag"), "\"v2\"").unwrap();
+    served(&dir);
+    let r = pull("1");
+    assert_eq!(outcome(&r.text()).0, "success: Created", "{}", r.text());
+    assert_eq!(std::fs::read(site.path("out/resumed.bin")).unwrap(), body);
+    assert!(served(&dir) >= size);
+    assert!(site.temp_files().is_empty(), "{:?}", site.temp_files());
+}

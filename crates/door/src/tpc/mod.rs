@@ -8,6 +8,7 @@
 
 mod client;
 mod gridftp;
+mod partial;
 mod ranged;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +19,7 @@ use bytes::Bytes;
 use ferry_proto::http::digest;
 use ferry_proto::http::range::ByteRange;
 use ferry_proto::http::tpc::{self, Copy, Mode, Peer};
+use ferry_proto::ranges::RangeSet;
 use ferry_storage::{FileKind, StorageError};
 use ferry_token::Operation;
 use http::{header, HeaderValue, Method, StatusCode};
@@ -163,52 +165,129 @@ async fn pull(
         // adler32 only: a source without it cached reads the file once more to answer.
         headers.push(("Want-Digest".into(), "adler32".into()));
     }
-    let answer = client::send(&tls, Method::GET, &c.remote, &headers, Body::Empty, None)
-        .await
-        .map_err(|e| {
-            reply::status(
-                StatusCode::BAD_GATEWAY,
-                tpc::failure(&format!("{e}, remote={}", c.remote)).trim_end(),
-            )
-        })?;
-    let client::Answer {
-        response,
-        peer,
-        url,
-        headers: sent,
-    } = answer;
-    let (parts, body) = response.into_parts();
-    if !parts.status.is_success() {
-        return Err(remote_refused(
-            parts.status,
-            &c.remote,
-            &short_text(body).await,
-        ));
-    }
-    let length = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
-    // The source's digest is checked against the bytes unless the client said not to.
-    let expected = match (c.verify_checksum, parts.headers.get("digest")) {
-        (Some(false), _) | (_, None) => Vec::new(),
-        (_, Some(d)) => d
-            .to_str()
-            .ok()
-            .and_then(|d| digest::parse_digest(d).ok())
-            .unwrap_or_default(),
+    // What an earlier pull of the same source into this target left, if this copy is the
+    // only one of it now.
+    let claim = partial::Claim::take(&storage, &r.path);
+    let mut old = match &claim {
+        Some(_) => {
+            let (s, t, source) = (Arc::clone(&storage), r.path.clone(), c.remote.clone());
+            blocking(move || {
+                let (_, record) = partial::names(&t)?;
+                Ok(partial::load(&*s, &record).filter(|o| o.source == source))
+            })
+            .await
+            .unwrap_or(None)
+        }
+        None => None,
     };
-    if let Some((size, streams)) = ranged::plan(&c, &parts) {
-        let landing = ranged::Landing::open(ctx, storage, r.path.clone(), expected).await?;
-        let source = ranged::Source::new(tls, url, sent, &parts);
+    loop {
+        // A resumed pull asks at once for the first share of what is missing.
+        let resume = old.as_ref().and_then(|o| {
+            let missing = o.stored().complement_within(0, o.size);
+            let plan = partial::shares_of(&missing, ranged::streams_for(c.streams, o.size));
+            (!plan.is_empty()).then_some(plan)
+        });
+        let mut asked = headers.clone();
+        if let Some(&(a, b)) = resume.as_ref().and_then(|p| p.first()) {
+            asked.push(("Range".into(), format!("bytes={a}-{b}")));
+        }
+        let answer = client::send(&tls, Method::GET, &c.remote, &asked, Body::Empty, None)
+            .await
+            .map_err(|e| {
+                reply::status(
+                    StatusCode::BAD_GATEWAY,
+                    tpc::failure(&format!("{e}, remote={}", c.remote)).trim_end(),
+                )
+            })?;
+        let client::Answer {
+            response,
+            peer,
+            url,
+            headers: sent,
+        } = answer;
+        let (parts, body) = response.into_parts();
+        if let (Some(plan), Some(o)) = (resume, old.take()) {
+            let now = ranged::ranged_size(&parts, plan[0])
+                .map(|size| ranged::version(&c.remote, size, &parts))
+                .filter(|now| o.same_file(now));
+            let Some(mut now) = now else {
+                // Another version, or no range: the pull starts over.
+                tracing::info!(path = %r.path, remote = %c.remote, "the source changed since the pull that failed: starting over");
+                let (s, t) = (Arc::clone(&storage), r.path.clone());
+                let _ = blocking(move || {
+                    partial::forget(&*s, &t);
+                    Ok(())
+                })
+                .await;
+                continue;
+            };
+            now.digest = o.digest.clone();
+            let expected = expected_digest(&c, now.digest.as_deref());
+            let size = now.size;
+            let (landing, _) = ranged::Landing::open(
+                ctx,
+                storage,
+                r.path.clone(),
+                expected,
+                now.clone(),
+                claim,
+                Some(o),
+            )
+            .await?;
+            let source = ranged::Source::new(tls, url, sent, &now);
+            let (job, reply) = Job::new(ctx, r, &c.remote, Some(peer), slot);
+            tokio::spawn(job.pull_ranged(body, source, landing, size, plan, false));
+            return Ok(reply);
+        }
+        if !parts.status.is_success() {
+            return Err(remote_refused(
+                parts.status,
+                &c.remote,
+                &short_text(body).await,
+            ));
+        }
+        let digest_header = parts
+            .headers
+            .get("digest")
+            .and_then(|d| d.to_str().ok())
+            .map(str::to_owned);
+        let expected = expected_digest(&c, digest_header.as_deref());
+        if let Some((size, streams)) = ranged::plan(&c, &parts) {
+            let now = ranged::version(&c.remote, size, &parts);
+            let (landing, _) = ranged::Landing::open(
+                ctx,
+                storage,
+                r.path.clone(),
+                expected,
+                now.clone(),
+                claim,
+                None,
+            )
+            .await?;
+            let source = ranged::Source::new(tls, url, sent, &now);
+            let plan = partial::shares_of(&RangeSet::from_range(0, size), streams);
+            let (job, reply) = Job::new(ctx, r, &c.remote, Some(peer), slot);
+            tokio::spawn(job.pull_ranged(body, source, landing, size, plan, true));
+            return Ok(reply);
+        }
+        let length = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+        let upload = Upload::begin(ctx, storage, r.path.clone(), expected).await?;
         let (job, reply) = Job::new(ctx, r, &c.remote, Some(peer), slot);
-        tokio::spawn(job.pull_ranged(body, source, landing, size, streams));
+        tokio::spawn(job.pull(body, upload, length));
         return Ok(reply);
     }
-    let upload = Upload::begin(ctx, storage, r.path.clone(), expected).await?;
-    let (job, reply) = Job::new(ctx, r, &c.remote, Some(peer), slot);
-    tokio::spawn(job.pull(body, upload, length));
-    Ok(reply)
+}
+
+/// The digest the source's `Digest` header gives, to check the bytes against, unless the
+/// client said not to.
+fn expected_digest(c: &Copy, header: Option<&str>) -> Vec<(digest::DigestAlgorithm, Vec<u8>)> {
+    match (c.verify_checksum, header) {
+        (Some(false), _) | (_, None) => Vec::new(),
+        (_, Some(d)) => digest::parse_digest(d).unwrap_or_default(),
+    }
 }
 
 /// 412 for a target that is there when the client said `Overwrite: F`.

@@ -7,12 +7,13 @@
 //! connection; several fill it, as GridFTP's parallel streams do.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use ferry_dtp::digest::{StreamDigest, TransferDigest};
 use ferry_proto::http::digest::DigestAlgorithm;
 use ferry_proto::http::tpc::Copy;
+use ferry_proto::ranges::RangeSet;
 use ferry_storage::{ChecksumAlgorithm, FileHandle, Storage, VirtualPath, WriteOptions};
 use http::{header, Method, StatusCode};
 use http_body_util::BodyExt as _;
@@ -21,6 +22,7 @@ use openssl::ssl::SslConnector;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use super::partial::{self, Claim, State};
 use super::{client, Job};
 use crate::body::Body;
 use crate::context::DoorContext;
@@ -61,23 +63,52 @@ pub(super) fn plan(c: &Copy, parts: &http::response::Parts) -> Option<(u64, u32)
     if refused {
         return None;
     }
-    let wanted = match c.streams {
+    let n = streams_for(c.streams, size);
+    // One stream too for a large file: its landing is kept if the pull fails part way.
+    (n > 1 || size >= SMALL).then_some((size, n))
+}
+
+/// Streams for `size` bytes where the client asked for `asked` (0: ferry's choice).
+pub(super) fn streams_for(asked: u32, size: u64) -> u32 {
+    let wanted = match asked {
         0 if size >= SMALL => DEFAULT_STREAMS,
         0 => 1,
         n => n,
     };
-    let n = wanted.min(u32::try_from((size / MIN_SHARE).max(1)).unwrap_or(u32::MAX));
-    (n > 1).then_some((size, n))
+    wanted
+        .min(u32::try_from((size / MIN_SHARE).max(1)).unwrap_or(u32::MAX))
+        .max(1)
 }
 
-/// `[0, size)` in `n` contiguous shares, as inclusive `(first, last)` byte ranges.
-fn shares(size: u64, n: u32) -> Vec<(u64, u64)> {
-    let n = u64::from(n.max(1));
-    (0..n)
-        .map(|k| (size * k / n, size * (k + 1) / n))
-        .filter(|(a, b)| b > a)
-        .map(|(a, b)| (a, b - 1))
-        .collect()
+/// What the source's answer `parts` says of the version of `source`, `size` bytes long.
+pub(super) fn version(source: &str, size: u64, parts: &http::response::Parts) -> State {
+    let text = |h: header::HeaderName| {
+        parts
+            .headers
+            .get(h)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    State {
+        source: source.to_owned(),
+        size,
+        // A weak tag cannot be matched byte for byte.
+        etag: text(header::ETAG).filter(|t| !t.starts_with("W/")),
+        last_modified: text(header::LAST_MODIFIED),
+        digest: text(header::HeaderName::from_static("digest")),
+        stored: Vec::new(),
+    }
+}
+
+/// The size of the file a `206` answer with `Content-Range: bytes a-b/size` for exactly
+/// `share` comes from.
+pub(super) fn ranged_size(parts: &http::response::Parts, share: (u64, u64)) -> Option<u64> {
+    if parts.status != StatusCode::PARTIAL_CONTENT {
+        return None;
+    }
+    let range = parts.headers.get(header::CONTENT_RANGE)?.to_str().ok()?;
+    let rest = range.strip_prefix(&format!("bytes {}-{}/", share.0, share.1))?;
+    rest.trim().parse().ok()
 }
 
 /// The range requests' destination: the URL that answered the first GET, its headers, and
@@ -89,28 +120,21 @@ pub(super) struct Source {
 }
 
 impl Source {
-    /// The source of the first answer `parts`, asked again at `url` with `headers`.
+    /// The source `now`, asked again at `url` with `headers`.
     pub(super) fn new(
         tls: SslConnector,
         url: String,
         mut headers: Vec<(String, String)>,
-        parts: &http::response::Parts,
+        now: &State,
     ) -> Source {
-        headers.retain(|(n, _)| !n.eq_ignore_ascii_case("want-digest"));
-        // A strong tag pins the version; a weak one cannot be matched byte for byte.
-        if let Some(tag) = parts
-            .headers
-            .get(header::ETAG)
-            .and_then(|v| v.to_str().ok())
-            .filter(|t| !t.starts_with("W/"))
-        {
-            headers.push(("If-Match".into(), tag.to_owned()));
-        } else if let Some(date) = parts
-            .headers
-            .get(header::LAST_MODIFIED)
-            .and_then(|v| v.to_str().ok())
-        {
-            headers.push(("If-Unmodified-Since".into(), date.to_owned()));
+        headers.retain(|(n, _)| {
+            !n.eq_ignore_ascii_case("want-digest") && !n.eq_ignore_ascii_case("range")
+        });
+        // Every share of one version.
+        if let Some(tag) = &now.etag {
+            headers.push(("If-Match".into(), tag.clone()));
+        } else if let Some(date) = &now.last_modified {
+            headers.push(("If-Unmodified-Since".into(), date.clone()));
         }
         Source { tls, url, headers }
     }
@@ -124,47 +148,126 @@ pub(super) struct Landing {
     target: VirtualPath,
     digest: Arc<TransferDigest>,
     expected: Vec<(DigestAlgorithm, Vec<u8>)>,
+    /// A resumable landing's hold on its names, its record's path and what the record says of
+    /// the source; `None`: nothing is kept if the pull fails.
+    keep: Option<(Claim, VirtualPath, State)>,
+    /// The byte ranges written (what an earlier pull left, and this one's).
+    stored: Arc<Mutex<RangeSet>>,
+    /// One clone per stream's writer still running.
+    writers: Arc<()>,
 }
 
 impl Landing {
-    /// Opens a temporary file for `target`, to be summed with the site's checksums and
-    /// checked against `expected`.
+    /// Opens the temporary file for `target`, to be summed with the site's checksums and
+    /// checked against `expected`. With `claim` on the target's resumable names and a source
+    /// (`now`) that names its version, the landing is resumable; where `old`, the record of
+    /// an earlier pull, is of the same file, its bytes are taken up again. The ranges still
+    /// missing come back with it.
     pub(super) async fn open(
         ctx: &DoorContext,
         storage: Arc<dyn Storage>,
         target: VirtualPath,
         expected: Vec<(DigestAlgorithm, Vec<u8>)>,
-    ) -> Result<Landing, Reply> {
+        now: State,
+        claim: Option<Claim>,
+        old: Option<State>,
+    ) -> Result<(Landing, RangeSet), Reply> {
         let Some(dir) = target.parent() else {
             return Err(reply::status(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "the root is a collection, not a file",
             ));
         };
-        let (s, t) = (Arc::clone(&storage), target.clone());
-        let (file, temp) = blocking(move || {
-            let (temp, _) = crate::put::temp_beside(&*s, &dir, &t)?;
-            let file = s.open_write(
-                &temp,
-                WriteOptions {
-                    create: true,
-                    truncate: true,
-                    create_new: true,
-                },
-            )?;
-            Ok((file, temp))
+        let claim = claim.filter(|_| now.resumable());
+        let (s, t, resumable) = (Arc::clone(&storage), target.clone(), claim.is_some());
+        let reuse = old.filter(|o| o.same_file(&now));
+        let (file, temp, record, stored) = blocking(move || {
+            let (random, _) = crate::put::temp_beside(&*s, &dir, &t)?;
+            let create = WriteOptions {
+                create: true,
+                truncate: true,
+                create_new: true,
+            };
+            if !resumable {
+                let file = s.open_write(&random, create)?;
+                return Ok((file, random, None, RangeSet::new()));
+            }
+            let (temp, record) = partial::names(&t)?;
+            if let Some(old) = reuse.filter(|_| s.stat(&temp).is_ok()) {
+                let file = s.open_write(
+                    &temp,
+                    WriteOptions {
+                        create: false,
+                        truncate: false,
+                        create_new: false,
+                    },
+                )?;
+                return Ok((file, temp, Some(record), old.stored()));
+            }
+            partial::forget(&*s, &t);
+            let file = s.open_write(&temp, create)?;
+            Ok((file, temp, Some(record), RangeSet::new()))
         })
         .await
         .map_err(|e| reply::storage(&e))?;
+        let missing = stored.complement_within(0, now.size);
         let algorithms: Vec<ChecksumAlgorithm> = crate::put::algorithms(ctx, &expected);
-        Ok(Landing {
+        let keep = match (claim, record) {
+            (Some(c), Some(r)) => Some((c, r, now)),
+            _ => None,
+        };
+        let landing = Landing {
             storage,
             file,
             temp,
             target,
             digest: TransferDigest::new(&algorithms),
             expected,
+            keep,
+            stored: Arc::new(Mutex::new(stored)),
+            writers: Arc::new(()),
+        };
+        Ok((landing, missing))
+    }
+
+    /// After a failure: a resumable landing records what is on disk (once every writer has
+    /// stopped, synced) for a retry; any other is removed.
+    async fn fail(self) {
+        let Some((_claim, record, now)) = &self.keep else {
+            return self.discard().await;
+        };
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        while Arc::strong_count(&self.writers) > 1 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let stored: Vec<(u64, u64)> = self
+            .stored
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .collect();
+        let state = State {
+            stored,
+            ..now.clone()
+        };
+        let (s, file, record, temp) = (
+            Arc::clone(&self.storage),
+            Arc::clone(&self.file),
+            record.clone(),
+            self.temp.clone(),
+        );
+        let kept = blocking(move || {
+            file.sync()?;
+            partial::save(&*s, &record, &state)
         })
+        .await;
+        match kept {
+            Ok(()) => tracing::info!(path = %temp, "a failed pull's bytes are kept for a retry"),
+            Err(e) => {
+                tracing::warn!(path = %temp, error = %e, "cannot keep a failed pull's bytes");
+                self.discard().await;
+            }
+        }
     }
 
     /// Syncs the whole file of `size` bytes, joins its checksums and, if they agree with the
@@ -173,9 +276,12 @@ impl Landing {
         let done = blocking(move || {
             let outcome = (|| {
                 self.file.sync()?;
+                // What no stream summed (an earlier pull's bytes; for MD5 and the SHAs what
+                // followed the first share) is read back, through a handle that can read.
+                let reader = self.storage.open_read(&self.temp)?;
                 let sums = self
                     .digest
-                    .complete(&*self.file, size)?
+                    .complete(&*reader, size)?
                     .into_iter()
                     .map(|t| (t.algorithm, t.value))
                     .collect();
@@ -194,57 +300,80 @@ impl Landing {
             if !matches!(outcome, Outcome::Stored { .. }) {
                 let _ = self.storage.remove_file(&self.temp);
             }
+            if let Some((_, record, _)) = &self.keep {
+                let _ = self.storage.remove_file(record);
+            }
             Ok(outcome)
         })
         .await;
         done.unwrap_or_else(|e| Outcome::Refused(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
     }
 
-    /// Removes the temporary file.
+    /// Removes the temporary file (and a resumable landing's record).
     async fn discard(self) {
+        let record = self.keep.as_ref().map(|(_, r, _)| r.clone());
         let (s, temp) = (self.storage, self.temp);
-        if let Err(e) = blocking(move || s.remove_file(&temp)).await {
+        let removed = blocking(move || {
+            if let Some(r) = record {
+                let _ = s.remove_file(&r);
+            }
+            s.remove_file(&temp)
+        })
+        .await;
+        if let Err(e) = removed {
             tracing::warn!(error = %e, "cannot remove a failed copy's temporary file");
         }
     }
 }
 
 impl Job {
-    /// Pulls `size` bytes in `streams` shares: the first from `first` (the body of the
-    /// source's first answer), the others by range requests to `source`.
+    /// Pulls the shares of `plan` (inclusive byte ranges of a file of `size` bytes): the
+    /// first from `first`, the body of the source's first answer (which starts there), the
+    /// others by range requests to `source`. `fresh`: the first answer was for the whole file,
+    /// and whether the source takes ranges is still to be seen.
     pub(super) async fn pull_ranged(
         self,
         first: Incoming,
         source: Source,
         landing: Landing,
         size: u64,
-        streams: u32,
+        plan: Vec<(u64, u64)>,
+        fresh: bool,
     ) {
         let moved = Arc::new(AtomicU64::new(0));
         let source = Arc::new(source);
         let run = async {
-            let mut plan = shares(size, streams);
-            // The second share's request says whether the source takes ranges; where it does
-            // not, the first answer carries the whole file.
-            let second = match plan.get(1) {
-                Some(&share) => probe(&source, share).await,
-                None => Err(String::new()),
-            };
+            let mut plan = plan;
             let mut bodies = vec![Some(first)];
-            match second {
-                Ok(body) => bodies.push(Some(body)),
-                Err(why) => {
-                    tracing::info!(remote = %self.remote, "the source takes no range requests ({why}): one stream");
-                    plan = vec![(0, size.saturating_sub(1))];
+            if fresh {
+                // The second share's request says whether the source takes ranges; where it
+                // does not, the first answer carries the whole file.
+                let second = match plan.get(1) {
+                    Some(&share) => probe(&source, share).await,
+                    None => Err(String::new()),
+                };
+                match second {
+                    Ok(body) => bodies.push(Some(body)),
+                    Err(why) => {
+                        if plan.len() > 1 {
+                            tracing::info!(remote = %self.remote, "the source takes no range requests ({why}): one stream");
+                        }
+                        plan = vec![(0, size.saturating_sub(1))];
+                    }
                 }
             }
-            tracing::info!(path = %self.path, remote = %self.remote, size, "third-party copy pulls in {} streams", plan.len());
+            tracing::info!(path = %self.path, remote = %self.remote, size, missing = plan.iter().map(|(a, b)| b + 1 - a).sum::<u64>(), "third-party copy pulls in {} streams", plan.len());
             let mut workers = JoinSet::new();
             for (k, share) in plan.into_iter().enumerate() {
                 let body = bodies.get_mut(k).and_then(Option::take);
                 let (source, moved) = (Arc::clone(&source), Arc::clone(&moved));
-                let (file, digest) = (Arc::clone(&landing.file), landing.digest.stream());
-                workers.spawn(fetch(share, body, source, file, digest, moved));
+                let to = Written {
+                    file: Arc::clone(&landing.file),
+                    digest: landing.digest.stream(),
+                    stored: Arc::clone(&landing.stored),
+                    alive: Arc::clone(&landing.writers),
+                };
+                workers.spawn(fetch(share, body, source, to, moved));
             }
             // Dropped (the client left, a stall), the set aborts the streams still running.
             while let Some(done) = workers.join_next().await {
@@ -263,7 +392,7 @@ impl Job {
         let moved_now = moved.load(Ordering::Relaxed);
         let result = match result {
             Err(why) => {
-                landing.discard().await;
+                landing.fail().await;
                 Err(why)
             }
             Ok(()) => match landing.seal(size).await {
@@ -276,6 +405,15 @@ impl Job {
         }
         self.end("COPY-PULL", moved_now, result).await;
     }
+}
+
+/// Where a stream's bytes go: the file, the digest, the record of what is written, and a
+/// token held while its writer runs.
+struct Written {
+    file: Arc<dyn FileHandle>,
+    digest: StreamDigest,
+    stored: Arc<Mutex<RangeSet>>,
+    alive: Arc<()>,
 }
 
 /// The body of a range request for the inclusive byte range `share`, where the source
@@ -320,8 +458,7 @@ async fn fetch(
     share: (u64, u64),
     body: Option<Incoming>,
     source: Arc<Source>,
-    file: Arc<dyn FileHandle>,
-    digest: StreamDigest,
+    to: Written,
     moved: Arc<AtomicU64>,
 ) -> Result<(), String> {
     let (first, last) = share;
@@ -331,11 +468,21 @@ async fn fetch(
     };
     let (tx, mut rx) = mpsc::channel::<(u64, Bytes)>(crate::body::CHANNEL_DEPTH);
     let writer = tokio::task::spawn_blocking(move || {
-        let mut digest = digest;
+        let Written {
+            file,
+            mut digest,
+            stored,
+            alive,
+        } = to;
         while let Some((at, data)) = rx.blocking_recv() {
             file.write_all_at(&data, at)?;
             digest.feed(at, &data);
+            stored
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(at, at + data.len() as u64);
         }
+        drop(alive);
         Ok::<(), ferry_storage::StorageError>(())
     });
     let end = last + 1;
@@ -372,6 +519,10 @@ async fn fetch(
             }
         }
     }
+    // What arrived before a break is kept too: a retry need not fetch it again.
+    if !buf.is_empty() {
+        let _ = tx.send((buf_at, Bytes::from(buf))).await;
+    }
     drop(tx);
     let written = writer
         .await
@@ -385,19 +536,6 @@ async fn fetch(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn shares_cover_the_file_once_in_order() {
-        for (size, n) in [(10u64, 3u32), (1, 4), (100 << 20, 4), (7, 7), (5, 1)] {
-            let s = shares(size, n);
-            assert_eq!(s.first().map(|r| r.0), Some(0), "{size} {n}");
-            assert_eq!(s.last().map(|r| r.1), Some(size - 1), "{size} {n}");
-            for w in s.windows(2) {
-                assert_eq!(w[0].1 + 1, w[1].0, "{size} {n}: {s:?}");
-            }
-            assert!(s.len() <= n as usize);
-        }
-    }
 
     fn answer(length: u64, ranges: Option<&str>) -> http::response::Parts {
         let mut b = http::Response::builder()
@@ -426,7 +564,8 @@ mod tests {
         let big = 64 << 20;
         assert_eq!(plan(&copy(0), &answer(big, Some("bytes"))), Some((big, 4)));
         assert_eq!(plan(&copy(8), &answer(big, Some("bytes"))), Some((big, 8)));
-        assert_eq!(plan(&copy(1), &answer(big, Some("bytes"))), None);
+        // One stream of a large file lands where a retry can take it up.
+        assert_eq!(plan(&copy(1), &answer(big, Some("bytes"))), Some((big, 1)));
         // XRootD says nothing and takes ranges; a server that says "none" is believed.
         assert_eq!(plan(&copy(4), &answer(big, None)), Some((big, 4)));
         assert_eq!(plan(&copy(4), &answer(big, Some("none"))), None);
