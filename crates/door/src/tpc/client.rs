@@ -38,6 +38,8 @@ pub(crate) fn connector(ca_dir: Option<&Path>) -> Result<SslConnector, String> {
 pub(crate) struct Answer {
     pub(crate) response: Response<Incoming>,
     pub(crate) peer: SocketAddr,
+    /// How long the TCP connection took to open: about one round trip.
+    pub(crate) rtt: Duration,
     /// The URL that answered (after redirects), and the headers it was sent.
     pub(crate) url: String,
     pub(crate) headers: Vec<(String, String)>,
@@ -129,6 +131,7 @@ async fn once(
     let host = url.host().ok_or_else(|| format!("{url}: no host"))?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     let port = url.port_u16().unwrap_or(if https { 443 } else { 80 });
+    let connecting = std::time::Instant::now();
     let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((host, port)))
         .await
         .map_err(|_| {
@@ -138,6 +141,7 @@ async fn once(
             )
         })?
         .map_err(|e| format!("cannot connect to {host}:{port}: {e}"))?;
+    let rtt = connecting.elapsed();
     let _ = tcp.set_nodelay(true);
     let peer = tcp.peer_addr().map_err(|e| e.to_string())?;
     let mut request = Request::builder()
@@ -179,6 +183,7 @@ async fn once(
     Ok(Answer {
         response,
         peer,
+        rtt,
         url: String::new(),
         headers: Vec::new(),
     })

@@ -184,7 +184,8 @@ async fn pull(
         // A resumed pull asks at once for the first share of what is missing.
         let resume = old.as_ref().and_then(|o| {
             let missing = o.stored().complement_within(0, o.size);
-            let plan = partial::shares_of(&missing, ranged::streams_for(c.streams, o.size));
+            let streams = ranged::streams_for(c.streams, o.size, Duration::ZERO);
+            let plan = partial::shares_of(&missing, streams);
             (!plan.is_empty()).then_some(plan)
         });
         let mut asked = headers.clone();
@@ -202,6 +203,7 @@ async fn pull(
         let client::Answer {
             response,
             peer,
+            rtt,
             url,
             headers: sent,
         } = answer;
@@ -252,7 +254,7 @@ async fn pull(
             .and_then(|d| d.to_str().ok())
             .map(str::to_owned);
         let expected = expected_digest(&c, digest_header.as_deref());
-        if let Some((size, streams)) = ranged::plan(&c, &parts) {
+        if let Some((size, streams)) = ranged::plan(&c, &parts, rtt) {
             let now = ranged::version(&c.remote, size, &parts);
             let (landing, _) = ranged::Landing::open(
                 ctx,

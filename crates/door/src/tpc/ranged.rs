@@ -33,15 +33,23 @@ use crate::reply::{self, blocking, Reply};
 const MIN_SHARE: u64 = 4 << 20;
 /// Files below this go in one stream unless the client asks for more.
 const SMALL: u64 = 16 << 20;
-/// Streams ferry uses when the client leaves the choice to it (`X-Number-Of-Streams: 0`).
+/// Streams ferry uses when the client leaves the choice to it (`X-Number-Of-Streams: 0`), as
+/// its GridFTP client chooses them: more on a long path, where one window is too small.
 const DEFAULT_STREAMS: u32 = 4;
+const LONG_PATH_STREAMS: u32 = 8;
+/// A round trip above this is a long path.
+const LONG_PATH: std::time::Duration = std::time::Duration::from_millis(20);
 /// Bytes a stream gathers before its writer writes them.
 const CHUNK: usize = 1 << 20;
 
 /// The size and stream count of a pull whose first answer is `parts`, where more than one
 /// stream is worth it and the source does not refuse range requests; `None`: the answer's body
 /// alone.
-pub(super) fn plan(c: &Copy, parts: &http::response::Parts) -> Option<(u64, u32)> {
+pub(super) fn plan(
+    c: &Copy,
+    parts: &http::response::Parts,
+    rtt: std::time::Duration,
+) -> Option<(u64, u32)> {
     if parts.status != StatusCode::OK {
         return None;
     }
@@ -63,14 +71,16 @@ pub(super) fn plan(c: &Copy, parts: &http::response::Parts) -> Option<(u64, u32)
     if refused {
         return None;
     }
-    let n = streams_for(c.streams, size);
+    let n = streams_for(c.streams, size, rtt);
     // One stream too for a large file: its landing is kept if the pull fails part way.
     (n > 1 || size >= SMALL).then_some((size, n))
 }
 
-/// Streams for `size` bytes where the client asked for `asked` (0: ferry's choice).
-pub(super) fn streams_for(asked: u32, size: u64) -> u32 {
+/// Streams for `size` bytes over a path of round trip `rtt` where the client asked for `asked`
+/// (0: ferry's choice).
+pub(super) fn streams_for(asked: u32, size: u64, rtt: std::time::Duration) -> u32 {
     let wanted = match asked {
+        0 if size >= SMALL && rtt > LONG_PATH => LONG_PATH_STREAMS,
         0 if size >= SMALL => DEFAULT_STREAMS,
         0 => 1,
         n => n,
@@ -547,6 +557,10 @@ mod tests {
         b.body(()).unwrap().into_parts().0
     }
 
+    fn plan_at(c: &Copy, parts: &http::response::Parts) -> Option<(u64, u32)> {
+        plan(c, parts, std::time::Duration::from_millis(1))
+    }
+
     fn copy(streams: u32) -> Copy {
         Copy {
             mode: ferry_proto::http::tpc::Mode::Pull,
@@ -562,19 +576,37 @@ mod tests {
     #[test]
     fn several_streams_unless_the_source_refuses_ranges_or_the_file_is_small() {
         let big = 64 << 20;
-        assert_eq!(plan(&copy(0), &answer(big, Some("bytes"))), Some((big, 4)));
-        assert_eq!(plan(&copy(8), &answer(big, Some("bytes"))), Some((big, 8)));
+        assert_eq!(
+            plan_at(&copy(0), &answer(big, Some("bytes"))),
+            Some((big, 4))
+        );
+        assert_eq!(
+            plan_at(&copy(8), &answer(big, Some("bytes"))),
+            Some((big, 8))
+        );
         // One stream of a large file lands where a retry can take it up.
-        assert_eq!(plan(&copy(1), &answer(big, Some("bytes"))), Some((big, 1)));
+        assert_eq!(
+            plan_at(&copy(1), &answer(big, Some("bytes"))),
+            Some((big, 1))
+        );
         // XRootD says nothing and takes ranges; a server that says "none" is believed.
-        assert_eq!(plan(&copy(4), &answer(big, None)), Some((big, 4)));
-        assert_eq!(plan(&copy(4), &answer(big, Some("none"))), None);
+        assert_eq!(plan_at(&copy(4), &answer(big, None)), Some((big, 4)));
+        assert_eq!(plan_at(&copy(4), &answer(big, Some("none"))), None);
+        // Eight on a long path, as ferry's GridFTP client chooses.
+        assert_eq!(
+            plan(
+                &copy(0),
+                &answer(big, None),
+                std::time::Duration::from_millis(75)
+            ),
+            Some((big, 8))
+        );
         // Shares are at least MIN_SHARE long.
         assert_eq!(
-            plan(&copy(16), &answer(10 << 20, Some("bytes"))),
+            plan_at(&copy(16), &answer(10 << 20, Some("bytes"))),
             Some((10 << 20, 2))
         );
-        assert_eq!(plan(&copy(0), &answer(10 << 20, Some("bytes"))), None);
-        assert_eq!(plan(&copy(4), &answer(1 << 20, Some("bytes"))), None);
+        assert_eq!(plan_at(&copy(0), &answer(10 << 20, Some("bytes"))), None);
+        assert_eq!(plan_at(&copy(4), &answer(1 << 20, Some("bytes"))), None);
     }
 }
