@@ -58,6 +58,7 @@ class Options:
     https_entries: int = 10_000
     https_idle: int = 10_000
     token_gets: int = 10_000
+    tpc_size: int = 2 << 30
 
 
 def _int_list(text: str) -> list[int]:
@@ -169,6 +170,8 @@ def parse_options(argv, scenario_names) -> Options:
                    help="https: idle keep-alive HTTPS connections held (default 10000; quick 200)")
     p.add_argument("--token-gets", type=int,
                    help="tokens: small GETs per timed run, with a token and with X.509 (default 10000; quick 1000)")
+    p.add_argument("--tpc-size", type=parse_size,
+                   help="tpc: the file each third-party copy pulls (default 2G; quick 256M)")
     a = p.parse_args(argv)
     q = a.quick
     order = [n for n in scenario_names if n in a.scenarios]
@@ -214,4 +217,5 @@ def parse_options(argv, scenario_names) -> Options:
         https_entries=a.https_entries if a.https_entries is not None else (1000 if q else 10_000),
         https_idle=a.https_idle if a.https_idle is not None else (200 if q else 10_000),
         token_gets=a.token_gets if a.token_gets is not None else (1000 if q else 10_000),
+        tpc_size=a.tpc_size if a.tpc_size is not None else parse_size("256M" if q else "2G"),
     )

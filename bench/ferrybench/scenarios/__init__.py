@@ -7,7 +7,7 @@ latency (integrity), and ferry's restart after a server crash.
 """
 
 from . import iperf, mem, disk, idle  # noqa: F401  (importing registers them)
-from . import client_mem, client_disk, small_files, integrity, restart, netlab, wan, security, striping, gcp, service, quic, multilink, udt, https, tokens  # noqa: F401
+from . import client_mem, client_disk, small_files, integrity, restart, netlab, wan, security, striping, gcp, service, quic, multilink, udt, https, tokens, tpc  # noqa: F401
 from .registry import SCENARIOS
 
 __all__ = ["SCENARIOS"]
