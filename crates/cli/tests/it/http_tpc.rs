@@ -5,35 +5,17 @@
 
 use std::path::Path;
 
+use crate::common::https::tpc_outcome as outcome;
 use crate::common::https::{require_tool, HttpsSite, Login};
 use crate::common::pysource::PySource;
 use crate::common::random_bytes;
 use crate::common::xrootd::Xrootd;
 
-fn curl() -> Option<std::path::PathBuf> {
-    require_tool("curl", "curl")
-}
-
-/// The door's answer to a COPY: the last line (`success: …` or `failure: …`) and the bytes the
-/// last marker counted.
-fn outcome(text: &str) -> (String, Option<u64>) {
-    let last = text
-        .lines()
-        .map(str::trim)
-        .rfind(|l| !l.is_empty())
-        .unwrap_or_default()
-        .to_owned();
-    let bytes = text
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("Stripe Bytes Transferred: "))
-        .and_then(|n| n.trim().parse().ok());
-    (last, bytes)
-}
-
 #[test]
 fn curl_drives_pull_and_push_and_every_byte_arrives() {
-    let Some(curl) = curl() else { return };
+    let Some(curl) = require_tool("curl", "curl") else {
+        return;
+    };
     let site = HttpsSite::start();
     let data = random_bytes((5 << 20) + 77, 51);
     site.put_local("data/src.bin", &data);
@@ -183,7 +165,9 @@ def handle(c, head):
 
 #[test]
 fn a_source_that_lies_about_its_length_or_digest_leaves_no_file() {
-    let Some(curl) = curl() else { return };
+    let Some(curl) = require_tool("curl", "curl") else {
+        return;
+    };
     let site = HttpsSite::start();
     site.mkdir_local("out");
     let me = Login::Password(
@@ -234,7 +218,9 @@ fn a_source_that_lies_about_its_length_or_digest_leaves_no_file() {
 
 #[test]
 fn ferry_and_xrootd_pull_and_push_to_each_other() {
-    let Some(curl) = curl() else { return };
+    let Some(curl) = require_tool("curl", "curl") else {
+        return;
+    };
     let site = HttpsSite::start();
     let Some(xrd) = Xrootd::start(&site) else {
         return;
@@ -304,7 +290,9 @@ fn ferry_and_xrootd_pull_and_push_to_each_other() {
 
 #[test]
 fn tokens_the_door_issues_grant_their_path_and_activities_only() {
-    let Some(curl) = curl() else { return };
+    let Some(curl) = require_tool("curl", "curl") else {
+        return;
+    };
     let site = HttpsSite::start();
     let data = random_bytes(100_000, 57);
     site.put_local("data/f.bin", &data);

@@ -4,12 +4,9 @@
 //! server. Every copy compares the bytes; every failure is checked to leave no file.
 
 use crate::common::globus::GlobusGsi;
+use crate::common::https::tpc_outcome as outcome;
 use crate::common::https::{require_tool, HttpsSite, Login, SiteOptions};
 use crate::common::random_bytes;
-
-fn curl() -> Option<std::path::PathBuf> {
-    require_tool("curl", "curl")
-}
 
 /// A door that bridges to GridFTP with its host credential, mapped to `nobody` everywhere.
 fn bridging_site() -> HttpsSite {
@@ -20,25 +17,11 @@ fn bridging_site() -> HttpsSite {
     })
 }
 
-/// The last line of a COPY's answer and the bytes its last marker counted.
-fn outcome(text: &str) -> (String, Option<u64>) {
-    let last = text
-        .lines()
-        .map(str::trim)
-        .rfind(|l| !l.is_empty())
-        .unwrap_or_default()
-        .to_owned();
-    let bytes = text
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("Stripe Bytes Transferred: "))
-        .and_then(|n| n.trim().parse().ok());
-    (last, bytes)
-}
-
 #[test]
 fn the_door_pulls_from_and_pushes_to_a_gridftp_server_in_one_copy() {
-    let Some(curl) = curl() else { return };
+    let Some(curl) = require_tool("curl", "curl") else {
+        return;
+    };
     let site = bridging_site();
     let data = random_bytes((9 << 20) + 13, 61);
     site.put_local("data/src.bin", &data);
@@ -149,7 +132,9 @@ fn the_door_pulls_from_and_pushes_to_a_gridftp_server_in_one_copy() {
 
 #[test]
 fn gsiftp_peers_are_refused_with_the_reason_where_the_admin_lent_no_credential() {
-    let Some(curl) = curl() else { return };
+    let Some(curl) = require_tool("curl", "curl") else {
+        return;
+    };
     let site = HttpsSite::start();
     site.put_local("data/src.bin", b"x");
     let source = format!(
@@ -169,7 +154,9 @@ fn gsiftp_peers_are_refused_with_the_reason_where_the_admin_lent_no_credential()
 
 #[test]
 fn the_door_bridges_to_a_globus_gridftp_server_both_ways() {
-    let Some(curl) = curl() else { return };
+    let Some(curl) = require_tool("curl", "curl") else {
+        return;
+    };
     let site = bridging_site();
     let Some(globus) = GlobusGsi::start(site.dir(), &site.dir().join("ca"), "globus", &[]) else {
         return;

@@ -3,36 +3,19 @@
 //! nothing (one that stalls, one that redirects to itself for ever), one that ignores ranges
 //! (read in one stream), and a COPY whose source is its own target.
 
+use crate::common::https::tpc_outcome as outcome;
 use crate::common::https::{require_tool, HttpsSite, Login, SiteOptions, PASSWORD, PASSWORD_USER};
 use crate::common::pysource::PySource;
 use crate::common::random_bytes;
 use crate::common::xrootd::Xrootd;
 
-fn curl() -> Option<std::path::PathBuf> {
-    require_tool("curl", "curl")
-}
-
-/// The last line of a COPY's answer and the bytes its last marker counted.
-fn outcome(text: &str) -> (String, Option<u64>) {
-    let last = text
-        .lines()
-        .map(str::trim)
-        .rfind(|l| !l.is_empty())
-        .unwrap_or_default()
-        .to_owned();
-    let bytes = text
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("Stripe Bytes Transferred: "))
-        .and_then(|n| n.trim().parse().ok());
-    (last, bytes)
-}
-
 const ME: Login<'static> = Login::Password(PASSWORD_USER, PASSWORD);
 
 #[test]
 fn a_pull_in_several_streams_arrives_whole_from_ferry_and_from_xrootd() {
-    let Some(curl) = curl() else { return };
+    let Some(curl) = require_tool("curl", "curl") else {
+        return;
+    };
     let site = HttpsSite::start();
     let data = random_bytes((24 << 20) + 5, 71);
     site.put_local("data/src.bin", &data);
@@ -110,7 +93,9 @@ fn a_pull_in_several_streams_arrives_whole_from_ferry_and_from_xrootd() {
 
 #[test]
 fn stalled_and_looping_sources_fail_with_a_reason_and_range_ignoring_ones_go_in_one_stream() {
-    let Some(curl) = curl() else { return };
+    let Some(curl) = require_tool("curl", "curl") else {
+        return;
+    };
     let site = HttpsSite::start_with(SiteOptions {
         config: "[https]\ntpc-stall-timeout = 1\n".into(),
         ..SiteOptions::default()
@@ -256,7 +241,9 @@ fn kept(site: &HttpsSite, dir: &str) -> u64 {
 
 #[test]
 fn a_pull_that_broke_off_fetches_only_what_is_missing_when_retried() {
-    let Some(curl) = curl() else { return };
+    let Some(curl) = require_tool("curl", "curl") else {
+        return;
+    };
     let site = HttpsSite::start();
     site.mkdir_local("out");
     let dir = site.dir().join("source");

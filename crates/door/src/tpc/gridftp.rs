@@ -182,21 +182,31 @@ async fn pull(
             }
             Err(why) => Err(why),
         };
-        session.close().await;
-        let moved = moved.load(Ordering::Relaxed);
         if result.is_err() {
             discard(&storage, temp).await;
-        } else {
-            job.marker(size).await;
         }
-        job.end(
-            "COPY-PULL",
-            if result.is_ok() { size } else { moved },
-            result,
-        )
-        .await;
+        conclude(job, session, "COPY-PULL", size, &moved, result).await;
     });
     Ok(reply)
+}
+
+/// Ends a copy of `size` bytes: the session closed, then the copy's last marker and line
+/// (with what `moved` counted where it failed).
+async fn conclude(
+    job: Job,
+    session: RemoteSession,
+    method: &str,
+    size: u64,
+    moved: &AtomicU64,
+    result: Result<(), String>,
+) {
+    session.close().await;
+    let bytes = if result.is_ok() {
+        size
+    } else {
+        moved.load(Ordering::Relaxed)
+    };
+    job.end(method, bytes, result).await;
 }
 
 /// Whether the source's ADLER32 is the one the bytes arrived with; a source that cannot say
@@ -308,17 +318,7 @@ async fn push(
             Ok(_) => check_destination(&storage, &source, &mut session, &url.path).await,
             Err(why) => Err(why),
         };
-        session.close().await;
-        let moved = moved.load(Ordering::Relaxed);
-        if result.is_ok() {
-            job.marker(size).await;
-        }
-        job.end(
-            "COPY-PUSH",
-            if result.is_ok() { size } else { moved },
-            result,
-        )
-        .await;
+        conclude(job, session, "COPY-PUSH", size, &moved, result).await;
     });
     Ok(reply)
 }

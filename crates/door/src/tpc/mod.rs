@@ -8,6 +8,7 @@
 
 mod client;
 mod gridftp;
+mod landing;
 mod partial;
 mod ranged;
 
@@ -167,7 +168,7 @@ async fn pull(
     }
     // What an earlier pull of the same source into this target left, if this copy is the
     // only one of it now.
-    let claim = partial::Claim::take(&storage, &r.path);
+    let claim = partial::Claim::take(&r.path);
     let mut old = match &claim {
         Some(_) => {
             let (s, t, source) = (Arc::clone(&storage), r.path.clone(), c.remote.clone());
@@ -208,7 +209,8 @@ async fn pull(
             headers: sent,
         } = answer;
         let (parts, body) = response.into_parts();
-        if let (Some(plan), Some(o)) = (resume, old.take()) {
+        let (now, kept, plan, fresh, expected) = if let (Some(plan), Some(o)) = (resume, old.take())
+        {
             let now = ranged::ranged_size(&parts, plan[0])
                 .map(|size| ranged::version(&c.remote, size, &parts))
                 .filter(|now| o.same_file(now));
@@ -225,60 +227,49 @@ async fn pull(
             };
             now.digest = o.digest.clone();
             let expected = expected_digest(&c, now.digest.as_deref());
-            let size = now.size;
-            let (landing, _) = ranged::Landing::open(
-                ctx,
-                storage,
-                r.path.clone(),
-                expected,
-                now.clone(),
-                claim,
-                Some(o),
-            )
-            .await?;
-            let source = ranged::Source::new(tls, url, sent, &now);
-            let (job, reply) = Job::new(ctx, r, &c.remote, Some(peer), slot);
-            tokio::spawn(job.pull_ranged(body, source, landing, size, plan, false));
-            return Ok(reply);
-        }
-        if !parts.status.is_success() {
-            return Err(remote_refused(
-                parts.status,
-                &c.remote,
-                &short_text(body).await,
-            ));
-        }
-        let digest_header = parts
-            .headers
-            .get("digest")
-            .and_then(|d| d.to_str().ok())
-            .map(str::to_owned);
-        let expected = expected_digest(&c, digest_header.as_deref());
-        if let Some((size, streams)) = ranged::plan(&c, &parts, rtt) {
+            (now, Some(o), plan, false, expected)
+        } else {
+            if !parts.status.is_success() {
+                return Err(remote_refused(
+                    parts.status,
+                    &c.remote,
+                    &short_text(body).await,
+                ));
+            }
+            let digest_header = parts
+                .headers
+                .get("digest")
+                .and_then(|d| d.to_str().ok())
+                .map(str::to_owned);
+            let expected = expected_digest(&c, digest_header.as_deref());
+            let Some((size, streams)) = ranged::plan(&c, &parts, rtt) else {
+                let length = parts
+                    .headers
+                    .get(header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+                let upload = Upload::begin(ctx, storage, r.path.clone(), expected).await?;
+                let (job, reply) = Job::new(ctx, r, &c.remote, Some(peer), slot);
+                tokio::spawn(job.pull(body, upload, length));
+                return Ok(reply);
+            };
             let now = ranged::version(&c.remote, size, &parts);
-            let (landing, _) = ranged::Landing::open(
-                ctx,
-                storage,
-                r.path.clone(),
-                expected,
-                now.clone(),
-                claim,
-                None,
-            )
-            .await?;
-            let source = ranged::Source::new(tls, url, sent, &now);
             let plan = partial::shares_of(&RangeSet::from_range(0, size), streams);
-            let (job, reply) = Job::new(ctx, r, &c.remote, Some(peer), slot);
-            tokio::spawn(job.pull_ranged(body, source, landing, size, plan, true));
-            return Ok(reply);
-        }
-        let length = parts
-            .headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
-        let upload = Upload::begin(ctx, storage, r.path.clone(), expected).await?;
+            (now, None, plan, true, expected)
+        };
+        let size = now.size;
+        let (landing, _) = landing::Landing::open(
+            ctx,
+            storage,
+            r.path.clone(),
+            expected,
+            now.clone(),
+            claim,
+            kept,
+        )
+        .await?;
+        let source = ranged::Source::new(tls, url, sent, &now);
         let (job, reply) = Job::new(ctx, r, &c.remote, Some(peer), slot);
-        tokio::spawn(job.pull(body, upload, length));
+        tokio::spawn(job.pull_ranged(body, source, landing, size, plan, fresh));
         return Ok(reply);
     }
 }
@@ -363,7 +354,12 @@ impl Job {
         self.tx.send(Ok(Bytes::from(m))).await.is_ok()
     }
 
+    /// Ends the copy: a last marker of its `bytes` when it succeeded, then its last line, its
+    /// metrics and its transfer-log line.
     async fn end(self, method: &str, bytes: u64, result: Result<(), String>) {
+        if result.is_ok() {
+            self.marker(bytes).await;
+        }
         let line = match &result {
             Ok(()) => tpc::SUCCESS.to_string(),
             Err(why) => tpc::failure(&format!("{why}, remote={}", self.remote)),
@@ -470,9 +466,6 @@ impl Job {
                 Outcome::Refused(_, why) => Err(why),
             },
         };
-        if result.is_ok() {
-            self.marker(moved).await;
-        }
         self.end("COPY-PULL", moved, result).await;
     }
 
@@ -579,9 +572,6 @@ async fn push(
                 }
             }
         };
-        if result.is_ok() {
-            job.marker(moved).await;
-        }
         job.end("COPY-PUSH", moved, result).await;
     });
     Ok(reply)

@@ -10,7 +10,7 @@
 //! until the next copy to that target (or the admin) removes them.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 use ferry_proto::ranges::RangeSet;
 use ferry_storage::{Storage, StorageError, VirtualPath, WriteOptions};
@@ -85,9 +85,10 @@ pub(super) struct Claim(String);
 
 impl Claim {
     /// The hold on `target`'s names, unless another copy of it runs.
-    pub(super) fn take(storage: &Arc<dyn Storage>, target: &VirtualPath) -> Option<Claim> {
-        // Storages of different roots or accounts may share a path: the key is both.
-        let key = format!("{:p}\n{target}", Arc::as_ptr(storage));
+    pub(super) fn take(target: &VirtualPath) -> Option<Claim> {
+        // By path alone: two logins of one account have storages of their own, and must not
+        // both write one landing. Accounts whose roots differ only wait on each other's resume.
+        let key = target.to_string();
         let mut set = busy().lock().unwrap_or_else(|e| e.into_inner());
         set.insert(key.clone()).then_some(Claim(key))
     }

@@ -671,6 +671,23 @@ fn header_value(block: &str, name: &str) -> Option<String> {
 }
 
 /// Waits for `ferry serve` to print its HTTPS address; returns it with the process.
+/// A third-party COPY's answer: its last line (`success: …` or `failure: …`) and the bytes its
+/// last performance marker counted.
+pub fn tpc_outcome(text: &str) -> (String, Option<u64>) {
+    let last = text
+        .lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty())
+        .unwrap_or_default()
+        .to_owned();
+    let bytes = text
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("Stripe Bytes Transferred: "))
+        .and_then(|n| n.trim().parse().ok());
+    (last, bytes)
+}
+
 /// The subject of the certificate in `pem`, as grid-mapfiles write it (`/O=…/CN=…`).
 pub fn subject(pem: &Path) -> String {
     let cert = openssl::x509::X509::from_pem(&std::fs::read(pem).expect("reading a certificate"))
