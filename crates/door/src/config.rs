@@ -37,6 +37,10 @@ pub struct HttpsConfig {
     /// Seconds a third-party copy may move no byte before it is failed (twice that before its
     /// first byte).
     pub tpc_stall_timeout: u64,
+    /// Networks the door does not copy with (the other party's every address is checked, at
+    /// each redirect too): say `["127.0.0.0/8", "::1/128", "169.254.0.0/16"]` to keep users
+    /// from reaching services on the door's own host or a cloud's metadata address. Empty: any.
+    pub tpc_deny_networks: Vec<ipnet::IpNet>,
     /// The credential third-party copies with `gsiftp://` servers log in with.
     pub tpc_gsiftp_credential: GsiftpCredential,
 }
@@ -67,6 +71,7 @@ impl Default for HttpsConfig {
             prefer_http2: false,
             tpc_max: 64,
             tpc_stall_timeout: 60,
+            tpc_deny_networks: Vec::new(),
             tpc_gsiftp_credential: GsiftpCredential::None,
         }
     }

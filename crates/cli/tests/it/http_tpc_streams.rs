@@ -311,3 +311,50 @@ fn a_pull_that_broke_off_fetches_only_what_is_missing_when_retried() {
     assert!(served(&dir) >= size);
     assert!(site.temp_files().is_empty(), "{:?}", site.temp_files());
 }
+
+#[test]
+fn networks_the_admin_denies_are_refused_before_any_byte_moves() {
+    let Some(curl) = require_tool("curl", "curl") else {
+        return;
+    };
+    let site = HttpsSite::start_with(SiteOptions {
+        config: "[https]\ntpc-deny-networks = [\"127.0.0.0/8\", \"::1/128\"]\n".into(),
+        ..SiteOptions::default()
+    });
+    site.mkdir_local("out");
+    site.put_local("data/src.bin", b"never sent");
+    let dir = site.dir().join("source");
+    std::fs::create_dir_all(&dir).unwrap();
+    let source = breaking_source(&dir);
+    let copy =
+        |header: String, path: &str| site.curl(&curl, ME, &["-X", "COPY", "-H", &header], path);
+    for (header, path) in [
+        (format!("Source: {}", source.url()), "/out/denied.bin"),
+        (
+            format!("Source: http://localhost:{}/f", source.port),
+            "/out/denied.bin",
+        ),
+        (
+            format!("Destination: http://localhost:{}/f", source.port),
+            "/data/src.bin",
+        ),
+        (
+            format!(
+                "Source: gsiftp://localhost:{}/data/src.bin",
+                site.gridftp_port()
+            ),
+            "/out/denied.bin",
+        ),
+    ] {
+        let r = copy(header.clone(), path);
+        assert_eq!(r.status, 403, "{header}: {}", r.text());
+        assert!(
+            r.text().contains("tpc-deny-networks"),
+            "{header}: {}",
+            r.text()
+        );
+    }
+    assert_eq!(served(&dir), 0, "the source was never asked");
+    assert!(!site.path("out/denied.bin").exists());
+    assert!(site.temp_files().is_empty(), "{:?}", site.temp_files());
+}

@@ -19,8 +19,55 @@ pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Redirects a GET follows.
 const MAX_REDIRECTS: usize = 5;
 
+/// What the door's outgoing requests go by: TLS settings, and the networks it does not copy
+/// with (`https.tpc-deny-networks`).
+pub(crate) struct Outgoing {
+    tls: SslConnector,
+    deny: Vec<ipnet::IpNet>,
+}
+
+impl Outgoing {
+    /// Whether `ip` may be copied with; the refusal names the setting.
+    pub(crate) fn allows(&self, host: &str, ip: std::net::IpAddr) -> Result<(), String> {
+        // An IPv4-mapped IPv6 address is its IPv4 address.
+        let ip = match ip {
+            std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
+            v4 => v4,
+        };
+        match self.deny.iter().find(|n| n.contains(&ip)) {
+            Some(net) => Err(format!(
+                "{host} is {ip}, in {net}: this server does not copy with that network ([https] tpc-deny-networks)"
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The addresses of `host:port` it may connect to: all of them, or the refusal.
+    pub(crate) async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+        let addrs: Vec<SocketAddr> =
+            tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::lookup_host((host, port)))
+                .await
+                .map_err(|_| format!("{host}: no address in {} s", CONNECT_TIMEOUT.as_secs()))?
+                .map_err(|e| format!("{host}: {e}"))?
+                .collect();
+        for a in &addrs {
+            self.allows(host, a.ip())?;
+        }
+        Ok(addrs)
+    }
+}
+
+/// The door's outgoing requests' settings: TLS trusting `ca_dir` and the system's CAs, and
+/// the networks in `deny` refused.
+pub(crate) fn connector(ca_dir: Option<&Path>, deny: &[ipnet::IpNet]) -> Result<Outgoing, String> {
+    Ok(Outgoing {
+        tls: tls_connector(ca_dir)?,
+        deny: deny.to_vec(),
+    })
+}
+
 /// The TLS settings of the door's outgoing requests.
-pub(crate) fn connector(ca_dir: Option<&Path>) -> Result<SslConnector, String> {
+fn tls_connector(ca_dir: Option<&Path>) -> Result<SslConnector, String> {
     let mut b = SslConnector::builder(SslMethod::tls_client()).map_err(|e| e.to_string())?;
     b.set_min_proto_version(Some(SslVersion::TLS1_2))
         .map_err(|e| e.to_string())?;
@@ -48,7 +95,7 @@ pub(crate) struct Answer {
 /// Sends `method` for `url` with `headers` and `body` (a GET: none), following redirects for
 /// GETs (a redirect to another host drops `Authorization`, as dCache and StoRM do).
 pub(crate) async fn send(
-    tls: &SslConnector,
+    tls: &Outgoing,
     method: Method,
     url: &str,
     headers: &[(String, String)],
@@ -120,7 +167,7 @@ fn resolve(base: &Uri, location: &str) -> Result<Uri, String> {
 }
 
 async fn once(
-    tls: &SslConnector,
+    tls: &Outgoing,
     method: &Method,
     url: &Uri,
     headers: &[(String, String)],
@@ -132,7 +179,8 @@ async fn once(
     let host = host.trim_start_matches('[').trim_end_matches(']');
     let port = url.port_u16().unwrap_or(if https { 443 } else { 80 });
     let connecting = std::time::Instant::now();
-    let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((host, port)))
+    let addrs = tls.resolve(host, port).await?;
+    let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&addrs[..]))
         .await
         .map_err(|_| {
             format!(
@@ -163,6 +211,7 @@ async fn once(
     let request = request.body(body).map_err(|e| e.to_string())?;
     let response = if https {
         let ssl = tls
+            .tls
             .configure()
             .and_then(|c| c.into_ssl(host))
             .map_err(|e| e.to_string())?;

@@ -93,15 +93,50 @@ pub(crate) async fn copy(ctx: &Arc<DoorContext>, r: &Req, c: Copy) -> Result<Rep
             .insert(header::RETRY_AFTER, HeaderValue::from_static("30"));
         return Err(refused);
     };
+    let tls = client::connector(ctx.ca_dir.as_deref(), &ctx.https.tpc_deny_networks)
+        .map_err(|e| reply::status(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    // The other party's addresses, before anything is sent (a redirect is checked again).
+    let (host, port) = peer_address(&c)?;
+    tls.resolve(&host, port)
+        .await
+        .map_err(|e| reply::status(StatusCode::FORBIDDEN, tpc::failure(&e).trim_end()))?;
     if c.peer == Peer::GridFtp {
         return gridftp::copy(ctx, r, c, slot).await;
     }
-    let tls = client::connector(ctx.ca_dir.as_deref())
-        .map_err(|e| reply::status(StatusCode::INTERNAL_SERVER_ERROR, e))?;
     match c.mode {
         Mode::Pull => pull(ctx, r, c, tls, slot).await,
         Mode::Push => push(ctx, r, c, tls, slot).await,
     }
+}
+
+/// The other party's host and port.
+fn peer_address(c: &Copy) -> Result<(String, u16), Reply> {
+    let bad = |why: String| reply::status(StatusCode::BAD_REQUEST, why);
+    if c.peer == Peer::GridFtp {
+        let url = ferry_client::RemoteUrl::parse(&c.remote)
+            .map_err(|e| bad(format!("{}: {e}", c.remote)))?;
+        return Ok((url.host, url.port));
+    }
+    let uri: http::Uri = c
+        .remote
+        .parse()
+        .map_err(|e| bad(format!("{}: {e}", c.remote)))?;
+    let host = uri
+        .host()
+        .ok_or_else(|| bad(format!("{}: no host", c.remote)))?;
+    let port = uri
+        .port_u16()
+        .unwrap_or(if uri.scheme_str() == Some("https") {
+            443
+        } else {
+            80
+        });
+    Ok((
+        host.trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned(),
+        port,
+    ))
 }
 
 /// The passive server's refusal, relayed: its 4xx as they are (404 stays "not found" for
@@ -151,7 +186,7 @@ async fn pull(
     ctx: &Arc<DoorContext>,
     r: &Req,
     c: Copy,
-    tls: openssl::ssl::SslConnector,
+    tls: client::Outgoing,
     slot: Slot,
 ) -> Result<Reply, Reply> {
     r.writable()?;
@@ -494,7 +529,7 @@ async fn push(
     ctx: &Arc<DoorContext>,
     r: &Req,
     c: Copy,
-    tls: openssl::ssl::SslConnector,
+    tls: client::Outgoing,
     slot: Slot,
 ) -> Result<Reply, Reply> {
     r.may(Operation::Read, &r.path)?;

@@ -17,7 +17,6 @@ use ferry_storage::FileHandle;
 use http::{header, Method, StatusCode};
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
-use openssl::ssl::SslConnector;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
@@ -122,7 +121,7 @@ pub(super) fn ranged_size(parts: &http::response::Parts, share: (u64, u64)) -> O
 /// The range requests' destination: the URL that answered the first GET, its headers, and
 /// the source's entity tag.
 pub(super) struct Source {
-    pub(super) tls: SslConnector,
+    pub(super) tls: client::Outgoing,
     pub(super) url: String,
     pub(super) headers: Vec<(String, String)>,
 }
@@ -130,7 +129,7 @@ pub(super) struct Source {
 impl Source {
     /// The source `now`, asked again at `url` with `headers`.
     pub(super) fn new(
-        tls: SslConnector,
+        tls: client::Outgoing,
         url: String,
         mut headers: Vec<(String, String)>,
         now: &State,
